@@ -1,0 +1,22 @@
+// Command-line contract: the commands, their flags (declared with cxxopts), help, and every usage error.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "cli/settings.h"
+
+namespace dllm::cli {
+
+// Parses argv (without the program name) into Settings. Throws dllm::Error with kind kUsage (exit 2)
+// for every usage problem, before any file is opened. Sets *help_text (and returns) when help was asked.
+Settings parse_command_line(const std::vector<std::string>& args, std::string* help_text);
+
+// Full usage of every command (dllm, dllm help, dllm --help).
+std::string global_usage();
+// Usage of one command; "" for an unknown command.
+std::string command_usage(const std::string& command);
+
+// Parses, runs the command, prints "ERROR: ..." lines for errors; returns the exit status.
+int main_entry(int argc, char** argv);
+
+}  // namespace dllm::cli

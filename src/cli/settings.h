@@ -1,0 +1,53 @@
+// Every command's effective settings in one struct. args.cpp fills it from argv in one function
+// (parse_command_line); the commands read only this struct.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dllm::cli {
+
+struct Settings {
+  std::string command;  // run, tokenize, inspect, logits, ...
+
+  // model / input
+  std::string model;                  // --model (path or owner/repo[:QUANT])
+  std::string prompt;                 // --prompt
+  bool has_prompt = false;
+  std::vector<int64_t> prompt_tokens; // --prompt-tokens (run)
+  bool has_prompt_tokens = false;
+  bool no_chat = false;               // --no-chat
+
+  // generation (run)
+  int64_t max_tokens = 128;           // --max-tokens
+  int64_t steps = 0;                  // --steps; 0 = not given (defaults to max_tokens)
+  int64_t block_length = 32;          // --block-length
+  double temperature = 0.0;           // --temperature
+  std::string remasking;              // --remasking; "" = the architecture's default
+  double threshold = 0.0;             // --threshold (0 = off)
+  bool dual_cache = false;            // --dual-cache
+  uint64_t seed = 42;                 // --seed
+  bool full_logits = false;           // --full-logits
+  bool no_early_stop = false;         // --no-early-stop
+
+  // execution
+  int64_t threads = 0;                // --threads; 0 = all logical CPUs
+  std::string device = "cpu";         // --device
+
+  // output
+  bool visual = false;                // --visual
+  bool verbose = false;               // --verbose
+  bool dump_step_stats = false;       // --dump-step-stats
+  bool json = false;                  // --json
+
+  // logits
+  std::vector<int64_t> tokens;        // --tokens
+  std::vector<int64_t> rows;          // --rows
+  std::string out;                    // --out
+
+  // inspect
+  std::string path;                   // positional PATH
+  std::string tensor;                 // --tensor NAME
+};
+
+}  // namespace dllm::cli
