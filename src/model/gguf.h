@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "model/ggml_types.h"
@@ -100,6 +101,7 @@ class File {
   uint64_t data_offset_ = 0;
   std::vector<KeyValue> kvs_;
   std::vector<TensorInfo> tensors_;
+  std::unordered_map<std::string_view, size_t> tensor_index_;  // name -> index in tensors_
 };
 
 }  // namespace dllm::gguf
