@@ -1,0 +1,110 @@
+// Reference integer dot products (Q4_K x Q8_K, Q6_K x Q8_K, Q8_0 x Q8_0): the oracles of the JIT and GPU
+// GEMM kernels. Integer parts are exact; the float result follows ggml's scalar kernels.
+#include "model/quant_ref_dot.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "model/error.h"
+
+namespace dllm::quant {
+
+namespace {
+
+template <class Block>
+Block load_block(const void* src, int64_t i) {
+  Block b;
+  std::memcpy(&b, static_cast<const uint8_t*>(src) + i * static_cast<int64_t>(sizeof(Block)), sizeof(Block));
+  return b;
+}
+
+void check_n(int64_t n, int64_t block, const char* what) {
+  if (n < 0 || n % block != 0) {
+    throw Error(std::string(what) + ": n = " + std::to_string(n) + " is not a multiple of " + std::to_string(block));
+  }
+}
+
+}  // namespace
+
+double DotPartsQ4K::exact_f64() const {
+  const double da = d_a;
+  return double(d_w) * da * sum_scaled_q - double(dmin_w) * da * sum_mins;
+}
+double DotPartsQ4K::abs_f64() const {
+  const double da = d_a;
+  return std::fabs(double(d_w) * da * sum_scaled_q) + std::fabs(double(dmin_w) * da * sum_mins);
+}
+double DotPartsQ6K::exact_f64() const { return double(d_w) * double(d_a) * sum_scaled_q; }
+double DotPartsQ6K::abs_f64() const { return std::fabs(exact_f64()); }
+
+DotPartsQ4K dot_parts_q4_K_q8_K(const BlockQ4_K& w, const BlockQ8_K& a) {
+  DotPartsQ4K p;
+  p.d_w = fp16_to_f32(w.d);
+  p.dmin_w = fp16_to_f32(w.dmin);
+  p.d_a = a.d;
+  for (int j = 0; j < 8; ++j) scale_min_k4(j, w.scales, &p.scales[j], &p.mins[j]);
+  for (int j = 0; j < 8; ++j) {  // sub-blocks of 32
+    int32_t s = 0;
+    for (int k = 32 * j; k < 32 * j + 32; ++k) s += q4_k_quant(w, k) * a.qs[k];
+    p.sum_scaled_q += p.scales[j] * s;
+  }
+  for (int j = 0; j < 16; ++j) p.sum_mins += a.bsums[j] * p.mins[j / 2];
+  return p;
+}
+
+DotPartsQ6K dot_parts_q6_K_q8_K(const BlockQ6_K& w, const BlockQ8_K& a) {
+  DotPartsQ6K p;
+  p.d_w = fp16_to_f32(w.d);
+  p.d_a = a.d;
+  for (int j = 0; j < 16; ++j) {  // sub-blocks of 16
+    p.scales[j] = w.scales[j];
+    int32_t s = 0;
+    for (int k = 16 * j; k < 16 * j + 16; ++k) s += q6_k_quant(w, k) * a.qs[k];
+    p.sum_scaled_q += p.scales[j] * s;
+  }
+  return p;
+}
+
+float vec_dot_q4_K_q8_K(int64_t n, const void* w, const void* a, std::vector<DotPartsQ4K>* parts) {
+  check_n(n, kQK_K, "vec_dot_q4_K_q8_K");
+  if (parts) parts->clear();
+  float sum = 0;
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const DotPartsQ4K p = dot_parts_q4_K_q8_K(load_block<BlockQ4_K>(w, i), load_block<BlockQ8_K>(a, i));
+    const float d = p.d_w * p.d_a;
+    const float dmin = p.dmin_w * p.d_a;
+    sum += d * static_cast<float>(p.sum_scaled_q);
+    sum -= dmin * static_cast<float>(p.sum_mins);
+    if (parts) parts->push_back(p);
+  }
+  return sum;
+}
+
+float vec_dot_q6_K_q8_K(int64_t n, const void* w, const void* a, std::vector<DotPartsQ6K>* parts) {
+  check_n(n, kQK_K, "vec_dot_q6_K_q8_K");
+  if (parts) parts->clear();
+  float sum = 0;
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const DotPartsQ6K p = dot_parts_q6_K_q8_K(load_block<BlockQ6_K>(w, i), load_block<BlockQ8_K>(a, i));
+    const float d = p.d_w * p.d_a;
+    sum += d * static_cast<float>(p.sum_scaled_q);
+    if (parts) parts->push_back(p);
+  }
+  return sum;
+}
+
+float vec_dot_q8_0_q8_0(int64_t n, const void* x, const void* y) {
+  check_n(n, kQK, "vec_dot_q8_0_q8_0");
+  float sum = 0;
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const auto bx = load_block<BlockQ8_0>(x, i);
+    const auto by = load_block<BlockQ8_0>(y, i);
+    int32_t sumi = 0;
+    for (int j = 0; j < kQK; ++j) sumi += bx.qs[j] * by.qs[j];
+    sum += static_cast<float>(sumi) * (fp16_to_f32(bx.d) * fp16_to_f32(by.d));
+  }
+  return sum;
+}
+
+}  // namespace dllm::quant
