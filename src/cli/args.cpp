@@ -1,23 +1,442 @@
-// placeholder, replaced by the CLI contract
+// The command-line contract. Each command's flags are declared once in a table; cxxopts is built from that
+// table to render help, and parse_command_line() walks argv against it so that every usage error has the exact
+// wording of the spec and happens before any file is opened. Order of precedence:
+//   1. --help / -h anywhere (except as a flag's value) prints that command's usage, exit 0;
+//   2. the first structural problem, left to right (unknown flag, `--flag=value`, missing value, stray argument);
+//   3. value problems (not a number, out of range), then missing required flags, then cross-flag rules.
 #include "cli/args.h"
+
+#include <cxxopts.hpp>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <set>
+
 #include "cli/commands.h"
 #include "model/error.h"
-#include <cstdio>
+
 namespace dllm::cli {
-Settings parse_command_line(const std::vector<std::string>& args, std::string*) {
-  Settings s; if (!args.empty()) s.command = args[0];
-  if (args.size() > 1) s.path = args[1];
+
+namespace {
+
+enum class Kind {
+  Bool,     // a switch, no value
+  Count,    // integer >= 1
+  UInt,     // integer >= 0
+  Float0,   // finite number >= 0
+  Unit,     // finite number in [0, 1]
+  String,   // any text
+  Ids,      // comma-separated integers >= 0
+  Choice,   // one of a fixed list
+};
+
+struct Flag {
+  const char* name;     // without the leading dashes
+  const char* metavar;  // "N", "PATH", ... (unused for Bool)
+  const char* def;      // default shown in help ("" = none)
+  const char* help;
+  Kind kind;
+  const char* choices = "";  // Choice: comma-separated allowed values
+};
+
+struct Command {
+  const char* name;
+  const char* synopsis;  // the usage line after "dllm "
+  const char* summary;
+  std::vector<Flag> flags;
+  std::vector<const char*> required;  // flags that must be given
+  bool takes_path = false;            // inspect PATH
+};
+
+const Flag kModel{"model", "PATH", "", "LLaDA or Dream GGUF file", Kind::String};
+const Flag kPrompt{"prompt", "TEXT", "", "the user message", Kind::String};
+const Flag kThreads{"threads", "N", "all logical CPUs", "worker threads", Kind::Count};
+const Flag kDevice{"device", "D", "cpu", "cpu, or gpu for an NVIDIA GPU with compute capability 8.0 or newer",
+                   Kind::Choice, "cpu,gpu,auto"};
+const Flag kNoChat{"no-chat", "", "off", "skip the chat template", Kind::Bool};
+const Flag kJson{"json", "", "off", "print one JSON object", Kind::Bool};
+const Flag kVerbose{"verbose", "", "off", "timings and memory after the output", Kind::Bool};
+
+const std::vector<Command>& commands() {
+  static const std::vector<Command> cmds = {
+      {"run",
+       "run --model PATH --prompt TEXT [options]",
+       "Generates an answer by denoising a masked canvas with the model's own sampler.",
+       {kModel,
+        kPrompt,
+        {"prompt-tokens", "IDS", "", "comma-separated prompt ids used verbatim (no template); instead of --prompt",
+         Kind::Ids},
+        {"max-tokens", "N", "128", "tokens to generate (the masked canvas)", Kind::Count},
+        {"steps", "N", "--max-tokens", "denoising steps; a multiple of the block count", Kind::Count},
+        {"block-length", "N", "32",
+         "LLaDA's semi-autoregressive block size; must divide --max-tokens. Dream ignores it", Kind::Count},
+        {"temperature", "T", "0", "0 is greedy; above 0 adds Gumbel noise as LLaDA does", Kind::Float0},
+        {"remasking", "S", "low_confidence",
+         "LLaDA: low_confidence or random. Dream: entropy (the default), maskgit_plus, topk_margin", Kind::Choice,
+         "low_confidence,random,entropy,maskgit_plus,topk_margin"},
+        {"threshold", "P", "0 (off)",
+         "LLaDA: each step also commits every masked token whose confidence is at least P", Kind::Unit},
+        {"dual-cache", "", "off",
+         "LLaDA: cache keys/values and recompute only the current block's rows inside a block", Kind::Bool},
+        {"seed", "N", "42", "seeds this program's PRNG", Kind::UInt},
+        kThreads,
+        kDevice,
+        kNoChat,
+        {"full-logits", "", "off", "compute logits for every position (for benchmarking)", Kind::Bool},
+        {"no-early-stop", "", "off", "run every step even after the answer is final", Kind::Bool},
+        {"visual", "", "off", "redraw the canvas after every step", Kind::Bool},
+        kVerbose,
+        {"dump-step-stats", "", "off", "one line per denoising step", Kind::Bool},
+        {"json", "", "off", "one JSON object with timings, tokens and text", Kind::Bool}},
+       {"model"}},
+      {"tokenize",
+       "tokenize --model PATH --prompt TEXT [--no-chat] [--json]",
+       "Prints the token ids of the chat-formatted prompt, the same ids run feeds the model.",
+       {kModel, kPrompt, kNoChat, {"json", "", "off", "print {\"ids\": [...], \"pieces\": [...]}", Kind::Bool}},
+       {"model", "prompt"}},
+      {"inspect",
+       "inspect PATH [--json] [--tensor NAME --out FILE]",
+       "Prints GGUF metadata, a count per tensor type, and every tensor's type and shape.",
+       {kJson,
+        {"tensor", "NAME", "", "write this tensor dequantized to f32 (needs --out)", Kind::String},
+        {"out", "FILE", "", "output file for --tensor: little-endian f32, row-major, ne0 fastest", Kind::String}},
+       {},
+       true},
+      {"logits",
+       "logits --model PATH --tokens IDS --rows POSITIONS --out FILE [--threads N] [--device D]",
+       "Runs one forward pass over the given ids and writes f32 logits [rows, vocab], row major, to a file.",
+       {kModel,
+        {"tokens", "IDS", "", "comma-separated token ids (the canvas)", Kind::Ids},
+        {"rows", "POSITIONS", "", "comma-separated canvas positions whose logits are written", Kind::Ids},
+        {"out", "FILE", "", "output file", Kind::String},
+        kThreads,
+        kDevice,
+        kVerbose},
+       {"model", "tokens", "rows", "out"}},
+  };
+  return cmds;
+}
+
+const Command* find_command(const std::string& name) {
+  for (const auto& c : commands())
+    if (name == c.name) return &c;
+  return nullptr;
+}
+
+const Flag* find_flag(const Command& c, const std::string& name) {
+  for (const auto& f : c.flags)
+    if (name == f.name) return &f;
+  return nullptr;
+}
+
+// Levenshtein distance, for "did you mean" suggestions.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string help_text(const Command& c) {
+  cxxopts::Options opts(std::string("dllm ") + c.name, c.summary);
+  opts.custom_help(std::string(c.synopsis).substr(std::strlen(c.name) + 1));
+  opts.set_width(100);
+  auto adder = opts.add_options();
+  for (const auto& f : c.flags) {
+    std::string desc = f.help;
+    if (f.kind == Kind::Bool) {
+      adder(f.name, desc);
+    } else {
+      if (*f.def) desc += " (default: " + std::string(f.def) + ")";
+      adder(f.name, desc, cxxopts::value<std::string>(), f.metavar);
+    }
+  }
+  adder("h,help", "print this usage and exit");
+  if (c.takes_path) opts.positional_help("");
+  return opts.help();
+}
+
+Error unknown_flag_error(const Command& c, const std::string& arg) {
+  std::string name = arg.substr(arg.find_first_not_of('-'));
+  std::string suggestion;
+  size_t best = 3;
+  for (const auto& f : c.flags) {
+    size_t d = edit_distance(name, f.name);
+    if (d < best) best = d, suggestion = f.name;
+  }
+  std::string msg = "unknown flag " + arg + " for '" + c.name + "'";
+  if (!suggestion.empty()) msg += " (did you mean --" + suggestion + "?)";
+  return usage_error(msg, std::string("see: dllm ") + c.name + " --help");
+}
+
+int64_t parse_int(const std::string& flag, const std::string& v) {
+  int64_t x = 0;
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (v.empty() || ec != std::errc() || p != v.data() + v.size())
+    throw usage_error("flag --" + flag + " needs an integer, got '" + v + "'");
+  return x;
+}
+
+double parse_number(const std::string& flag, const std::string& v) {
+  double x = 0;
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (v.empty() || ec != std::errc() || p != v.data() + v.size() || !std::isfinite(x))
+    throw usage_error("flag --" + flag + " needs a finite number, got '" + v + "'");
+  return x;
+}
+
+std::vector<int64_t> parse_ids(const std::string& flag, const std::string& v) {
+  std::vector<int64_t> ids;
+  size_t start = 0;
+  for (;;) {
+    size_t comma = v.find(',', start);
+    std::string item = v.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    int64_t x = 0;
+    auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), x);
+    if (item.empty() || ec != std::errc() || p != item.data() + item.size())
+      throw usage_error("flag --" + flag + " needs comma-separated integers, got '" + v + "'");
+    if (x < 0) throw usage_error("flag --" + flag + " needs non-negative integers, got " + std::to_string(x));
+    ids.push_back(x);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return ids;
+}
+
+std::string format_number(double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%g", x);
+  return buf;
+}
+
+// Stores one flag's value into the settings: the only place where flags reach Settings.
+void apply_flag(Settings& s, const Flag& f, const std::string& v) {
+  const std::string name = f.name;
+  switch (f.kind) {
+    case Kind::Count: {
+      int64_t x = parse_int(name, v);
+      if (x < 1) throw usage_error("flag --" + name + " must be at least 1, got " + std::to_string(x));
+      if (name == "max-tokens") s.max_tokens = x;
+      else if (name == "steps") s.steps = x;
+      else if (name == "block-length") s.block_length = x;
+      else if (name == "threads") s.threads = x;
+      return;
+    }
+    case Kind::UInt: {
+      int64_t x = parse_int(name, v);
+      if (x < 0) throw usage_error("flag --" + name + " must be at least 0, got " + std::to_string(x));
+      if (name == "seed") s.seed = static_cast<uint64_t>(x);
+      return;
+    }
+    case Kind::Float0: {
+      double x = parse_number(name, v);
+      if (x < 0) throw usage_error("flag --" + name + " must be at least 0, got " + format_number(x));
+      if (name == "temperature") s.temperature = x;
+      return;
+    }
+    case Kind::Unit: {
+      double x = parse_number(name, v);
+      if (x < 0 || x > 1)
+        throw usage_error("flag --" + name + " must be between 0 and 1, got " + format_number(x));
+      if (name == "threshold") s.threshold = x;
+      return;
+    }
+    case Kind::Choice: {
+      std::string list = f.choices;
+      bool ok = false;
+      for (size_t a = 0; a <= list.size();) {
+        size_t b = list.find(',', a);
+        if (b == std::string::npos) b = list.size();
+        if (list.compare(a, b - a, v) == 0 && b - a == v.size()) ok = true;
+        a = b + 1;
+      }
+      if (!ok) {
+        std::string shown = list;
+        std::replace(shown.begin(), shown.end(), ',', '|');
+        throw usage_error("flag --" + name + " must be one of " + shown + ", got '" + v + "'");
+      }
+      if (name == "device") s.device = v;
+      else if (name == "remasking") s.remasking = v;
+      return;
+    }
+    case Kind::Ids: {
+      auto ids = parse_ids(name, v);
+      if (name == "tokens") s.tokens = ids;
+      else if (name == "rows") s.rows = ids;
+      else if (name == "prompt-tokens") s.prompt_tokens = ids, s.has_prompt_tokens = true;
+      return;
+    }
+    case Kind::String:
+      if (name == "model") s.model = v;
+      else if (name == "prompt") s.prompt = v, s.has_prompt = true;
+      else if (name == "out") s.out = v;
+      else if (name == "tensor") s.tensor = v;
+      return;
+    case Kind::Bool:
+      if (name == "no-chat") s.no_chat = true;
+      else if (name == "dual-cache") s.dual_cache = true;
+      else if (name == "full-logits") s.full_logits = true;
+      else if (name == "no-early-stop") s.no_early_stop = true;
+      else if (name == "visual") s.visual = true;
+      else if (name == "verbose") s.verbose = true;
+      else if (name == "dump-step-stats") s.dump_step_stats = true;
+      else if (name == "json") s.json = true;
+      return;
+  }
+}
+
+bool is_flag_like(const std::string& a) { return a.size() > 1 && a[0] == '-'; }
+
+}  // namespace
+
+std::string global_usage() {
+  std::string u = "dllm - diffusion language models (LLaDA, Dream) from GGUF files\n\nUsage:\n";
+  for (const auto& c : commands()) {
+    u += "  dllm ";
+    u += c.synopsis;
+    u += '\n';
+  }
+  u += "  dllm COMMAND --help (or -h) prints that command's usage.\n";
+  for (const auto& c : commands()) {
+    u += '\n';
+    u += help_text(c);
+  }
+  return u;
+}
+
+std::string command_usage(const std::string& command) {
+  const Command* c = find_command(command);
+  return c ? help_text(*c) : std::string();
+}
+
+Settings parse_command_line(const std::vector<std::string>& args, std::string* help) {
+  Settings s;
+  if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
+    if (args.size() >= 2 && args[0] == "help" && find_command(args[1])) {
+      *help = command_usage(args[1]);
+    } else {
+      *help = global_usage();
+    }
+    s.command = "help";
+    return s;
+  }
+  const Command* cmd = find_command(args[0]);
+  if (!cmd) {
+    if (is_flag_like(args[0])) throw usage_error("unknown flag " + args[0], "see: dllm --help");
+    throw usage_error("unknown command: " + args[0], "see: dllm --help");
+  }
+  s.command = cmd->name;
+
+  // Pass 1: help wins over everything, wherever it appears (a value of a flag does not count).
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--help" || a == "-h") {
+      *help = help_text(*cmd);
+      return s;
+    }
+    if (a.rfind("--", 0) == 0) {
+      const Flag* f = find_flag(*cmd, a.substr(2));
+      if (f && f->kind != Kind::Bool) ++i;  // skip its value
+    }
+  }
+
+  // Pass 2: structure, left to right; values are stored (and checked) after the walk.
+  std::vector<std::pair<const Flag*, std::string>> given;
+  std::set<std::string> seen;
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (!is_flag_like(a)) {
+      if (cmd->takes_path && s.path.empty()) {
+        s.path = a;
+        continue;
+      }
+      throw usage_error("unexpected argument '" + a + "' for '" + cmd->name + "'");
+    }
+    const Flag* f = a.rfind("--", 0) == 0 ? find_flag(*cmd, a.substr(2)) : nullptr;
+    if (!f) {
+      size_t eq = a.find('=');
+      if (a.rfind("--", 0) == 0 && eq != std::string::npos && find_flag(*cmd, a.substr(2, eq - 2))) {
+        throw usage_error("unknown flag " + a + " for '" + cmd->name + "'",
+                          "flags take their value as the next argument: " + a.substr(0, eq) + " " +
+                              a.substr(eq + 1));
+      }
+      throw unknown_flag_error(*cmd, a);
+    }
+    if (!seen.insert(f->name).second)
+      throw usage_error("flag --" + std::string(f->name) + " is given more than once");
+    if (f->kind == Kind::Bool) {
+      given.emplace_back(f, "");
+      continue;
+    }
+    if (i + 1 >= args.size()) throw usage_error("flag --" + std::string(f->name) + " needs a value");
+    given.emplace_back(f, args[++i]);
+  }
+  for (const auto& [f, v] : given) apply_flag(s, *f, v);
+
+  // Required flags and arguments.
+  if (cmd->takes_path && s.path.empty())
+    throw usage_error(std::string("missing model path for '") + cmd->name + "'", help_text(*cmd));
+  for (const char* r : cmd->required) {
+    if (seen.count(r)) continue;
+    // run takes its prompt from --prompt or --prompt-tokens (checked below).
+    throw usage_error("missing required flag --" + std::string(r) + " for '" + cmd->name + "'", help_text(*cmd));
+  }
+
+  // Cross-flag rules that need no model file.
+  if (s.command == "run") {
+    if (s.has_prompt && s.has_prompt_tokens)
+      throw usage_error("flags --prompt and --prompt-tokens cannot be combined: give one of them");
+    if (!s.has_prompt && !s.has_prompt_tokens)
+      throw usage_error("missing required flag --prompt for 'run'", help_text(*cmd));
+    if (s.dual_cache && s.full_logits)
+      throw usage_error("flags --dual-cache and --full-logits cannot be combined");
+  }
+  if (s.command == "inspect" && (!s.tensor.empty()) != (!s.out.empty()))
+    throw usage_error(s.tensor.empty() ? "flag --out needs --tensor for 'inspect'"
+                                       : "flag --tensor needs --out for 'inspect'");
   return s;
 }
-std::string global_usage() { return "usage\n"; }
-std::string command_usage(const std::string&) { return ""; }
+
+int run_command(const Settings& s) {
+  if (s.command == "run") return cmd_run(s);
+  if (s.command == "tokenize") return cmd_tokenize(s);
+  if (s.command == "inspect") return cmd_inspect(s);
+  if (s.command == "logits") return cmd_logits(s);
+  throw Error("no handler for command '" + s.command + "'");
+}
+
 int main_entry(int argc, char** argv) {
-  std::vector<std::string> a(argv + 1, argv + argc);
+  std::vector<std::string> args(argv + 1, argv + argc);
   try {
     std::string help;
-    Settings s = parse_command_line(a, &help);
-    if (s.command == "inspect") return cmd_inspect(s);
-    return 2;
-  } catch (const Error& e) { std::fprintf(stderr, "ERROR: %s\n", e.what()); return e.exit_code(); }
+    Settings s = parse_command_line(args, &help);
+    if (!help.empty()) {
+      std::cout << help;
+      return 0;
+    }
+    return run_command(s);
+  } catch (const Error& e) {
+    std::cout.flush();
+    std::fprintf(stderr, "ERROR: %s\n", e.what());
+    if (!e.hint().empty()) std::fprintf(stderr, "%s\n", e.hint().c_str());
+    return e.exit_code();
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "ERROR: out of memory\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ERROR: %s\n", e.what());
+    return 1;
+  }
 }
+
 }  // namespace dllm::cli

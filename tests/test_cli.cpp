@@ -1,0 +1,272 @@
+// The command-line contract: every message of the spec's Errors table, help precedence, exit codes, and that
+// every flag reaches the Settings struct.
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+
+#include "cli/args.h"
+#include "model/error.h"
+#include "support.h"
+
+using dllm::Error;
+using dllm::cli::parse_command_line;
+using dllm::cli::Settings;
+using dllm::test::run_dllm;
+
+namespace {
+
+// Parses and expects a usage error with exactly this message.
+void expect_usage_error(const std::vector<std::string>& args, const std::string& message,
+                        const std::string& hint_prefix = "") {
+  std::string help;
+  try {
+    parse_command_line(args, &help);
+    ADD_FAILURE() << "no error for: " << ::testing::PrintToString(args);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.what(), message);
+    EXPECT_EQ(e.exit_code(), 2);
+    if (!hint_prefix.empty()) {
+      EXPECT_EQ(e.hint().rfind(hint_prefix, 0), 0u) << e.hint();
+    }
+  }
+}
+
+Settings parse_ok(const std::vector<std::string>& args) {
+  std::string help;
+  Settings s = parse_command_line(args, &help);
+  EXPECT_TRUE(help.empty());
+  return s;
+}
+
+const char* kMissing = "/nonexistent-dir/model.gguf";
+
+}  // namespace
+
+TEST(Cli, HelpPrintsEveryCommand) {
+  for (auto args : {std::vector<std::string>{}, {"help"}, {"--help"}, {"-h"}}) {
+    auto r = run_dllm(args);
+    EXPECT_EQ(r.exit_code, 0);
+    for (const char* c : {"dllm run", "dllm tokenize", "dllm inspect", "dllm logits"})
+      EXPECT_NE(r.out.find(c), std::string::npos) << c;
+    EXPECT_TRUE(r.err.empty());
+  }
+}
+
+TEST(Cli, CommandHelpWinsWherever) {
+  for (auto args : std::vector<std::vector<std::string>>{
+           {"run", "--help"},
+           {"run", "-h"},
+           {"run", "--stpes", "3", "--help"},
+           {"run", "--steps", "0", "-h"},
+           {"run", "stray", "--help"},
+           {"run", "--model=x", "--help"},
+           {"logits", "--tokens", "a,b", "--help"},
+           {"inspect", "-h"},
+           {"tokenize", "--help", "--prompt"}}) {
+    auto r = run_dllm(args);
+    EXPECT_EQ(r.exit_code, 0) << args[1];
+    EXPECT_NE(r.out.find("dllm " + args[0]), std::string::npos);
+    EXPECT_NE(r.out.find("--help"), std::string::npos);
+    EXPECT_TRUE(r.err.empty()) << r.err;
+  }
+}
+
+TEST(Cli, HelpAsAFlagValueIsAValue) {
+  Settings s = parse_ok({"run", "--model", "m.gguf", "--prompt", "--help"});
+  EXPECT_EQ(s.prompt, "--help");
+  Settings t = parse_ok({"tokenize", "--model", "-h", "--prompt", "x"});
+  EXPECT_EQ(t.model, "-h");
+}
+
+TEST(Cli, UnknownFlagWithSuggestion) {
+  auto r = run_dllm({"run", "--stpes", "3"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err, "ERROR: unknown flag --stpes for 'run' (did you mean --steps?)\nsee: dllm run --help\n");
+  EXPECT_TRUE(r.out.empty());
+  // more than 2 edits away: no suggestion
+  expect_usage_error({"run", "--frobnicate"}, "unknown flag --frobnicate for 'run'", "see: dllm run --help");
+  // a flag another command declares is unknown here
+  expect_usage_error({"inspect", "x.gguf", "--steps", "3"},
+                     "unknown flag --steps for 'inspect'", "see: dllm inspect --help");
+}
+
+TEST(Cli, MissingRequiredFlagPrintsUsage) {
+  auto r = run_dllm({"run", "--prompt", "hi"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err.rfind("ERROR: missing required flag --model for 'run'\n", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find("dllm run --model PATH --prompt TEXT"), std::string::npos);
+  expect_usage_error({"run", "--model", "m"}, "missing required flag --prompt for 'run'");
+  expect_usage_error({"tokenize", "--prompt", "x"}, "missing required flag --model for 'tokenize'");
+  expect_usage_error({"logits", "--model", "m", "--tokens", "1", "--out", "o"},
+                     "missing required flag --rows for 'logits'");
+}
+
+TEST(Cli, MissingModelPathForInspect) {
+  auto r = run_dllm({"inspect"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err.rfind("ERROR: missing model path for 'inspect'\n", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find("dllm inspect PATH"), std::string::npos);
+}
+
+TEST(Cli, UnknownCommand) {
+  auto r = run_dllm({"bogus"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err, "ERROR: unknown command: bogus\nsee: dllm --help\n");
+}
+
+TEST(Cli, UnexpectedArgument) {
+  expect_usage_error({"run", "x", "--model", "m"}, "unexpected argument 'x' for 'run'");
+  expect_usage_error({"logits", "--model", "m", "extra"}, "unexpected argument 'extra' for 'logits'");
+  expect_usage_error({"inspect", "a.gguf", "b.gguf"}, "unexpected argument 'b.gguf' for 'inspect'");
+}
+
+TEST(Cli, FlagEqualsValue) {
+  auto r = run_dllm({"run", "--model=x", "--prompt", "p"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err,
+            "ERROR: unknown flag --model=x for 'run'\n"
+            "flags take their value as the next argument: --model x\n");
+}
+
+TEST(Cli, FlagNeedsAValue) {
+  expect_usage_error({"run", "--model", "m", "--prompt"}, "flag --prompt needs a value");
+  expect_usage_error({"logits", "--model"}, "flag --model needs a value");
+}
+
+TEST(Cli, NumbersAreChecked) {
+  const std::vector<std::string> base = {"run", "--model", kMissing, "--prompt", "p"};
+  auto with = [&](std::vector<std::string> extra) {
+    auto a = base;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  expect_usage_error(with({"--steps", "abc"}), "flag --steps needs an integer, got 'abc'");
+  expect_usage_error(with({"--steps", "99999999999999999999"}),
+                     "flag --steps needs an integer, got '99999999999999999999'");
+  expect_usage_error(with({"--max-tokens", "1.5"}), "flag --max-tokens needs an integer, got '1.5'");
+  expect_usage_error(with({"--steps", ""}), "flag --steps needs an integer, got ''");
+  expect_usage_error(with({"--seed", "12x"}), "flag --seed needs an integer, got '12x'");
+  expect_usage_error(with({"--temperature", "nan"}), "flag --temperature needs a finite number, got 'nan'");
+  expect_usage_error(with({"--temperature", "inf"}), "flag --temperature needs a finite number, got 'inf'");
+  expect_usage_error(with({"--temperature", "1e999"}), "flag --temperature needs a finite number, got '1e999'");
+  expect_usage_error(with({"--threshold", "x"}), "flag --threshold needs a finite number, got 'x'");
+  expect_usage_error({"logits", "--model", kMissing, "--tokens", "1,,2", "--rows", "0", "--out", "o"},
+                     "flag --tokens needs comma-separated integers, got '1,,2'");
+  expect_usage_error({"logits", "--model", kMissing, "--tokens", "1,2", "--rows", "0 1", "--out", "o"},
+                     "flag --rows needs comma-separated integers, got '0 1'");
+  expect_usage_error({"logits", "--model", kMissing, "--tokens", "1,2,", "--rows", "0", "--out", "o"},
+                     "flag --tokens needs comma-separated integers, got '1,2,'");
+}
+
+TEST(Cli, RangesCheckedBeforeTheModelIsOpened) {
+  // The model path does not exist: a usage error (exit 2) must come first.
+  for (const char* flag : {"--max-tokens", "--steps", "--block-length", "--threads"}) {
+    auto r = run_dllm({"run", "--model", kMissing, "--prompt", "p", flag, "0"});
+    EXPECT_EQ(r.exit_code, 2) << flag;
+    EXPECT_EQ(r.err, std::string("ERROR: flag ") + flag + " must be at least 1, got 0\n");
+  }
+  expect_usage_error({"run", "--model", kMissing, "--prompt", "p", "--steps", "-3"},
+                     "flag --steps must be at least 1, got -3");
+  expect_usage_error({"run", "--model", kMissing, "--prompt", "p", "--temperature", "-0.5"},
+                     "flag --temperature must be at least 0, got -0.5");
+  expect_usage_error({"run", "--model", kMissing, "--prompt", "p", "--threshold", "1.5"},
+                     "flag --threshold must be between 0 and 1, got 1.5");
+  expect_usage_error({"logits", "--model", kMissing, "--tokens", "1", "--rows", "0", "--out", "o", "--threads", "0"},
+                     "flag --threads must be at least 1, got 0");
+  expect_usage_error({"run", "--model", kMissing, "--prompt", "p", "--device", "tpu"},
+                     "flag --device must be one of cpu|gpu|auto, got 'tpu'");
+  expect_usage_error({"run", "--model", kMissing, "--prompt", "p", "--remasking", "best"},
+                     "flag --remasking must be one of low_confidence|random|entropy|maskgit_plus|topk_margin, got 'best'");
+}
+
+TEST(Cli, CrossFlagRules) {
+  expect_usage_error({"run", "--model", "m", "--prompt", "p", "--prompt-tokens", "1,2"},
+                     "flags --prompt and --prompt-tokens cannot be combined: give one of them");
+  expect_usage_error({"run", "--model", "m", "--prompt", "p", "--dual-cache", "--full-logits"},
+                     "flags --dual-cache and --full-logits cannot be combined");
+  expect_usage_error({"run", "--model", "m", "--prompt", "p", "--steps", "4", "--steps", "8"},
+                     "flag --steps is given more than once");
+  expect_usage_error({"inspect", "x.gguf", "--tensor", "t"}, "flag --tensor needs --out for 'inspect'");
+}
+
+TEST(Cli, EveryFlagReachesSettings) {
+  Settings s = parse_ok({"run", "--model", "m.gguf", "--prompt", "hello", "--max-tokens", "64", "--steps", "16",
+                         "--block-length", "8", "--temperature", "0.7", "--remasking", "random", "--threshold",
+                         "0.9", "--dual-cache", "--seed", "7", "--threads", "3", "--device", "gpu", "--no-chat",
+                         "--no-early-stop", "--visual", "--verbose", "--dump-step-stats", "--json"});
+  EXPECT_EQ(s.command, "run");
+  EXPECT_EQ(s.model, "m.gguf");
+  EXPECT_EQ(s.prompt, "hello");
+  EXPECT_TRUE(s.has_prompt);
+  EXPECT_EQ(s.max_tokens, 64);
+  EXPECT_EQ(s.steps, 16);
+  EXPECT_EQ(s.block_length, 8);
+  EXPECT_DOUBLE_EQ(s.temperature, 0.7);
+  EXPECT_EQ(s.remasking, "random");
+  EXPECT_DOUBLE_EQ(s.threshold, 0.9);
+  EXPECT_TRUE(s.dual_cache);
+  EXPECT_EQ(s.seed, 7u);
+  EXPECT_EQ(s.threads, 3);
+  EXPECT_EQ(s.device, "gpu");
+  EXPECT_TRUE(s.no_chat);
+  EXPECT_TRUE(s.no_early_stop);
+  EXPECT_TRUE(s.visual);
+  EXPECT_TRUE(s.verbose);
+  EXPECT_TRUE(s.dump_step_stats);
+  EXPECT_TRUE(s.json);
+  EXPECT_FALSE(s.full_logits);
+
+  Settings f = parse_ok({"run", "--model", "m", "--prompt-tokens", "5,6,7", "--full-logits"});
+  EXPECT_TRUE(f.full_logits);
+  EXPECT_TRUE(f.has_prompt_tokens);
+  EXPECT_EQ(f.prompt_tokens, (std::vector<int64_t>{5, 6, 7}));
+
+  Settings d = parse_ok({"run", "--model", "m", "--prompt", "x"});
+  EXPECT_EQ(d.max_tokens, 128);
+  EXPECT_EQ(d.steps, 0);  // = max_tokens, resolved by the sampler
+  EXPECT_EQ(d.block_length, 32);
+  EXPECT_EQ(d.temperature, 0.0);
+  EXPECT_EQ(d.seed, 42u);
+  EXPECT_EQ(d.device, "cpu");
+  EXPECT_EQ(d.threads, 0);
+
+  Settings l = parse_ok({"logits", "--model", "m", "--tokens", "1,2,3", "--rows", "0,2", "--out", "o.f32",
+                         "--threads", "2", "--device", "cpu", "--verbose"});
+  EXPECT_EQ(l.tokens, (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(l.rows, (std::vector<int64_t>{0, 2}));
+  EXPECT_EQ(l.out, "o.f32");
+  EXPECT_EQ(l.threads, 2);
+  EXPECT_TRUE(l.verbose);
+
+  Settings t = parse_ok({"tokenize", "--model", "m", "--prompt", "p", "--no-chat", "--json"});
+  EXPECT_TRUE(t.no_chat);
+  EXPECT_TRUE(t.json);
+
+  Settings i = parse_ok({"inspect", "--json", "f.gguf", "--tensor", "w", "--out", "w.f32"});
+  EXPECT_EQ(i.path, "f.gguf");
+  EXPECT_TRUE(i.json);
+  EXPECT_EQ(i.tensor, "w");
+  EXPECT_EQ(i.out, "w.f32");
+}
+
+// Errors that come from opening the model file (exit 1).
+TEST(Cli, ModelFileErrors) {
+  auto r = run_dllm({"inspect", kMissing});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err, std::string("ERROR: cannot open model file ") + kMissing +
+                       ": No such file or directory\nto download a model, run: ./dllm pull\n");
+
+  auto nd = run_dllm({"inspect", "/etc/passwd/model.gguf"});
+  EXPECT_EQ(nd.exit_code, 1);
+  EXPECT_EQ(nd.err, "ERROR: cannot open model file /etc/passwd/model.gguf: Not a directory\n");
+
+  auto dir = run_dllm({"inspect", "/tmp"});
+  EXPECT_EQ(dir.exit_code, 1);
+  EXPECT_EQ(dir.err, "ERROR: is a directory: /tmp\n");
+
+  std::string html = dllm::test::data_path("gguf/malformed/html-page.gguf");
+  auto bad = run_dllm({"inspect", html});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_EQ(bad.err.rfind("ERROR: " + html + " is not a GGUF file (bad magic).\n", 0), 0u) << bad.err;
+  EXPECT_NE(bad.err.find("./dllm pull"), std::string::npos);
+}
