@@ -227,14 +227,24 @@ std::unique_ptr<File> File::open(const std::string& path) {
       throw Error("cannot map model file " + path + ": " + std::strerror(err));
     }
     f->base_ = static_cast<const uint8_t*>(p);
+    f->mapped_ = true;
   }
   ::close(fd);  // the mapping keeps the file alive
   f->parse();
   return f;
 }
 
+std::unique_ptr<File> File::from_memory(const void* data, size_t size, const std::string& name) {
+  std::unique_ptr<File> f(new File());
+  f->path_ = name;
+  f->base_ = static_cast<const uint8_t*>(data);
+  f->size_ = size;
+  f->parse();
+  return f;
+}
+
 File::~File() {
-  if (base_) ::munmap(const_cast<uint8_t*>(base_), size_);
+  if (mapped_) ::munmap(const_cast<uint8_t*>(base_), size_);
 }
 
 // ---- parsing ----
@@ -327,11 +337,12 @@ void File::parse() {
                std::to_string(static_cast<int64_t>(ne)) + " as a signed 64-bit number)");
       t.ne[d] = static_cast<int64_t>(ne);
     }
-    bool any_zero = t.ne[0] == 0 || t.ne[1] == 0 || t.ne[2] == 0 || t.ne[3] == 0;
-    if (!any_zero) {
+    // The product of the nonzero dimensions must fit in int64: then every partial product that
+    // n_elements() and n_rows() form fits too, whatever dimension is zero.
+    {
       int64_t n = 1;
       for (int64_t ne : t.ne)
-        if (__builtin_mul_overflow(n, ne, &n))
+        if (ne != 0 && __builtin_mul_overflow(n, ne, &n))
           c.fail(tn + " has shape [" + std::to_string(t.ne[0]) + ", " + std::to_string(t.ne[1]) + ", " +
                  std::to_string(t.ne[2]) + ", " + std::to_string(t.ne[3]) + "]: its element count overflows 64 bits");
     }

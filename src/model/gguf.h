@@ -60,6 +60,9 @@ class File {
   // Opens and validates the whole file. Throws dllm::Error (exit 1) naming the problem:
   // "cannot open model file PATH: <OS reason>", "is a directory: PATH", "PATH is not a GGUF file (bad magic).", ...
   static std::unique_ptr<File> open(const std::string& path);
+  // Parses bytes already in memory (the fuzzer and tests use it). The File does not own them: they must
+  // outlive it. `name` stands in for the path in error messages.
+  static std::unique_ptr<File> from_memory(const void* data, size_t size, const std::string& name);
   ~File();
   File(const File&) = delete;
   File& operator=(const File&) = delete;
@@ -96,6 +99,7 @@ class File {
   std::string path_;
   const uint8_t* base_ = nullptr;
   uint64_t size_ = 0;
+  bool mapped_ = false;  // base_ is our mapping (munmap in the destructor)
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
   uint64_t data_offset_ = 0;
