@@ -270,3 +270,12 @@ TEST(Cli, ModelFileErrors) {
   EXPECT_EQ(bad.err.rfind("ERROR: " + html + " is not a GGUF file (bad magic).\n", 0), 0u) << bad.err;
   EXPECT_NE(bad.err.find("./dllm pull"), std::string::npos);
 }
+
+TEST(Cli, ShortModelAlias) {
+  Settings s = parse_ok({"run", "-m", "owner/repo:Q4_K_M", "--prompt", "p"});
+  EXPECT_EQ(s.model, "owner/repo:Q4_K_M");
+  Settings h = parse_ok({"tokenize", "-m", "-h", "--prompt", "p"});  // -h as the value of -m
+  EXPECT_EQ(h.model, "-h");
+  expect_usage_error({"run", "-m"}, "flag --model needs a value");
+  expect_usage_error({"run", "-m", "a", "--model", "b", "--prompt", "p"}, "flag --model is given more than once");
+}

@@ -134,6 +134,13 @@ const Flag* find_flag(const Command& c, const std::string& name) {
   return nullptr;
 }
 
+// The flag an argument names: "--steps" -> steps; the one short alias "-m" -> model.
+const Flag* flag_of_arg(const Command& c, const std::string& arg) {
+  if (arg.rfind("--", 0) == 0) return find_flag(c, arg.substr(2));
+  if (arg == "-m") return find_flag(c, "model");
+  return nullptr;
+}
+
 // Levenshtein distance, for "did you mean" suggestions.
 size_t edit_distance(const std::string& a, const std::string& b) {
   std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
@@ -154,11 +161,12 @@ std::string help_text(const Command& c) {
   auto adder = opts.add_options();
   for (const auto& f : c.flags) {
     std::string desc = f.help;
+    std::string names = f.name == std::string("model") ? "m,model" : f.name;
     if (f.kind == Kind::Bool) {
-      adder(f.name, desc);
+      adder(names, desc);
     } else {
       if (*f.def) desc += " (default: " + std::string(f.def) + ")";
-      adder(f.name, desc, cxxopts::value<std::string>(), f.metavar);
+      adder(names, desc, cxxopts::value<std::string>(), f.metavar);
     }
   }
   adder("h,help", "print this usage and exit");
@@ -344,10 +352,8 @@ Settings parse_command_line(const std::vector<std::string>& args, std::string* h
       *help = help_text(*cmd);
       return s;
     }
-    if (a.rfind("--", 0) == 0) {
-      const Flag* f = find_flag(*cmd, a.substr(2));
-      if (f && f->kind != Kind::Bool) ++i;  // skip its value
-    }
+    const Flag* f = flag_of_arg(*cmd, a);
+    if (f && f->kind != Kind::Bool) ++i;  // skip its value
   }
 
   // Pass 2: structure, left to right; values are stored (and checked) after the walk.
@@ -362,7 +368,7 @@ Settings parse_command_line(const std::vector<std::string>& args, std::string* h
       }
       throw usage_error("unexpected argument '" + a + "' for '" + cmd->name + "'");
     }
-    const Flag* f = a.rfind("--", 0) == 0 ? find_flag(*cmd, a.substr(2)) : nullptr;
+    const Flag* f = flag_of_arg(*cmd, a);
     if (!f) {
       size_t eq = a.find('=');
       if (a.rfind("--", 0) == 0 && eq != std::string::npos && find_flag(*cmd, a.substr(2, eq - 2))) {
