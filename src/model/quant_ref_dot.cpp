@@ -3,6 +3,7 @@
 #include "model/quant_ref_dot.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -33,10 +34,10 @@ double DotPartsQ4K::exact_f64() const {
 }
 double DotPartsQ4K::abs_f64() const {
   const double da = d_a;
-  return std::fabs(double(d_w) * da * sum_scaled_q) + std::fabs(double(dmin_w) * da * sum_mins);
+  return std::fabs(double(d_w) * da) * sum_abs_scaled_q + std::fabs(double(dmin_w) * da * sum_mins);
 }
 double DotPartsQ6K::exact_f64() const { return double(d_w) * double(d_a) * sum_scaled_q; }
-double DotPartsQ6K::abs_f64() const { return std::fabs(exact_f64()); }
+double DotPartsQ6K::abs_f64() const { return std::fabs(double(d_w) * double(d_a)) * sum_abs_scaled_q; }
 
 DotPartsQ4K dot_parts_q4_K_q8_K(const BlockQ4_K& w, const BlockQ8_K& a) {
   DotPartsQ4K p;
@@ -46,7 +47,11 @@ DotPartsQ4K dot_parts_q4_K_q8_K(const BlockQ4_K& w, const BlockQ8_K& a) {
   for (int j = 0; j < 8; ++j) scale_min_k4(j, w.scales, &p.scales[j], &p.mins[j]);
   for (int j = 0; j < 8; ++j) {  // sub-blocks of 32
     int32_t s = 0;
-    for (int k = 32 * j; k < 32 * j + 32; ++k) s += q4_k_quant(w, k) * a.qs[k];
+    for (int k = 32 * j; k < 32 * j + 32; ++k) {
+      const int t = q4_k_quant(w, k) * a.qs[k];
+      s += t;
+      p.sum_abs_scaled_q += p.scales[j] * std::abs(t);
+    }
     p.sum_scaled_q += p.scales[j] * s;
   }
   for (int j = 0; j < 16; ++j) p.sum_mins += a.bsums[j] * p.mins[j / 2];
@@ -60,7 +65,11 @@ DotPartsQ6K dot_parts_q6_K_q8_K(const BlockQ6_K& w, const BlockQ8_K& a) {
   for (int j = 0; j < 16; ++j) {  // sub-blocks of 16
     p.scales[j] = w.scales[j];
     int32_t s = 0;
-    for (int k = 16 * j; k < 16 * j + 16; ++k) s += q6_k_quant(w, k) * a.qs[k];
+    for (int k = 16 * j; k < 16 * j + 16; ++k) {
+      const int t = q6_k_quant(w, k) * a.qs[k];
+      s += t;
+      p.sum_abs_scaled_q += std::abs(p.scales[j] * t);
+    }
     p.sum_scaled_q += p.scales[j] * s;
   }
   return p;

@@ -19,9 +19,11 @@ struct DotPartsQ4K {
   uint8_t mins[8] = {};       // 6-bit sub-block mins
   int32_t sum_scaled_q = 0;   // sum over sub-blocks j of scales[j] * sum(q_w * q_a), q_w in 0..15
   int32_t sum_mins = 0;       // sum over j < 16 of bsums[j] * mins[j/2]
+  int32_t sum_abs_scaled_q = 0;  // sum over elements of |scale * q_w * q_a|
 
   double exact_f64() const;  // the value above in float64
-  double abs_f64() const;    // |d_w*d_a*sum_scaled_q| + |dmin_w*d_a*sum_mins|: a scale for tolerances
+  // |d_w*d_a|*sum_abs_scaled_q + |dmin_w*d_a*sum_mins|: the scale for tolerances (dot.json's abs_sum).
+  double abs_f64() const;
 };
 
 // One 256-element super-block of a Q6_K x Q8_K dot product. Its value is d_w*d_a*sum_scaled_q.
@@ -29,9 +31,10 @@ struct DotPartsQ6K {
   float d_w = 0, d_a = 0;
   int8_t scales[16] = {};    // int8 scales of the 16 sub-blocks of 16
   int32_t sum_scaled_q = 0;  // sum over sub-blocks j of scales[j] * sum(q_w * q_a), q_w in -32..31
+  int32_t sum_abs_scaled_q = 0;  // sum over elements of |scale * q_w * q_a|
 
   double exact_f64() const;
-  double abs_f64() const;
+  double abs_f64() const;  // |d_w*d_a|*sum_abs_scaled_q (dot.json's abs_sum)
 };
 
 // The integer parts of one super-block.
