@@ -1,7 +1,114 @@
-// dllm logits: placeholder until its issue lands.
+// dllm logits: one forward pass over --tokens, writing the raw f32 logits of the --rows positions to
+// --out as [rows, vocab], row-major, little-endian (no Dream shift: position j of a Dream canvas is
+// sampled from raw row j-1). Rows are range-checked before the model is opened and ids right after its
+// header is read, both before any computation; the file is written to a temporary name and renamed.
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <bit>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
 #include "cli/commands.h"
 #include "model/error.h"
+#include "model/model.h"
 
 namespace dllm::cli {
-int cmd_logits(const Settings&) { throw Error("'logits' is not implemented yet"); }
+
+namespace {
+
+// Peak resident set size of this process in MiB (getrusage reports KiB on Linux).
+double peak_rss_mib() {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_maxrss) / 1024.0;
+}
+
+// Writes the bytes to a temporary file next to `path`, then renames it over `path`.
+void write_atomically(const std::string& path, const void* data, size_t bytes) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) throw Error("cannot write " + path + ": " + std::strerror(errno));
+  const bool ok = std::fwrite(data, 1, bytes, f) == bytes;
+  const int saved = errno;
+  if (std::fclose(f) != 0 || !ok) {
+    std::remove(tmp.c_str());
+    throw Error("cannot write " + path + ": " + std::strerror(ok ? errno : saved));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    std::remove(tmp.c_str());
+    throw Error("cannot write " + path + ": " + std::strerror(e));
+  }
+}
+
+}  // namespace
+
+int cmd_logits(const Settings& s) {
+  using Clock = std::chrono::steady_clock;
+  // --- checks that need no model ---
+  if (s.tokens.empty()) throw usage_error("flag --tokens needs at least one token id");
+  if (s.rows.empty()) throw usage_error("flag --rows needs at least one position");
+  if (s.out.empty()) throw usage_error("flag --out needs a file name");
+  const int64_t n = static_cast<int64_t>(s.tokens.size());
+  for (int64_t r : s.rows) {
+    if (r < 0 || r >= n) {
+      throw usage_error("--rows: position " + std::to_string(r) + " is out of range: --tokens has " +
+                        std::to_string(n) + " ids (positions 0.." + std::to_string(n - 1) + ")");
+    }
+  }
+  for (size_t i = 0; i < s.tokens.size(); ++i) {
+    if (s.tokens[i] < 0) {
+      throw usage_error("--tokens: id " + std::to_string(s.tokens[i]) + " at position " + std::to_string(i) +
+                        " is negative");
+    }
+  }
+  if (s.threads < 0) throw usage_error("flag --threads must be at least 1, got " + std::to_string(s.threads));
+  if (s.device == "gpu") {
+    throw Error("--device gpu: the GPU backend is not available in this build yet (run with --device cpu)");
+  }
+  if (s.device != "cpu") throw usage_error("flag --device must be cpu or gpu, got '" + s.device + "'");
+
+  // --- load and check the model, then the ids against its vocabulary ---
+  const auto t0 = Clock::now();
+  model::LoadOptions opt;
+  opt.threads = static_cast<int>(s.threads);
+  std::unique_ptr<model::Model> m = model::Model::load(s.model, opt);
+  const int64_t n_vocab = m->n_vocab();
+  std::vector<int32_t> tokens(s.tokens.size());
+  for (size_t i = 0; i < s.tokens.size(); ++i) {
+    if (s.tokens[i] >= n_vocab) {
+      throw Error("--tokens: id " + std::to_string(s.tokens[i]) + " at position " + std::to_string(i) +
+                  " is out of range: the model's vocabulary has " + std::to_string(n_vocab) + " tokens (ids 0.." +
+                  std::to_string(n_vocab - 1) + ")");
+    }
+    tokens[i] = static_cast<int32_t>(s.tokens[i]);
+  }
+  model::check_canvas(m->hparams(), tokens, s.rows);
+
+  // --- one forward pass, then the file ---
+  const auto t1 = Clock::now();
+  std::vector<float> logits = m->forward(tokens, s.rows);
+  const auto t2 = Clock::now();
+  static_assert(std::endian::native == std::endian::little, "logits files are little-endian f32");
+  write_atomically(s.out, logits.data(), logits.size() * sizeof(float));
+
+  std::printf("wrote %zu rows x %lld logits (f32) to %s\n", s.rows.size(), static_cast<long long>(n_vocab),
+              s.out.c_str());
+  if (s.verbose) {
+    auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
+    std::fprintf(stderr, "model: %s (%s, %lld layers, vocab %lld), executor %s, %d threads\n", s.model.c_str(),
+                 m->hparams().arch_name.c_str(), static_cast<long long>(m->hparams().n_layer),
+                 static_cast<long long>(n_vocab), m->executor().name().c_str(), m->pool().size());
+    std::fprintf(stderr, "load: %.1f ms, forward: %.1f ms (%lld tokens, %zu rows)\n", ms(t1 - t0), ms(t2 - t1),
+                 static_cast<long long>(n), s.rows.size());
+    std::fprintf(stderr, "peak resident memory: %.1f MiB\n", peak_rss_mib());
+  }
+  return 0;
+}
+
 }  // namespace dllm::cli

@@ -1,0 +1,168 @@
+// Shared part of the architecture descriptions: the common hyperparameter keys of llada and dream, their
+// value checks, and the tensor table check (presence, type, shape) run before the first forward step.
+#include "model/arch.h"
+
+#include <sstream>
+
+#include "model/error.h"
+#include "model/quant.h"
+
+namespace dllm::model {
+
+const char* supported_architectures() { return "llada, dream"; }
+
+namespace {
+
+[[noreturn]] void invalid(const std::string& what) { throw Error("invalid metadata: " + what); }
+
+// A required unsigned key that must be at least 1.
+int64_t positive_key(const gguf::File& f, const std::string& key) {
+  uint64_t v = f.get_uint(key);
+  if (v == 0 || v > (uint64_t{1} << 40)) invalid(key + " = " + std::to_string(v));
+  return static_cast<int64_t>(v);
+}
+
+int64_t optional_positive_key(const gguf::File& f, const std::string& key, int64_t fallback) {
+  return f.find(key) ? positive_key(f, key) : fallback;
+}
+
+std::string shape_string(const int64_t* ne, uint32_t n_dims) {
+  std::ostringstream s;
+  s << '[';
+  for (uint32_t i = 0; i < n_dims; ++i) s << (i ? ", " : "") << ne[i];
+  s << ']';
+  return s.str();
+}
+
+// The vocabulary size the file declares: {a}.vocab_size, else the tokenizer's token count, else the rows
+// of token_embd. check_tensors then confirms token_embd and output have exactly this many rows.
+int64_t declared_vocab(const gguf::File& f, const std::string& a) {
+  if (f.find(a + ".vocab_size")) return positive_key(f, a + ".vocab_size");
+  if (const gguf::Value* toks = f.find("tokenizer.ggml.tokens");
+      toks && toks->type == gguf::ValueType::ARRAY && !toks->arr.empty()) {
+    return static_cast<int64_t>(toks->arr.size());
+  }
+  const gguf::TensorInfo* emb = f.find_tensor("token_embd.weight");
+  if (!emb) throw Error("required tensor missing: token_embd.weight");
+  return emb->ne[1];
+}
+
+}  // namespace
+
+HParams read_hparams(const gguf::File& f) {
+  HParams hp;
+  hp.arch_name = std::string(f.get_string("general.architecture"));
+  if (hp.arch_name == "llada") {
+    hp.arch = Arch::LLaDA;
+  } else if (hp.arch_name == "dream") {
+    hp.arch = Arch::Dream;
+  } else {
+    throw Error("unsupported model architecture: " + hp.arch_name + " (supported: " +
+                supported_architectures() + ")");
+  }
+  const std::string a = hp.arch_name + ".";
+
+  // Keys every file must carry, in the order llama.cpp's loader reads them.
+  hp.n_ctx = positive_key(f, a + "context_length");
+  hp.n_embd = positive_key(f, a + "embedding_length");
+  hp.n_ff = positive_key(f, a + "feed_forward_length");
+  hp.n_layer = positive_key(f, a + "block_count");
+  hp.n_head = positive_key(f, a + "attention.head_count");
+  hp.n_head_kv = optional_positive_key(f, a + "attention.head_count_kv", hp.n_head);
+  const double eps = f.get_float(a + "attention.layer_norm_rms_epsilon");
+  if (!(eps > 0 && eps < 1)) invalid(a + "attention.layer_norm_rms_epsilon = " + std::to_string(eps));
+  hp.rms_eps = static_cast<float>(eps);
+  const double base = f.find(a + "rope.freq_base") ? f.get_float(a + "rope.freq_base") : 10000.0;
+  if (!(base > 1 && base < 1e30)) invalid(a + "rope.freq_base = " + std::to_string(base));
+  hp.rope_base = static_cast<float>(base);
+
+  if (hp.n_embd % hp.n_head != 0) {
+    invalid(a + "embedding_length = " + std::to_string(hp.n_embd) + " is not a multiple of " + a +
+            "attention.head_count = " + std::to_string(hp.n_head));
+  }
+  hp.head_dim = hp.n_embd / hp.n_head;
+  for (const char* k : {"attention.key_length", "attention.value_length"}) {
+    if (f.find(a + k) && positive_key(f, a + k) != hp.head_dim) {
+      invalid(a + k + " = " + std::to_string(f.get_uint(a + k)) + ", expected embedding_length / " +
+              "head_count = " + std::to_string(hp.head_dim));
+    }
+  }
+  if (hp.n_head % hp.n_head_kv != 0) {
+    invalid(a + "attention.head_count_kv = " + std::to_string(hp.n_head_kv) + " does not divide " + a +
+            "attention.head_count = " + std::to_string(hp.n_head));
+  }
+  hp.n_rot = optional_positive_key(f, a + "rope.dimension_count", hp.head_dim);
+  if (hp.n_rot > hp.head_dim || hp.n_rot % 2 != 0) {
+    invalid(a + "rope.dimension_count = " + std::to_string(hp.n_rot) + " (head dimension " +
+            std::to_string(hp.head_dim) + ")");
+  }
+
+  hp.n_vocab = declared_vocab(f, hp.arch_name);
+  const uint64_t mask = f.get_uint("tokenizer.ggml.mask_token_id");
+  if (mask >= static_cast<uint64_t>(hp.n_vocab)) {
+    invalid("tokenizer.ggml.mask_token_id = " + std::to_string(mask) + " is not below the vocabulary size " +
+            std::to_string(hp.n_vocab));
+  }
+  hp.mask_token_id = static_cast<int32_t>(mask);
+
+  if (hp.arch == Arch::LLaDA) {
+    detail::finish_llada_hparams(f, hp);
+  } else {
+    detail::finish_dream_hparams(f, hp);
+  }
+  return hp;
+}
+
+namespace {
+
+// Looks up one tensor and checks its type (decodable, row length a whole number of blocks) and shape.
+const gguf::TensorInfo* require(const gguf::File& f, const std::string& name, std::vector<int64_t> shape) {
+  const gguf::TensorInfo* t = f.find_tensor(name);
+  if (!t) throw Error("required tensor missing: " + name);
+  if (!quant::can_dequantize(t->type())) {
+    throw Error("unsupported GGUF tensor type: " + ggml_type_name(t->type_id) + " (tensor " + name + ")");
+  }
+  bool same = t->n_dims == shape.size();
+  for (size_t i = 0; same && i < shape.size(); ++i) same = t->ne[i] == shape[i];
+  if (!same) {
+    throw Error("tensor shape mismatch for " + name + ": " + shape_string(t->ne, t->n_dims) + ", expected " +
+                shape_string(shape.data(), static_cast<uint32_t>(shape.size())));
+  }
+  if (t->ne[0] % t->type_info.block_size != 0) {
+    throw Error("tensor " + name + " has rows of " + std::to_string(t->ne[0]) + " values, not a multiple of the " +
+                ggml_type_name(t->type_id) + " block size " + std::to_string(t->type_info.block_size));
+  }
+  return t;
+}
+
+}  // namespace
+
+ModelTensors check_tensors(const gguf::File& f, const HParams& hp) {
+  const int64_t D = hp.n_embd, Q = hp.q_dim(), KV = hp.kv_dim(), F = hp.n_ff, V = hp.n_vocab;
+  ModelTensors m;
+  m.token_embd = require(f, "token_embd.weight", {D, V});
+  m.layers.resize(static_cast<size_t>(hp.n_layer));
+  for (int64_t i = 0; i < hp.n_layer; ++i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    LayerTensors& l = m.layers[static_cast<size_t>(i)];
+    l.attn_norm = require(f, p + "attn_norm.weight", {D});
+    l.wq = require(f, p + "attn_q.weight", {D, Q});
+    l.wk = require(f, p + "attn_k.weight", {D, KV});
+    l.wv = require(f, p + "attn_v.weight", {D, KV});
+    if (hp.qkv_bias) {
+      l.bq = require(f, p + "attn_q.bias", {Q});
+      l.bk = require(f, p + "attn_k.bias", {KV});
+      l.bv = require(f, p + "attn_v.bias", {KV});
+    }
+    l.wo = require(f, p + "attn_output.weight", {Q, D});
+    l.ffn_norm = require(f, p + "ffn_norm.weight", {D});
+    l.ffn_gate = require(f, p + "ffn_gate.weight", {D, F});
+    l.ffn_up = require(f, p + "ffn_up.weight", {D, F});
+    l.ffn_down = require(f, p + "ffn_down.weight", {F, D});
+  }
+  m.output_norm = require(f, "output_norm.weight", {D});
+  m.output = require(f, "output.weight", {D, V});
+  return m;
+}
+
+}  // namespace dllm::model

@@ -1,0 +1,93 @@
+// The two supported architectures (llada, dream) as the GGUF files present them: hyperparameters read
+// from metadata and the table of tensors, each checked for presence, type and shape before any step.
+// llada.cpp and dream.cpp each describe one architecture; arch.cpp holds what they share.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/gguf.h"
+
+namespace dllm::model {
+
+enum class Arch { LLaDA, Dream };
+
+// How RoPE pairs the dimensions of a head (algorithms.md 1.4.4).
+enum class RopeStyle {
+  Norm,  // adjacent pairs (2p, 2p+1): llada (the converter permuted Q/K rows)
+  Neox,  // half-split pairs (p, p + n_rot/2): dream
+};
+
+struct HParams {
+  Arch arch = Arch::LLaDA;
+  std::string arch_name;     // "llada" / "dream": the metadata key prefix
+  int64_t n_layer = 0;       // block_count
+  int64_t n_embd = 0;        // embedding_length (D)
+  int64_t n_head = 0;        // attention.head_count (H)
+  int64_t n_head_kv = 0;     // attention.head_count_kv (Hkv; H when absent)
+  int64_t head_dim = 0;      // d = D / H
+  int64_t n_ff = 0;          // feed_forward_length (F)
+  int64_t n_ctx = 0;         // context_length: the longest canvas the model accepts
+  int64_t n_vocab = 0;       // rows of token_embd / output (vocab_size when present must agree)
+  int64_t n_rot = 0;         // rope.dimension_count (d when absent): leading dims of a head that rotate
+  float rms_eps = 0;         // attention.layer_norm_rms_epsilon
+  float rope_base = 0;       // rope.freq_base (10000 when absent)
+  RopeStyle rope_style = RopeStyle::Norm;
+  bool qkv_bias = false;     // Q/K/V projections carry biases (dream)
+  int32_t mask_token_id = 0; // tokenizer.ggml.mask_token_id
+  // Raw row i predicts the token at position i+1 (dream). The sampler for canvas position j then reads
+  // raw row j-1; the forward pass and the logits command always produce raw rows (algorithms.md 1.4.9).
+  bool shift_logits = false;
+
+  int64_t q_dim() const { return n_head * head_dim; }
+  int64_t kv_dim() const { return n_head_kv * head_dim; }
+};
+
+struct LayerTensors {
+  const gguf::TensorInfo* attn_norm = nullptr;
+  const gguf::TensorInfo* wq = nullptr;
+  const gguf::TensorInfo* wk = nullptr;
+  const gguf::TensorInfo* wv = nullptr;
+  const gguf::TensorInfo* bq = nullptr;  // null unless qkv_bias
+  const gguf::TensorInfo* bk = nullptr;
+  const gguf::TensorInfo* bv = nullptr;
+  const gguf::TensorInfo* wo = nullptr;
+  const gguf::TensorInfo* ffn_norm = nullptr;
+  const gguf::TensorInfo* ffn_gate = nullptr;
+  const gguf::TensorInfo* ffn_up = nullptr;
+  const gguf::TensorInfo* ffn_down = nullptr;
+};
+
+// Every tensor the forward pass reads, pointing into the file's tensor table (weights stay in the mapping).
+struct ModelTensors {
+  const gguf::TensorInfo* token_embd = nullptr;
+  const gguf::TensorInfo* output_norm = nullptr;
+  const gguf::TensorInfo* output = nullptr;
+  std::vector<LayerTensors> layers;
+};
+
+// Names of the supported architectures, for messages: "llada, dream".
+const char* supported_architectures();
+
+// Reads general.architecture and the hyperparameters of that architecture, checking every key's
+// presence, type and value. Throws dllm::Error:
+//   "unsupported model architecture: qwen2 (supported: llada, dream)"
+//   "required metadata key missing: llada.block_count"
+//   "invalid metadata: llada.attention.head_count_kv = 3 does not divide llada.attention.head_count = 4"
+// n_vocab comes from token_embd's rows (the tensor checks confirm the rest agrees).
+HParams read_hparams(const gguf::File& file);
+
+// Finds every tensor the architecture needs and checks presence, type and shape:
+//   "required tensor missing: blk.0.attn_q.weight"
+//   "tensor shape mismatch for blk.0.attn_q.weight: [256, 128], expected [256, 256]"
+//   "unsupported GGUF tensor type: IQ2_XXS (tensor blk.0.attn_q.weight)"
+ModelTensors check_tensors(const gguf::File& file, const HParams& hp);
+
+namespace detail {
+// Per-architecture parts (llada.cpp, dream.cpp): fill the architecture-specific fields of hp after the
+// common keys were read (RoPE style, biases, shift, defaults).
+void finish_llada_hparams(const gguf::File& file, HParams& hp);
+void finish_dream_hparams(const gguf::File& file, HParams& hp);
+}  // namespace detail
+
+}  // namespace dllm::model

@@ -1,0 +1,240 @@
+// The forward pass over a canvas (see forward.h): element-wise steps here, matrix products and attention
+// through the Executor. Every row is computed with the same arithmetic whichever other rows are present,
+// so asking for a subset of logit rows gives exactly those rows of the all-rows result.
+#include "model/forward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "model/error.h"
+#include "model/quant.h"
+
+namespace dllm::model {
+
+namespace {
+
+std::vector<float> decode_vector(const gguf::TensorInfo* t) {
+  if (!t) return {};
+  std::vector<float> v(static_cast<size_t>(t->n_elements()));
+  quant::dequantize_row(t->type(), t->data, v.data(), t->n_elements());
+  return v;
+}
+
+// --- element-wise steps, each parallel over rows ---
+
+// out[r] = w * x[r] / sqrt(mean(x[r]^2) + eps)
+void rmsnorm(ThreadPool& pool, const float* x, int64_t rows, int64_t n, const std::vector<float>& w, float eps,
+             float* out) {
+  pool.parallel_for(rows, [&](int64_t r, int) {
+    const float* xr = x + r * n;
+    float* yr = out + r * n;
+    double ss = 0;
+    for (int64_t c = 0; c < n; ++c) ss += static_cast<double>(xr[c]) * xr[c];
+    const double scale = 1.0 / std::sqrt(ss / static_cast<double>(n) + static_cast<double>(eps));
+    for (int64_t c = 0; c < n; ++c) yr[c] = static_cast<float>(static_cast<double>(xr[c]) * scale * w[c]);
+  });
+}
+
+void add_bias(ThreadPool& pool, float* y, int64_t rows, int64_t n, const std::vector<float>& b) {
+  if (b.empty()) return;
+  pool.parallel_for(rows, [&](int64_t r, int) {
+    float* yr = y + r * n;
+    for (int64_t c = 0; c < n; ++c) yr[c] += b[c];
+  });
+}
+
+void add_rows(ThreadPool& pool, float* x, const float* y, int64_t rows, int64_t n) {
+  pool.parallel_for(rows, [&](int64_t r, int) {
+    for (int64_t c = 0; c < n; ++c) x[r * n + c] += y[r * n + c];
+  });
+}
+
+// gate[i] = silu(gate[i]) * up[i]
+void swiglu(ThreadPool& pool, float* gate, const float* up, int64_t rows, int64_t n) {
+  pool.parallel_for(rows, [&](int64_t r, int) {
+    for (int64_t c = r * n; c < (r + 1) * n; ++c) {
+      const double g = gate[c];
+      gate[c] = static_cast<float>(g / (1.0 + std::exp(-g)) * up[c]);
+    }
+  });
+}
+
+// cos/sin of position * base^(-2p/n_rot) for positions 0..n_pos-1 and pairs p < n_rot/2, in double.
+class RopeTable {
+ public:
+  RopeTable(const HParams& hp, int64_t n_pos) : half_(hp.n_rot / 2), cos_(n_pos * half_), sin_(n_pos * half_) {
+    for (int64_t p = 0; p < half_; ++p) {
+      const double inv_freq = std::pow(static_cast<double>(hp.rope_base),
+                                       -2.0 * static_cast<double>(p) / static_cast<double>(hp.n_rot));
+      for (int64_t pos = 0; pos < n_pos; ++pos) {
+        const double theta = static_cast<double>(pos) * inv_freq;
+        cos_[static_cast<size_t>(pos * half_ + p)] = std::cos(theta);
+        sin_[static_cast<size_t>(pos * half_ + p)] = std::sin(theta);
+      }
+    }
+  }
+  int64_t half() const { return half_; }
+  const double* cos_at(int64_t pos) const { return cos_.data() + pos * half_; }
+  const double* sin_at(int64_t pos) const { return sin_.data() + pos * half_; }
+
+ private:
+  int64_t half_;
+  std::vector<double> cos_, sin_;
+};
+
+// Rotates the first n_rot dims of every head of rows x[r] (at canvas position pos[r]) in place.
+// Norm: pairs (2p, 2p+1). Neox: pairs (p, p + n_rot/2).
+void rope(ThreadPool& pool, const RopeTable& table, RopeStyle style, float* x, int64_t rows,
+          std::span<const int64_t> pos, int64_t n_heads, int64_t head_dim) {
+  const int64_t half = table.half();
+  pool.parallel_for(rows, [&](int64_t r, int) {
+    const double* cs = table.cos_at(pos[static_cast<size_t>(r)]);
+    const double* sn = table.sin_at(pos[static_cast<size_t>(r)]);
+    for (int64_t h = 0; h < n_heads; ++h) {
+      float* xh = x + (r * n_heads + h) * head_dim;
+      for (int64_t p = 0; p < half; ++p) {
+        const int64_t i0 = style == RopeStyle::Norm ? 2 * p : p;
+        const int64_t i1 = style == RopeStyle::Norm ? 2 * p + 1 : p + half;
+        const double a = xh[i0], b = xh[i1];
+        xh[i0] = static_cast<float>(a * cs[p] - b * sn[p]);
+        xh[i1] = static_cast<float>(a * sn[p] + b * cs[p]);
+      }
+    }
+  });
+}
+
+// dst[i] = src[rows[i]] for rows of n floats.
+void gather(const float* src, std::span<const int64_t> rows, int64_t n, float* dst) {
+  for (size_t i = 0; i < rows.size(); ++i) std::copy_n(src + rows[i] * n, n, dst + static_cast<int64_t>(i) * n);
+}
+
+}  // namespace
+
+ForwardWeights prepare_forward_weights(const HParams&, const ModelTensors& t, Executor& ex) {
+  ForwardWeights w;
+  w.token_embd = t.token_embd;
+  w.output_norm = decode_vector(t.output_norm);
+  w.output = ex.prepare_weight(*t.output);
+  w.layers.resize(t.layers.size());
+  for (size_t i = 0; i < t.layers.size(); ++i) {
+    const LayerTensors& lt = t.layers[i];
+    ForwardWeights::Layer& l = w.layers[i];
+    l.attn_norm = decode_vector(lt.attn_norm);
+    l.ffn_norm = decode_vector(lt.ffn_norm);
+    l.bq = decode_vector(lt.bq);
+    l.bk = decode_vector(lt.bk);
+    l.bv = decode_vector(lt.bv);
+    l.wq = ex.prepare_weight(*lt.wq);
+    l.wk = ex.prepare_weight(*lt.wk);
+    l.wv = ex.prepare_weight(*lt.wv);
+    l.wo = ex.prepare_weight(*lt.wo);
+    l.ffn_gate = ex.prepare_weight(*lt.ffn_gate);
+    l.ffn_up = ex.prepare_weight(*lt.ffn_up);
+    l.ffn_down = ex.prepare_weight(*lt.ffn_down);
+  }
+  return w;
+}
+
+void check_canvas(const HParams& hp, std::span<const int32_t> tokens, std::span<const int64_t> logit_rows) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (n == 0) throw Error("the canvas is empty: give at least one token");
+  if (n > hp.n_ctx) {
+    throw Error("the canvas has " + std::to_string(n) + " tokens, more than the model's context length " +
+                std::to_string(hp.n_ctx));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t t = tokens[static_cast<size_t>(i)];
+    if (t < 0 || t >= hp.n_vocab) {
+      throw Error("token id " + std::to_string(t) + " at position " + std::to_string(i) +
+                  " is out of range: the vocabulary has " + std::to_string(hp.n_vocab) + " tokens (ids 0.." +
+                  std::to_string(hp.n_vocab - 1) + ")");
+    }
+  }
+  for (int64_t r : logit_rows) {
+    if (r < 0 || r >= n) {
+      throw Error("row " + std::to_string(r) + " is out of range: the canvas has " + std::to_string(n) +
+                  " tokens (rows 0.." + std::to_string(n - 1) + ")");
+    }
+  }
+}
+
+void forward(const HParams& hp, const ForwardWeights& w, Executor& ex, ThreadPool& pool, const ForwardRequest& req) {
+  check_canvas(hp, req.tokens, req.logit_rows);
+  const int64_t n = static_cast<int64_t>(req.tokens.size());
+  const int64_t m = static_cast<int64_t>(req.logit_rows.size());
+  if (m == 0) return;
+  if (!req.logits) throw Error("internal error: forward without a logits buffer");
+  const int64_t D = hp.n_embd, Q = hp.q_dim(), KV = hp.kv_dim(), F = hp.n_ff;
+  const int64_t R = std::max(n, m);  // the last layer works on the m requested rows (repeats allowed)
+  auto buf = [](int64_t rows, int64_t cols) { return std::vector<float>(static_cast<size_t>(rows * cols)); };
+  std::vector<float> x = buf(R, D), a = buf(R, D), aq = buf(m, D), o = buf(R, D);
+  std::vector<float> q = buf(R, Q), att = buf(R, Q), k = buf(n, KV), v = buf(n, KV);
+  std::vector<float> gate = buf(R, F), up = buf(R, F);
+
+  std::vector<int64_t> all_positions(static_cast<size_t>(n));
+  std::iota(all_positions.begin(), all_positions.end(), int64_t{0});
+  const RopeTable rope_table(hp, n);
+  const AttentionShape shape{hp.n_head, hp.n_head_kv, hp.head_dim,
+                             static_cast<float>(1.0 / std::sqrt(static_cast<double>(hp.head_dim)))};
+
+  // --- embedding (no scaling) ---
+  const gguf::TensorInfo& emb = *w.token_embd;
+  pool.parallel_for(n, [&](int64_t i, int) {
+    const uint64_t id = static_cast<uint64_t>(req.tokens[static_cast<size_t>(i)]);
+    quant::dequantize_row(emb.type(), emb.data + id * emb.row_bytes(), x.data() + i * D, D);
+  });
+
+  int64_t rows = n;  // rows of x still carried
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    const ForwardWeights::Layer& L = w.layers[l];
+    const bool last = l + 1 == w.layers.size();
+
+    // --- attention block: keys and values of every position ---
+    rmsnorm(pool, x.data(), n, D, L.attn_norm, hp.rms_eps, a.data());
+    ex.matmul(L.wk, a.data(), n, k.data());
+    add_bias(pool, k.data(), n, KV, L.bk);
+    ex.matmul(L.wv, a.data(), n, v.data());
+    add_bias(pool, v.data(), n, KV, L.bv);
+    rope(pool, rope_table, hp.rope_style, k.data(), n, all_positions, hp.n_head_kv, hp.head_dim);
+
+    // Queries of every row, or at the last layer only of the rows whose logits are wanted.
+    const float* q_in = a.data();
+    std::span<const int64_t> q_pos = all_positions;
+    if (last) {
+      gather(a.data(), req.logit_rows, D, aq.data());
+      q_in = aq.data();
+      q_pos = req.logit_rows;
+      std::vector<float> xs = buf(m, D);  // the residual stream of the requested rows
+      gather(x.data(), req.logit_rows, D, xs.data());
+      std::copy(xs.begin(), xs.end(), x.begin());
+      rows = m;
+    }
+    ex.matmul(L.wq, q_in, rows, q.data());
+    add_bias(pool, q.data(), rows, Q, L.bq);
+    rope(pool, rope_table, hp.rope_style, q.data(), rows, q_pos, hp.n_head, hp.head_dim);
+
+    ex.attention(shape, q.data(), rows, k.data(), v.data(), n, att.data());
+    ex.matmul(L.wo, att.data(), rows, o.data());
+    add_rows(pool, x.data(), o.data(), rows, D);
+
+    // --- feed-forward block (SwiGLU) ---
+    rmsnorm(pool, x.data(), rows, D, L.ffn_norm, hp.rms_eps, a.data());
+    ex.matmul(L.ffn_gate, a.data(), rows, gate.data());
+    ex.matmul(L.ffn_up, a.data(), rows, up.data());
+    swiglu(pool, gate.data(), up.data(), rows, F);
+    ex.matmul(L.ffn_down, gate.data(), rows, o.data());
+    add_rows(pool, x.data(), o.data(), rows, D);
+  }
+
+  // --- final norm and LM head, requested rows only ---
+  if (rows != m) {  // no layers at all: select the rows here
+    std::vector<float> xs = buf(m, D);
+    gather(x.data(), req.logit_rows, D, xs.data());
+    std::copy(xs.begin(), xs.end(), x.begin());
+  }
+  rmsnorm(pool, x.data(), m, D, w.output_norm, hp.rms_eps, a.data());
+  ex.lm_head(w.output, a.data(), m, req.logits);
+}
+
+}  // namespace dllm::model

@@ -1,0 +1,34 @@
+// Model loading (map, check, prepare) and the forward entry point the samplers and the CLI call.
+#include "model/model.h"
+
+#include "model/error.h"
+#include "model/reference_executor.h"
+
+namespace dllm::model {
+
+Model::~Model() = default;
+
+std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& opt) {
+  std::unique_ptr<Model> m(new Model());
+  m->file_ = gguf::File::open(path);
+  // Everything is checked before any weight is touched.
+  m->hp_ = read_hparams(*m->file_);
+  m->tensors_ = check_tensors(*m->file_, m->hp_);
+  const int threads = opt.threads > 0 ? opt.threads : ThreadPool::hardware_threads();
+  m->pool_ = std::make_unique<ThreadPool>(threads);
+  m->executor_ = opt.make_executor ? opt.make_executor(*m->pool_) : std::make_unique<ReferenceExecutor>(*m->pool_);
+  m->weights_ = prepare_forward_weights(m->hp_, m->tensors_, *m->executor_);
+  return m;
+}
+
+void Model::forward(std::span<const int32_t> tokens, std::span<const int64_t> logit_rows, float* logits) {
+  model::forward(hp_, weights_, *executor_, *pool_, ForwardRequest{tokens, logit_rows, logits});
+}
+
+std::vector<float> Model::forward(std::span<const int32_t> tokens, std::span<const int64_t> logit_rows) {
+  std::vector<float> logits(logit_rows.size() * static_cast<size_t>(hp_.n_vocab));
+  forward(tokens, logit_rows, logits.data());
+  return logits;
+}
+
+}  // namespace dllm::model

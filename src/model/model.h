@@ -1,0 +1,64 @@
+// A loaded diffusion language model: the mapped GGUF file, its checked hyperparameters and tensors, a
+// thread pool and an executor holding the prepared weights. This is what the samplers and the CLI use:
+// hyperparameters, mask token, vocabulary size, whether logits are shifted (Dream), and forward().
+#pragma once
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/arch.h"
+#include "model/executor.h"
+#include "model/forward.h"
+#include "model/gguf.h"
+#include "model/thread_pool.h"
+
+namespace dllm::model {
+
+// Builds the executor for a model; it may keep a reference to the pool. Empty = the reference executor.
+using ExecutorFactory = std::function<std::unique_ptr<Executor>(ThreadPool& pool)>;
+
+struct LoadOptions {
+  int threads = 0;                  // worker threads including the caller; 0 = all logical CPUs
+  ExecutorFactory make_executor;    // empty: ReferenceExecutor
+};
+
+class Model {
+ public:
+  // Maps the file, reads and checks every hyperparameter and every tensor's presence, type and shape
+  // (arch.h lists the messages), then prepares the weights with the executor. Throws dllm::Error.
+  static std::unique_ptr<Model> load(const std::string& path, const LoadOptions& options = {});
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const HParams& hparams() const { return hp_; }
+  Arch arch() const { return hp_.arch; }
+  int64_t n_vocab() const { return hp_.n_vocab; }
+  int32_t mask_token_id() const { return hp_.mask_token_id; }
+  // True for Dream: the sampler reads raw row j-1 for canvas position j (forward() returns raw rows).
+  bool shift_logits() const { return hp_.shift_logits; }
+  const gguf::File& file() const { return *file_; }
+  const ModelTensors& tensors() const { return tensors_; }
+  ThreadPool& pool() { return *pool_; }
+  Executor& executor() { return *executor_; }
+
+  // One forward pass over the canvas `tokens` (token i at position i). Writes the raw logits of the
+  // canvas positions `logit_rows`, in that order, to logits ([logit_rows.size(), n_vocab()]).
+  // Throws dllm::Error for ids or rows out of range. Not safe to call from two threads at once.
+  void forward(std::span<const int32_t> tokens, std::span<const int64_t> logit_rows, float* logits);
+  std::vector<float> forward(std::span<const int32_t> tokens, std::span<const int64_t> logit_rows);
+
+ private:
+  Model() = default;
+
+  std::unique_ptr<gguf::File> file_;
+  HParams hp_;
+  ModelTensors tensors_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<Executor> executor_;
+  ForwardWeights weights_;
+};
+
+}  // namespace dllm::model
