@@ -1,0 +1,160 @@
+// Properties of the forward pass and the reference executor on the tiny fixture models: a subset of
+// logit rows (any order, repeats) equals those rows of the all-rows result bit for bit; the thread count
+// does not change a bit; attention is bidirectional (a later token changes earlier rows); and the
+// executor's matmul/attention rows are independent of the other rows in the call.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "model/error.h"
+#include "model/model.h"
+#include "model/reference_executor.h"
+#include "support.h"
+
+namespace dllm::test {
+namespace {
+
+using model::Model;
+
+std::unique_ptr<Model> load(const std::string& name, int threads = 2) {
+  model::LoadOptions opt;
+  opt.threads = threads;
+  return Model::load(data_path("models/" + name + ".gguf"), opt);
+}
+
+// 20 ids from the whole vocabulary with a few mask tokens, fixed seed.
+std::vector<int32_t> canvas(const Model& m, int n = 20) {
+  std::mt19937 rng(1234);
+  std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(m.n_vocab() - 1));
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (auto& x : t) x = id(rng);
+  for (int i = n / 2; i < n; i += 3) t[static_cast<size_t>(i)] = m.mask_token_id();
+  return t;
+}
+
+std::vector<int64_t> all_rows(size_t n) {
+  std::vector<int64_t> r(n);
+  std::iota(r.begin(), r.end(), int64_t{0});
+  return r;
+}
+
+std::vector<float> row_of(const std::vector<float>& logits, int64_t r, int64_t vocab) {
+  return std::vector<float>(logits.begin() + r * vocab, logits.begin() + (r + 1) * vocab);
+}
+
+double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0, n = 0;
+  for (size_t i = 0; i < a.size(); ++i) d += (a[i] - b[i]) * double(a[i] - b[i]), n += double(b[i]) * b[i];
+  return std::sqrt(d / n);
+}
+
+class ForwardProperties : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ForwardProperties, SubsetOfRowsEqualsThoseRowsOfAllRows) {
+  auto m = load(GetParam());
+  const auto tokens = canvas(*m);
+  const int64_t V = m->n_vocab();
+  const std::vector<float> all = m->forward(tokens, all_rows(tokens.size()));
+  const std::vector<int64_t> subset{17, 3, 0, 17, 19};
+  const std::vector<float> some = m->forward(tokens, subset);
+  ASSERT_EQ(some.size(), subset.size() * static_cast<size_t>(V));
+  for (size_t i = 0; i < subset.size(); ++i) {
+    EXPECT_EQ(row_of(some, static_cast<int64_t>(i), V), row_of(all, subset[i], V)) << "row " << subset[i];
+  }
+  EXPECT_TRUE(m->forward(tokens, std::vector<int64_t>{}).empty());
+}
+
+TEST_P(ForwardProperties, ThreadCountDoesNotChangeABit) {
+  auto one = load(GetParam(), 1), two = load(GetParam(), 2);
+  const auto tokens = canvas(*one, 13);
+  const auto rows = all_rows(tokens.size());
+  EXPECT_EQ(one->forward(tokens, rows), two->forward(tokens, rows));
+}
+
+TEST_P(ForwardProperties, AttentionIsBidirectional) {
+  auto m = load(GetParam());
+  auto tokens = canvas(*m);
+  const int64_t V = m->n_vocab(), j = 15;
+  const auto rows = all_rows(tokens.size());
+  const std::vector<float> before = m->forward(tokens, rows);
+  tokens[j] = tokens[j] == 5 ? 6 : 5;
+  const std::vector<float> after = m->forward(tokens, rows);
+  for (int64_t i = 0; i < j; ++i) {
+    // Every earlier row sees the change (a causal model would leave them bit-identical).
+    EXPECT_GT(rel_l2(row_of(after, i, V), row_of(before, i, V)), 1e-4) << "row " << i;
+  }
+}
+
+TEST_P(ForwardProperties, RejectsIdsAndRowsOutOfRange) {
+  auto m = load(GetParam());
+  const std::vector<int32_t> tokens{1, static_cast<int32_t>(m->n_vocab()), 2};
+  try {
+    m->forward(tokens, std::vector<int64_t>{0});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "token id 1024 at position 1 is out of range: the vocabulary has 1024 tokens "
+                                     "(ids 0..1023)");
+  }
+  try {
+    m->forward(std::vector<int32_t>{1, 2}, std::vector<int64_t>{2});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "row 2 is out of range: the canvas has 2 tokens (rows 0..1)");
+  }
+  EXPECT_THROW(m->forward(std::vector<int32_t>{}, std::vector<int64_t>{}), Error);
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyModels, ForwardProperties,
+                         ::testing::Values("tiny-llada-F32", "tiny-llada-Q4_K_M", "tiny-dream-F16", "tiny-dream-Q4_K_M"));
+
+TEST(ForwardDream, ShiftIsTheSamplersBusiness) {
+  // The model returns raw rows for both architectures; only the flag differs.
+  auto dream = load("tiny-dream-Q8_0"), llada = load("tiny-llada-Q8_0");
+  EXPECT_TRUE(dream->shift_logits());
+  EXPECT_FALSE(llada->shift_logits());
+}
+
+TEST(ReferenceExecutor, RowsAreIndependentOfTheCall) {
+  auto m = load("tiny-dream-Q4_K_M");
+  model::Executor& ex = m->executor();
+  const auto& layer = m->tensors().layers[1];
+  // A fresh handle on the mixed-type tensors: blk.1.ffn_down is Q6_K, blk.1.ffn_gate Q4_K.
+  for (const gguf::TensorInfo* t : {layer.ffn_down, layer.ffn_gate}) {
+    const model::WeightHandle w = ex.prepare_weight(*t);
+    const int64_t k = t->ne[0], n = t->ne[1], rows = 5;
+    std::mt19937 rng(9);
+    std::normal_distribution<float> dist;
+    std::vector<float> x(static_cast<size_t>(rows * k)), y(static_cast<size_t>(rows * n)), y1(static_cast<size_t>(n));
+    for (float& v : x) v = dist(rng);
+    ex.matmul(w, x.data(), rows, y.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      ex.matmul(w, x.data() + r * k, 1, y1.data());
+      EXPECT_TRUE(std::equal(y1.begin(), y1.end(), y.begin() + r * n)) << t->name << " row " << r;
+    }
+  }
+  // Attention: one query row against the same keys equals that row of the full call.
+  const model::AttentionShape sh{4, 2, 64, 0.125f};
+  const int64_t n_q = 6, n_kv = 9;
+  std::mt19937 rng(10);
+  std::normal_distribution<float> dist;
+  std::vector<float> q(n_q * 256), k(n_kv * 128), v(n_kv * 128), out(n_q * 256), one(256);
+  for (auto* vec : {&q, &k, &v})
+    for (float& x : *vec) x = dist(rng);
+  ex.attention(sh, q.data(), n_q, k.data(), v.data(), n_kv, out.data());
+  ex.attention(sh, q.data() + 4 * 256, 1, k.data(), v.data(), n_kv, one.data());
+  EXPECT_TRUE(std::equal(one.begin(), one.end(), out.begin() + 4 * 256));
+  // Head 3 reads kv head 1: with all keys equal the weights are uniform, so it is the mean of v's head 1.
+  std::fill(k.begin(), k.end(), 0.5f);
+  ex.attention(sh, q.data(), 1, k.data(), v.data(), n_kv, one.data());
+  for (int64_t c = 0; c < 64; ++c) {
+    double mean = 0;
+    for (int64_t j = 0; j < n_kv; ++j) mean += v[j * 128 + 64 + c];
+    EXPECT_NEAR(one[3 * 64 + c], mean / n_kv, 1e-6);
+  }
+}
+
+}  // namespace
+}  // namespace dllm::test
