@@ -1,0 +1,119 @@
+// The generation loop: builds the canvas (prompt + masks), runs the architecture's sampler step by step
+// (LLaDA: blocks, schedule, optional threshold and dual cache; Dream: timestep schedule, shifted rows),
+// stops early once the answer can no longer change (algorithms.md 5.3), and reports every step through a
+// callback. It knows nothing of terminals: progress, --visual and step statistics are the caller's.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/arch.h"
+#include "model/sampler.h"
+
+namespace dllm {
+class ThreadPool;
+}
+
+namespace dllm::model {
+
+class Model;
+
+// What a step asks of the model. forward() is one exact pass; the two cache calls implement LLaDA's
+// dual cache (algorithms.md 3.12) and are needed only when GenerateConfig::dual_cache is set.
+class LogitSource {
+ public:
+  virtual ~LogitSource() = default;
+  virtual int64_t n_vocab() const = 0;
+  // Raw logits of canvas positions `rows` (in that order) to out [rows.size(), n_vocab].
+  virtual void forward(std::span<const int32_t> canvas, std::span<const int64_t> rows, float* out) = 0;
+  // An exact pass that also keeps every position's keys and values in every layer.
+  virtual void forward_refresh(std::span<const int32_t> canvas, std::span<const int64_t> rows, float* out);
+  // Recomputes only positions [begin, end) against the kept keys/values of the others (overwriting the
+  // kept keys/values of [begin, end)); rows must lie in [begin, end).
+  virtual void forward_cached(std::span<const int32_t> canvas, int64_t begin, int64_t end,
+                              std::span<const int64_t> rows, float* out);
+};
+
+// The LogitSource of a loaded model (dual cache included).
+std::unique_ptr<LogitSource> make_model_logit_source(Model& model);
+
+struct GenerateConfig {
+  Arch arch = Arch::LLaDA;
+  int32_t mask_id = 0;
+  std::vector<int32_t> stop_ids;  // end-of-text and end-of-turn (algorithms.md 5.1)
+  int64_t max_tokens = 128;       // L
+  int64_t steps = 0;              // N; 0 = max_tokens
+  int64_t block_length = 32;      // B (LLaDA)
+  double temperature = 0;
+  Remasking remasking = Remasking::LowConfidence;
+  double threshold = 0;           // LLaDA; 0 = off
+  bool dual_cache = false;        // LLaDA
+  bool full_logits = false;       // ask the model for every row (benchmarking the generic approach)
+  bool early_stop = true;
+  uint64_t seed = 42;
+  int64_t context_length = 0;     // the model's; 0 = unchecked
+
+  int64_t effective_steps() const { return steps > 0 ? steps : max_tokens; }
+};
+
+// The architecture's own checks (flag names in messages, as the CLI user typed them). Throws
+// dllm::usage_error: --block-length must divide --max-tokens and --steps be a multiple of the block
+// count (LLaDA), --remasking valid for the architecture, --threshold and --dual-cache LLaDA only,
+// --dual-cache without --full-logits, and prompt + --max-tokens within the context length.
+void validate(const GenerateConfig& config, int64_t prompt_length);
+
+// One step as the callback sees it. Spans point into the loop's state and are valid during the call.
+struct StepEvent {
+  int64_t step = 0;            // global step index (LLaDA: block * steps_per_block + step in block)
+  int64_t total_steps = 0;     // N
+  int64_t block = 0;           // LLaDA block; 0 for Dream
+  int64_t scheduled = 0;       // the schedule's count for this step
+  std::span<const int64_t> committed;  // positions committed in this step, ascending
+  int64_t masked_left = 0;     // masked positions in the generated part after the step
+  bool skipped = false;        // nothing could be committed: no forward pass ran (6.3)
+  bool cached = false;         // dual cache: only the block's rows were recomputed
+  double ms = 0;               // wall time of the step
+  std::span<const int32_t> canvas;  // after the step
+  int64_t prompt_length = 0;
+};
+
+struct GenerateHooks {
+  std::function<void(const StepEvent&)> on_step;
+  const std::atomic<bool>* cancel = nullptr;  // checked between steps (Ctrl-C)
+  ThreadPool* pool = nullptr;                 // scores the rows of a step in parallel when set
+};
+
+struct GenerateResult {
+  std::vector<int32_t> canvas;   // prompt + generated part
+  int64_t prompt_length = 0;
+  int64_t steps_run = 0;         // steps processed (forward passes + exactly skipped no-op steps)
+  int64_t forward_passes = 0;
+  int64_t total_steps = 0;       // N
+  bool stopped_early = false;    // the early stop ended the run while masks were left
+  bool cancelled = false;        // the cancel flag ended the run
+  int64_t committed = 0;         // positions filled during the run
+  double total_ms = 0;           // the whole loop
+  double forward_ms = 0;         // sum over steps that ran a forward pass
+  std::vector<double> step_ms;   // per processed step
+
+  std::span<const int32_t> generated() const {
+    return std::span<const int32_t>(canvas).subspan(static_cast<size_t>(prompt_length));
+  }
+};
+
+GenerateResult generate(LogitSource& model, const GenerateConfig& config, std::span<const int32_t> prompt,
+                        const GenerateHooks& hooks = {});
+
+// The answer (algorithms.md 5.2): generated positions up to the first stop token (exclusive).
+std::vector<int32_t> answer_tokens(std::span<const int32_t> canvas, int64_t prompt_length,
+                                   std::span<const int32_t> stop_ids);
+// The early-stop test (5.3): the first generated position that is masked or holds a stop token holds
+// a stop token.
+bool answer_is_final(std::span<const int32_t> canvas, int64_t prompt_length, int32_t mask_id,
+                     std::span<const int32_t> stop_ids);
+
+}  // namespace dllm::model

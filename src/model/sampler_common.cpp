@@ -1,0 +1,131 @@
+// What both samplers share (sampler.h): --remasking names, the counter-based random stream, argmax and
+// Gumbel-max proposals, softmax probabilities in double, and the choice of positions (R1, R5).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "model/sampler.h"
+
+namespace dllm::model {
+
+namespace {
+
+struct RemaskingName {
+  Remasking value;
+  const char* name;
+};
+constexpr RemaskingName kRemaskingNames[] = {
+    {Remasking::LowConfidence, "low_confidence"}, {Remasking::Random, "random"},
+    {Remasking::Entropy, "entropy"},              {Remasking::MaskgitPlus, "maskgit_plus"},
+    {Remasking::TopkMargin, "topk_margin"},
+};
+
+// SplitMix64's output function: a bijective 64-bit mixer.
+uint64_t mix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+const char* remasking_name(Remasking r) {
+  for (const auto& n : kRemaskingNames)
+    if (n.value == r) return n.name;
+  return "?";
+}
+
+std::optional<Remasking> parse_remasking(const std::string& name) {
+  for (const auto& n : kRemaskingNames)
+    if (name == n.name) return n.value;
+  return std::nullopt;
+}
+
+Remasking default_remasking(Arch arch) { return arch == Arch::LLaDA ? Remasking::LowConfidence : Remasking::Entropy; }
+
+bool remasking_valid_for(Arch arch, Remasking r) {
+  const bool llada = r == Remasking::LowConfidence || r == Remasking::Random;
+  return arch == Arch::LLaDA ? llada : !llada;
+}
+
+const char* remasking_choices(Arch arch) {
+  return arch == Arch::LLaDA ? "low_confidence or random" : "entropy, maskgit_plus or topk_margin";
+}
+
+// --- random stream ---
+
+RowRandom::RowRandom(uint64_t seed, RandomPurpose purpose, uint64_t step, uint64_t position) {
+  uint64_t k = mix64(seed ^ (static_cast<uint64_t>(purpose) * 0xD6E8FEB86659FD93ull));
+  k = mix64(k ^ step);
+  key_ = mix64(k ^ (position * 0x9E3779B97F4A7C15ull));
+}
+
+double RowRandom::uniform(uint64_t index) const {
+  // One SplitMix64 stream per row: element `index` is the index-th output after key_.
+  const uint64_t bits = mix64(key_ + index * 0x9E3779B97F4A7C15ull);
+  return static_cast<double>(bits >> 11) * 0x1.0p-53;
+}
+
+// --- proposals ---
+
+int32_t argmax_token(const float* logits, int64_t n_vocab) {
+  int32_t best = 0;
+  float best_v = -std::numeric_limits<float>::infinity();
+  bool found = false;
+  for (int64_t v = 0; v < n_vocab; ++v) {
+    const float x = logits[v];
+    if (x != x) continue;  // NaN
+    if (!found || x > best_v) best = static_cast<int32_t>(v), best_v = x, found = true;
+  }
+  return best;
+}
+
+int32_t gumbel_argmax_token(const float* logits, int64_t n_vocab, double temperature, const RowRandom& rng) {
+  int32_t best = 0;
+  double best_v = -std::numeric_limits<double>::infinity();
+  bool found = false;
+  for (int64_t v = 0; v < n_vocab; ++v) {
+    const double u = rng.uniform(static_cast<uint64_t>(v));
+    const double g = -std::log(-std::log(u));  // u == 0 gives -inf: never chosen
+    const double x = static_cast<double>(logits[v]) + temperature * g;
+    if (x != x) continue;
+    if (!found || x > best_v) best = static_cast<int32_t>(v), best_v = x, found = true;
+  }
+  return best;
+}
+
+double softmax_prob(const float* logits, int64_t n_vocab, int32_t token, double temperature) {
+  const double inv_t = temperature > 0 ? 1.0 / temperature : 1.0;
+  double mx = -std::numeric_limits<double>::infinity();
+  for (int64_t v = 0; v < n_vocab; ++v) mx = std::max(mx, static_cast<double>(logits[v]) * inv_t);
+  if (!std::isfinite(mx)) return 0.0;
+  double sum = 0;
+  for (int64_t v = 0; v < n_vocab; ++v) sum += std::exp(static_cast<double>(logits[v]) * inv_t - mx);
+  return std::exp(static_cast<double>(logits[token]) * inv_t - mx) / sum;
+}
+
+// --- selection ---
+
+std::vector<size_t> select_candidates(std::span<const Candidate> c, int64_t k, double threshold) {
+  std::vector<size_t> order(c.size());
+  for (size_t i = 0; i < c.size(); ++i) order[i] = i;
+  auto better = [&](size_t a, size_t b) {
+    const double ca = c[a].proposal.confidence, cb = c[b].proposal.confidence;
+    const bool na = ca != ca, nb = cb != cb;  // NaN ranks last
+    if (na != nb) return nb;
+    if (!na && ca != cb) return ca > cb;
+    return c[a].position < c[b].position;
+  };
+  std::sort(order.begin(), order.end(), better);
+  const size_t take = static_cast<size_t>(std::clamp<int64_t>(k, 0, static_cast<int64_t>(c.size())));
+  std::vector<size_t> chosen(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(take));
+  if (threshold > 0) {
+    for (size_t i = take; i < order.size(); ++i)
+      if (c[order[i]].proposal.confidence >= threshold) chosen.push_back(order[i]);
+  }
+  std::sort(chosen.begin(), chosen.end(), [&](size_t a, size_t b) { return c[a].position < c[b].position; });
+  return chosen;
+}
+
+}  // namespace dllm::model
