@@ -1,7 +1,47 @@
-// dllm tokenize: placeholder until its issue lands.
+// dllm tokenize: prints the ids of the chat-formatted prompt (the ids `run` feeds the model), or with
+// --no-chat the ids of the text alone (no BOS/EOS). Plain output is the ids separated by spaces on one
+// line; --json prints {"ids": [...], "pieces": [...]} where a piece that is not valid UTF-8 on its own
+// (part of a multi-byte character) has its bad bytes replaced by U+FFFD.
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
 #include "cli/commands.h"
+#include "model/chat.h"
 #include "model/error.h"
+#include "model/gguf.h"
+#include "model/tokenizer.h"
 
 namespace dllm::cli {
-int cmd_tokenize(const Settings&) { throw Error("'tokenize' is not implemented yet"); }
+
+int cmd_tokenize(const Settings& s) {
+  const std::unique_ptr<gguf::File> file = gguf::File::open(s.model);
+  // Check the architecture first: a file dllm cannot run gets the same message as from `run`.
+  model::ChatTemplate tmpl = model::ChatTemplate::LLaDA;
+  if (!s.no_chat) tmpl = model::chat_template_for_arch(file->get_string("general.architecture"));
+
+  const model::Tokenizer tok(*file);
+  const std::vector<int32_t> ids =
+      s.no_chat ? model::raw_prompt_ids(tok, s.prompt) : model::chat_prompt_ids(tok, tmpl, s.prompt);
+
+  if (s.json) {
+    nlohmann::json out;
+    out["ids"] = ids;
+    nlohmann::json pieces = nlohmann::json::array();
+    for (int32_t id : ids) pieces.push_back(tok.token_piece(id));
+    out["pieces"] = std::move(pieces);
+    std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  } else {
+    std::string line;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (i) line += ' ';
+      line += std::to_string(ids[i]);
+    }
+    std::cout << line << "\n";
+  }
+  return 0;
+}
+
 }  // namespace dllm::cli

@@ -1,0 +1,86 @@
+// Chat templates and prompt ids (see chat.h).
+#include "model/chat.h"
+
+#include "model/error.h"
+#include "model/pretokenizer.h"
+
+namespace dllm::model {
+
+namespace {
+
+// Python's str.isspace() set (characters with bidirectional class WS, B or S, or category Zs).
+bool python_isspace(uint32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
+         c == 0x3000;
+}
+
+// Length in bytes of the well-formed UTF-8 sequence starting at text[i]; 0 when it is not one.
+size_t utf8_len_at(std::string_view text, size_t i) {
+  const auto b = static_cast<unsigned char>(text[i]);
+  const size_t len = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
+  if (len == 0 || i + len > text.size()) return 0;
+  return is_valid_utf8(text.substr(i, len)) ? len : 0;
+}
+
+uint32_t cpt_at(std::string_view text, size_t i, size_t len) { return decode_utf8_lenient(text.substr(i, len))[0]; }
+
+}  // namespace
+
+std::string python_strip(std::string_view text) {
+  size_t begin = 0;
+  while (begin < text.size()) {
+    const size_t len = utf8_len_at(text, begin);
+    if (len == 0 || !python_isspace(cpt_at(text, begin, len))) break;
+    begin += len;
+  }
+  size_t end = text.size();
+  while (end > begin) {
+    size_t start = end - 1;  // back up to the lead byte of the last sequence
+    while (start > begin && end - start < 4 && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) --start;
+    const size_t len = utf8_len_at(text, start);
+    if (len != end - start || !python_isspace(cpt_at(text, start, len))) break;
+    end = start;
+  }
+  return std::string(text.substr(begin, end - begin));
+}
+
+ChatTemplate chat_template_for_arch(std::string_view arch) {
+  if (arch == "llada") return ChatTemplate::LLaDA;
+  if (arch == "dream") return ChatTemplate::Dream;
+  throw Error("unsupported model architecture: " + std::string(arch) + " (supported: llada, dream)");
+}
+
+std::string render_chat(ChatTemplate tmpl, std::string_view user, std::string_view bos_text) {
+  std::string out;
+  switch (tmpl) {
+    case ChatTemplate::LLaDA:
+      out.append(bos_text);
+      out += "<|start_header_id|>user<|end_header_id|>\n\n";
+      out += python_strip(user);
+      out += "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n";
+      break;
+    case ChatTemplate::Dream:
+      out += "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n";
+      out.append(user);
+      out += "<|im_end|>\n<|im_start|>assistant\n";
+      break;
+  }
+  return out;
+}
+
+std::vector<int32_t> chat_prompt_ids(const Tokenizer& tok, ChatTemplate tmpl, std::string_view user) {
+  const std::string bos_text = tok.bos() >= 0 ? tok.token_text(tok.bos()) : std::string();
+  std::string text = render_chat(tmpl, user, bos_text);
+  // llama.cpp (common/chat.cpp) drops the template's BOS text when the tokenizer adds BOS anyway,
+  // so the prompt starts with exactly one BOS either way.
+  if (tok.add_bos() && !bos_text.empty() && text.compare(0, bos_text.size(), bos_text) == 0)
+    text.erase(0, bos_text.size());
+  return tok.encode(text, /*parse_special=*/true, /*add_special=*/true);
+}
+
+std::vector<int32_t> raw_prompt_ids(const Tokenizer& tok, std::string_view text) {
+  return tok.encode(text, /*parse_special=*/true, /*add_special=*/false);
+}
+
+}  // namespace dllm::model

@@ -1,0 +1,40 @@
+// Chat templates of the two instruct models (algorithms.md section 2) and the prompt ids the model
+// sees: one user message plus the generation prompt, with BOS handled as llama.cpp's chat path does
+// (LLaDA: exactly one BOS; Dream: none), or the text alone for --no-chat.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/tokenizer.h"
+
+namespace dllm::model {
+
+enum class ChatTemplate {
+  LLaDA,  // Llama-3 style headers, BOS first, the message trimmed, no system turn
+  Dream,  // ChatML with the default system turn "You are a helpful assistant."
+};
+
+// The template of an architecture name (general.architecture). Throws dllm::Error
+// "unsupported model architecture: X (supported: llada, dream)".
+ChatTemplate chat_template_for_arch(std::string_view arch);
+
+// The exact text the tokenizer sees for one user message with the generation prompt. bos_text is the
+// BOS token's text (LLaDA's template starts with it; Dream's ignores it).
+std::string render_chat(ChatTemplate tmpl, std::string_view user, std::string_view bos_text);
+
+// Ids of the chat-formatted prompt, as llama.cpp's chat path computes them: render, remove a leading
+// BOS text when the vocabulary adds BOS itself, then tokenize with special tokens parsed and BOS/EOS
+// added as the vocabulary says.
+std::vector<int32_t> chat_prompt_ids(const Tokenizer& tok, ChatTemplate tmpl, std::string_view user);
+
+// Ids for --no-chat: the text alone, special tokens parsed, no BOS or EOS added.
+std::vector<int32_t> raw_prompt_ids(const Tokenizer& tok, std::string_view text);
+
+// Python's str.strip(): removes leading and trailing characters for which str.isspace() is true
+// (ASCII \t \n \v \f \r, U+001C..U+001F, space, U+0085, U+00A0 and the Unicode space separators).
+// Jinja's `trim`, which LLaDA's template applies to the message, is this function.
+std::string python_strip(std::string_view text);
+
+}  // namespace dllm::model

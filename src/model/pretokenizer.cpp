@@ -1,0 +1,276 @@
+// Pre-tokenisation (see pretokenizer.h): llama.cpp's split patterns, run by PCRE2 with UTF + UCP + JIT.
+//
+// How the patterns relate to llama.cpp's:
+// - llama.cpp runs gpt-2 and llama-bpe through hand-written splitters that follow the regexes, and
+//   qwen2 / bailingmoe through std::regex over a "collapsed" text (each non-ASCII code point replaced by
+//   one byte standing for its category; non-ASCII white space by \v). All four reduce to ordinary
+//   backtracking-regex semantics over Unicode general categories, which PCRE2 provides.
+// - White space: llama.cpp's set is Unicode White_Space. PCRE2's \s with UCP is the Z categories plus
+//   \t \n \v \f \r, i.e. White_Space without U+0085 (NEL), so every \s is written [\s\x{85}] here.
+// - Case-insensitive contractions are spelt out ('[sS] ...), as llama.cpp's adapted patterns do.
+// - gpt-2's pattern has no final `|\s+`; llama.cpp's splitter emits a lone white space that no
+//   alternative matches as its own piece, which is what the added `|\s+` does here.
+// - Text between two matches (never more than one white-space character) becomes a piece of its own,
+//   as in llama.cpp's unicode_regex_split_stl.
+#include "model/pretokenizer.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include <string>
+
+#include "model/error.h"
+
+namespace dllm::model {
+
+namespace {
+
+// Building blocks: W = llama.cpp's white space inside a class, NW = its complement as a class.
+#define DLLM_W "\\s\\x{85}"
+#define DLLM_WS "[" DLLM_W "]"
+#define DLLM_NOT_WS "[^" DLLM_W "]"
+#define DLLM_CONTRACTIONS "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+#define DLLM_TAIL DLLM_WS "+(?!" DLLM_NOT_WS ")|" DLLM_WS "+"
+
+const char* pattern_for(PreTokenizerKind kind) {
+  switch (kind) {
+    case PreTokenizerKind::Gpt2:
+      return "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" DLLM_W "\\p{L}\\p{N}]+|" DLLM_TAIL;
+    case PreTokenizerKind::Llama3:
+      return DLLM_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^" DLLM_W
+                               "\\p{L}\\p{N}]+[\\r\\n]*|" DLLM_WS "*[\\r\\n]+|" DLLM_TAIL;
+    case PreTokenizerKind::Qwen2:
+      return DLLM_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^" DLLM_W
+                               "\\p{L}\\p{N}]+[\\r\\n]*|" DLLM_WS "*[\\r\\n]+|" DLLM_TAIL;
+    case PreTokenizerKind::BailingMoe:
+      return "'(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^" DLLM_W
+             "\\p{L}\\p{N}]+[\\r\\n]*|" DLLM_WS "*[\\r\\n]|" DLLM_TAIL;
+  }
+  return "";
+}
+
+#undef DLLM_W
+#undef DLLM_WS
+#undef DLLM_NOT_WS
+#undef DLLM_CONTRACTIONS
+#undef DLLM_TAIL
+
+struct NameEntry {
+  const char* name;
+  PreTokenizerInfo info;
+};
+
+// llama.cpp's llama_vocab::impl::load: pre name -> regex, ignore_merges, add_bos default, clean_spaces.
+constexpr NameEntry kNames[] = {
+    {"gpt-2", {PreTokenizerKind::Gpt2, false, false, true}},
+    {"gpt2", {PreTokenizerKind::Gpt2, false, false, true}},
+    {"phi-2", {PreTokenizerKind::Gpt2, false, false, true}},
+    {"mpt", {PreTokenizerKind::Gpt2, false, false, true}},
+    {"olmo", {PreTokenizerKind::Gpt2, false, false, true}},
+    {"llama-bpe", {PreTokenizerKind::Llama3, true, true, true}},
+    {"llama3", {PreTokenizerKind::Llama3, true, true, true}},
+    {"llama-v3", {PreTokenizerKind::Llama3, true, true, true}},
+    {"qwen2", {PreTokenizerKind::Qwen2, false, false, false}},
+    {"deepseek-r1-qwen", {PreTokenizerKind::Qwen2, false, false, false}},
+    {"bailingmoe", {PreTokenizerKind::BailingMoe, false, false, false}},
+    {"bailingmoe2", {PreTokenizerKind::BailingMoe, false, false, false}},
+    {"llada-moe", {PreTokenizerKind::BailingMoe, false, false, false}},
+};
+
+}  // namespace
+
+const char* supported_pre_tokenizers() {
+  return "gpt-2, llama-bpe, qwen2, bailingmoe (aliases: gpt2, phi-2, mpt, olmo, llama3, llama-v3, "
+         "deepseek-r1-qwen, bailingmoe2, llada-moe)";
+}
+
+PreTokenizerInfo pre_tokenizer_info(std::string_view name) {
+  for (const NameEntry& e : kNames)
+    if (name == e.name) return e.info;
+  throw Error("unknown pre-tokenizer '" + std::string(name) + "' (tokenizer.ggml.pre); supported: " +
+              supported_pre_tokenizers());
+}
+
+// ---- UTF-8 ------------------------------------------------------------------------------------
+
+std::vector<uint32_t> decode_utf8_lenient(std::string_view text) {
+  std::vector<uint32_t> out;
+  out.reserve(text.size());
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  auto cont = [&](size_t i) { return i < n && (s[i] & 0xC0) == 0x80; };
+  size_t i = 0;
+  while (i < n) {
+    const unsigned char b = s[i];
+    if (!(b & 0x80)) {
+      out.push_back(b);
+      i += 1;
+    } else if (!(b & 0x40)) {
+      out.push_back(0xFFFD);
+      i += 1;
+    } else if (!(b & 0x20)) {
+      if (cont(i + 1)) {
+        out.push_back((uint32_t(b & 0x1F) << 6) | (s[i + 1] & 0x3F));
+        i += 2;
+      } else {
+        out.push_back(0xFFFD);
+        i += 1;
+      }
+    } else if (!(b & 0x10)) {
+      if (cont(i + 1) && cont(i + 2)) {
+        out.push_back((uint32_t(b & 0x0F) << 12) | (uint32_t(s[i + 1] & 0x3F) << 6) | (s[i + 2] & 0x3F));
+        i += 3;
+      } else {
+        out.push_back(0xFFFD);
+        i += 1;
+      }
+    } else if (!(b & 0x08)) {
+      if (cont(i + 1) && cont(i + 2) && cont(i + 3)) {
+        uint32_t c = (uint32_t(b & 0x07) << 18) | (uint32_t(s[i + 1] & 0x3F) << 12) |
+                     (uint32_t(s[i + 2] & 0x3F) << 6) | (s[i + 3] & 0x3F);
+        out.push_back(c > 0x10FFFF ? 0xFFFD : c);
+        i += 4;
+      } else {
+        out.push_back(0xFFFD);
+        i += 1;
+      }
+    } else {
+      out.push_back(0xFFFD);
+      i += 1;
+    }
+  }
+  return out;
+}
+
+void append_utf8(uint32_t c, std::string* out) {
+  if (c <= 0x7F) {
+    out->push_back(static_cast<char>(c));
+  } else if (c <= 0x7FF) {
+    out->push_back(static_cast<char>(0xC0 | (c >> 6)));
+    out->push_back(static_cast<char>(0x80 | (c & 0x3F)));
+  } else if (c <= 0xFFFF) {
+    out->push_back(static_cast<char>(0xE0 | (c >> 12)));
+    out->push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | (c & 0x3F)));
+  } else {
+    out->push_back(static_cast<char>(0xF0 | (c >> 18)));
+    out->push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | (c & 0x3F)));
+  }
+}
+
+bool is_valid_utf8(std::string_view text) {
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  size_t i = 0;
+  while (i < n) {
+    const unsigned char b = s[i];
+    if (b < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len;
+    uint32_t c;
+    if (b >= 0xC2 && b <= 0xDF) {
+      len = 2;
+      c = b & 0x1F;
+    } else if (b >= 0xE0 && b <= 0xEF) {
+      len = 3;
+      c = b & 0x0F;
+    } else if (b >= 0xF0 && b <= 0xF4) {
+      len = 4;
+      c = b & 0x07;
+    } else {
+      return false;
+    }
+    if (n - i < len) return false;
+    for (size_t k = 1; k < len; ++k) {
+      if ((s[i + k] & 0xC0) != 0x80) return false;
+      c = (c << 6) | (s[i + k] & 0x3F);
+    }
+    if ((len == 3 && c < 0x800) || (len == 4 && (c < 0x10000 || c > 0x10FFFF))) return false;
+    if (c >= 0xD800 && c <= 0xDFFF) return false;
+    i += len;
+  }
+  return true;
+}
+
+// ---- the regex --------------------------------------------------------------------------------
+
+struct PreTokenizer::Regex {
+  pcre2_code* code = nullptr;
+  ~Regex() { pcre2_code_free(code); }
+};
+
+PreTokenizer::PreTokenizer(PreTokenizerKind kind) : kind_(kind), re_(std::make_unique<Regex>()) {
+  const char* pattern = pattern_for(kind);
+  int err = 0;
+  PCRE2_SIZE err_offset = 0;
+  re_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern), PCRE2_ZERO_TERMINATED,
+                            PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &err, &err_offset, nullptr);
+  if (!re_->code) {
+    PCRE2_UCHAR msg[256];
+    pcre2_get_error_message(err, msg, sizeof(msg));
+    throw Error("pre-tokenizer pattern does not compile at offset " + std::to_string(err_offset) + ": " +
+                reinterpret_cast<const char*>(msg));
+  }
+  // JIT makes matching several times faster; where it is unavailable PCRE2's interpreter gives the
+  // same matches, so a failure here only costs speed.
+  pcre2_jit_compile(re_->code, PCRE2_JIT_COMPLETE);
+}
+
+PreTokenizer::~PreTokenizer() = default;
+
+void PreTokenizer::split(std::string_view text, std::string* storage, std::vector<std::string_view>* pieces) const {
+  if (text.empty()) return;
+  if (is_valid_utf8(text)) {
+    split_valid(text, text, pieces);
+    return;
+  }
+  // Decode like llama.cpp and re-encode. PCRE2 needs well-formed UTF-8, so the subject it sees has each
+  // surrogate replaced by U+FFFD: both take 3 bytes and neither is a letter, digit or space, so the
+  // piece boundaries found in the subject are the right ones for *storage.
+  const std::vector<uint32_t> cpts = decode_utf8_lenient(text);
+  storage->clear();
+  std::string subject;
+  for (uint32_t c : cpts) {
+    append_utf8(c, storage);
+    append_utf8((c >= 0xD800 && c <= 0xDFFF) ? 0xFFFD : c, &subject);
+  }
+  split_valid(subject, *storage, pieces);
+}
+
+void PreTokenizer::split_valid(std::string_view subject, std::string_view source,
+                               std::vector<std::string_view>* pieces) const {
+  pcre2_match_data* md = pcre2_match_data_create_from_pattern(re_->code, nullptr);
+  if (!md) throw Error("out of memory creating pre-tokenizer match data");
+  const auto* subj = reinterpret_cast<PCRE2_SPTR>(subject.data());
+  const size_t n = subject.size();
+  size_t prev = 0;
+  size_t pos = 0;
+  while (pos < n) {
+    const int rc = pcre2_match(re_->code, subj, n, pos, PCRE2_NO_UTF_CHECK, md, nullptr);
+    if (rc == PCRE2_ERROR_NOMATCH) break;
+    if (rc < 0) {
+      pcre2_match_data_free(md);
+      PCRE2_UCHAR msg[256];
+      pcre2_get_error_message(rc, msg, sizeof(msg));
+      throw Error(std::string("pre-tokenizer match failed: ") + reinterpret_cast<const char*>(msg));
+    }
+    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+    size_t s = ov[0];
+    size_t e = ov[1];
+    if (e == s) {  // no pattern here matches empty text; guard progress anyway (one code point)
+      e = s + 1;
+      while (e < n && (static_cast<unsigned char>(subject[e]) & 0xC0) == 0x80) ++e;
+    }
+    if (s > prev) pieces->push_back(source.substr(prev, s - prev));
+    pieces->push_back(source.substr(s, e - s));
+    prev = pos = e;
+  }
+  if (prev < n) pieces->push_back(source.substr(prev));
+  pcre2_match_data_free(md);
+}
+
+}  // namespace dllm::model
