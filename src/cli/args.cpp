@@ -118,6 +118,16 @@ const std::vector<Command>& commands() {
         kDevice,
         kVerbose},
        {"model", "tokens", "rows", "out"}},
+      {"synth",
+       "synth --arch llada|dream --out FILE [--layers N] [--quant Q4_K_M|Q8_0] [--seed S]",
+       "Writes a random-weight GGUF with the real LLaDA-8B / Dream-7B shapes, metadata and quant mix (for benchmarks).",
+       {{"arch", "A", "", "llada or dream", Kind::Choice, "llada,dream"},
+        {"out", "FILE", "", "the GGUF file to write", Kind::String},
+        {"layers", "N", "the real model's (32 / 28)", "fewer layers of the same widths, for quick runs", Kind::Count},
+        {"quant", "Q", "Q4_K_M", "Q4_K_M (the tensor-type mix of a real download) or Q8_0", Kind::Choice,
+         "Q4_K_M,Q8_0"},
+        {"seed", "S", "42", "seed of the random weights", Kind::UInt}},
+       {"arch", "out"}},
   };
   return cmds;
 }
@@ -238,6 +248,7 @@ void apply_flag(Settings& s, const Flag& f, const std::string& v) {
       else if (name == "steps") s.steps = x;
       else if (name == "block-length") s.block_length = x;
       else if (name == "threads") s.threads = x;
+      else if (name == "layers") s.layers = x;
       return;
     }
     case Kind::UInt: {
@@ -274,6 +285,8 @@ void apply_flag(Settings& s, const Flag& f, const std::string& v) {
         throw usage_error("flag --" + name + " must be one of " + shown + ", got '" + v + "'");
       }
       if (name == "device") s.device = v;
+      else if (name == "arch") s.arch = v;
+      else if (name == "quant") s.quant = v;
       else if (name == "remasking") s.remasking = v;
       return;
     }
@@ -418,6 +431,7 @@ int run_command(const Settings& s) {
   if (s.command == "tokenize") return cmd_tokenize(s);
   if (s.command == "inspect") return cmd_inspect(s);
   if (s.command == "logits") return cmd_logits(s);
+  if (s.command == "synth") return cmd_synth(s);
   throw Error("no handler for command '" + s.command + "'");
 }
 

@@ -9,5 +9,6 @@ int cmd_inspect(const Settings& s);   // cmd_inspect.cpp
 int cmd_tokenize(const Settings& s);  // cmd_tokenize.cpp
 int cmd_logits(const Settings& s);    // cmd_logits.cpp
 int cmd_run(const Settings& s);       // cmd_run.cpp
+int cmd_synth(const Settings& s);     // cmd_synth.cpp
 
 }  // namespace dllm::cli

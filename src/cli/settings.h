@@ -48,6 +48,11 @@ struct Settings {
   // inspect
   std::string path;                   // positional PATH
   std::string tensor;                 // --tensor NAME
+
+  // synth
+  std::string arch;                   // --arch llada|dream
+  int64_t layers = 0;                 // --layers; 0 = the real model's count
+  std::string quant = "Q4_K_M";       // --quant Q4_K_M|Q8_0
 };
 
 }  // namespace dllm::cli
