@@ -12,6 +12,7 @@
 #include "model/arch.h"
 #include "model/error.h"
 #include "model/model.h"
+#include "model/reference_executor.h"
 #include "support.h"
 
 namespace dllm::test {
@@ -228,6 +229,26 @@ TEST_F(ArchTest, QuantizedWriterTensorLoads) {
   EXPECT_EQ(m->tensors().layers[0].wv->type(), GgmlType::Q8_0);
   std::vector<float> logits = m->forward(std::vector<int32_t>{3, 4}, std::vector<int64_t>{1});
   for (float x : logits) ASSERT_TRUE(std::isfinite(x));
+}
+
+TEST_F(ArchTest, InputChecksRunBeforeTheExecutorIsBuilt) {
+  bool built = false;
+  model::LoadOptions opt;
+  opt.threads = 1;
+  opt.make_executor = [&](ThreadPool& pool) -> std::unique_ptr<model::Executor> {
+    built = true;
+    return std::make_unique<model::ReferenceExecutor>(pool);
+  };
+  opt.on_checked = [](const HParams& hp) {
+    EXPECT_EQ(hp.n_vocab, 48);
+    throw Error("rejected by the caller");
+  };
+  const std::string path = write(tiny_model({}));
+  EXPECT_THROW(Model::load(path, opt), Error);
+  EXPECT_FALSE(built);
+  opt.on_checked = nullptr;
+  EXPECT_EQ(Model::load(path, opt)->executor().name(), "reference");
+  EXPECT_TRUE(built);
 }
 
 TEST_F(ArchTest, CliReportsLoadErrors) {

@@ -1,10 +1,11 @@
 // dllm logits: one forward pass over --tokens, writing the raw f32 logits of the --rows positions to
 // --out as [rows, vocab], row-major, little-endian (no Dream shift: position j of a Dream canvas is
-// sampled from raw row j-1). Rows are range-checked before the model is opened and ids right after its
-// header is read, both before any computation; the file is written to a temporary name and renamed.
+// sampled from raw row j-1). Rows are range-checked before the model is opened and ids right after the
+// file passed its checks, before any weight is prepared; the file is written to a temporary name and renamed.
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <chrono>
@@ -76,19 +77,21 @@ int cmd_logits(const Settings& s) {
   // --- load and check the model, then the ids against its vocabulary ---
   const auto t0 = Clock::now();
   model::LoadOptions opt;
-  opt.threads = static_cast<int>(s.threads);
+  opt.threads = static_cast<int>(std::min<int64_t>(s.threads, 4096));  // 0 = all logical CPUs
+  std::vector<int32_t> tokens(s.tokens.size());
+  opt.on_checked = [&](const model::HParams& hp) {  // before any weight is prepared
+    for (size_t i = 0; i < s.tokens.size(); ++i) {
+      if (s.tokens[i] >= hp.n_vocab) {
+        throw Error("--tokens: id " + std::to_string(s.tokens[i]) + " at position " + std::to_string(i) +
+                    " is out of range: the model's vocabulary has " + std::to_string(hp.n_vocab) + " tokens (ids 0.." +
+                    std::to_string(hp.n_vocab - 1) + ")");
+      }
+      tokens[i] = static_cast<int32_t>(s.tokens[i]);
+    }
+    model::check_canvas(hp, tokens, s.rows);  // also the context length
+  };
   std::unique_ptr<model::Model> m = model::Model::load(s.model, opt);
   const int64_t n_vocab = m->n_vocab();
-  std::vector<int32_t> tokens(s.tokens.size());
-  for (size_t i = 0; i < s.tokens.size(); ++i) {
-    if (s.tokens[i] >= n_vocab) {
-      throw Error("--tokens: id " + std::to_string(s.tokens[i]) + " at position " + std::to_string(i) +
-                  " is out of range: the model's vocabulary has " + std::to_string(n_vocab) + " tokens (ids 0.." +
-                  std::to_string(n_vocab - 1) + ")");
-    }
-    tokens[i] = static_cast<int32_t>(s.tokens[i]);
-  }
-  model::check_canvas(m->hparams(), tokens, s.rows);
 
   // --- one forward pass, then the file ---
   const auto t1 = Clock::now();

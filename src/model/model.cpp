@@ -14,6 +14,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
   // Everything is checked before any weight is touched.
   m->hp_ = read_hparams(*m->file_);
   m->tensors_ = check_tensors(*m->file_, m->hp_);
+  if (opt.on_checked) opt.on_checked(m->hp_);
   const int threads = opt.threads > 0 ? opt.threads : ThreadPool::hardware_threads();
   m->pool_ = std::make_unique<ThreadPool>(threads);
   m->executor_ = opt.make_executor ? opt.make_executor(*m->pool_) : std::make_unique<ReferenceExecutor>(*m->pool_);
@@ -24,6 +25,8 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
 void Model::forward(std::span<const int32_t> tokens, std::span<const int64_t> logit_rows, float* logits) {
   model::forward(hp_, weights_, *executor_, *pool_, ForwardRequest{tokens, logit_rows, logits});
 }
+
+void Model::forward(const ForwardRequest& request) { model::forward(hp_, weights_, *executor_, *pool_, request); }
 
 std::vector<float> Model::forward(std::span<const int32_t> tokens, std::span<const int64_t> logit_rows) {
   std::vector<float> logits(logit_rows.size() * static_cast<size_t>(hp_.n_vocab));

@@ -22,6 +22,9 @@ using ExecutorFactory = std::function<std::unique_ptr<Executor>(ThreadPool& pool
 struct LoadOptions {
   int threads = 0;                  // worker threads including the caller; 0 = all logical CPUs
   ExecutorFactory make_executor;    // empty: ReferenceExecutor
+  // Called once the file passed every check, before the executor is built and the weights prepared
+  // (which may be slow for executors that repack): callers range-check their inputs here.
+  std::function<void(const HParams&)> on_checked;
 };
 
 class Model {
@@ -49,6 +52,8 @@ class Model {
   // Throws dllm::Error for ids or rows out of range. Not safe to call from two threads at once.
   void forward(std::span<const int32_t> tokens, std::span<const int64_t> logit_rows, float* logits);
   std::vector<float> forward(std::span<const int32_t> tokens, std::span<const int64_t> logit_rows);
+  // The same with every option of ForwardRequest (the key/value cache of LLaDA's dual cache).
+  void forward(const ForwardRequest& request);
 
  private:
   Model() = default;
