@@ -1,0 +1,207 @@
+// Flash attention: keys transposed once per call into [kv head][dim][key] so that scores for a tile of
+// keys are vector FMAs over the key axis; then the kernel of attention_kernel.inc, instantiated for AVX-512,
+// AVX2 and plain C++ (the same algorithm with one float per "vector"), each in its own target region.
+#include "jit/attention/attention.h"
+
+// GCC 12 reports its own _mm512_undefined_ps() inside the AVX-512 intrinsics as maybe-uninitialized.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#include "model/error.h"
+
+namespace dllm::jit {
+
+namespace {
+
+constexpr int kTile = 64;       // keys per tile (a multiple of every vector width)
+constexpr int64_t kQueryRows = 8;  // query rows per work item
+
+struct Geometry {
+  const float* q;
+  int64_t q_stride;
+  const float* v;
+  int64_t kv_stride;
+  float* out;
+  int64_t d, group, n_kv, ld;
+  float scale;
+};
+
+// Cephes-style single-precision exp: range reduction by ln 2 and a degree-6 polynomial (~1 ulp).
+constexpr float kExpHi = 88.3762626647949f, kExpLo = -87.3365447504019f;
+constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+constexpr float kP0 = 1.9875691500E-4f, kP1 = 1.3981999507E-3f, kP2 = 8.3334519073E-3f, kP3 = 4.1665795894E-2f,
+                kP4 = 1.6666665459E-1f, kP5 = 5.0000001201E-1f;
+
+}  // namespace
+
+// ---------------------------------------------------------------- plain C++ (DLLM_ISA=portable)
+namespace scalar_impl {
+struct V {
+  using reg = float;
+  static constexpr int W = 1;
+  static reg zero() { return 0.0f; }
+  static reg set1(float x) { return x; }
+  static reg load(const float* p) { return *p; }
+  static reg loadu(const float* p) { return *p; }
+  static void store(float* p, reg x) { *p = x; }
+  static void storeu(float* p, reg x) { *p = x; }
+  static reg add(reg a, reg b) { return a + b; }
+  static reg sub(reg a, reg b) { return a - b; }
+  static reg mul(reg a, reg b) { return a * b; }
+  static reg fma(reg a, reg b, reg c) { return a * b + c; }
+  static reg exp(reg x) { return std::exp(x); }
+  static float exp1(float x) { return std::exp(x); }
+  static reg keep_first(reg x, int64_t n) { return n > 0 ? x : 0.0f; }
+  static float reduce_add(reg x) { return x; }
+};
+#include "jit/attention/attention_kernel.inc"
+}  // namespace scalar_impl
+
+// ---------------------------------------------------------------- AVX2 + FMA (ymm, 8 floats)
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+namespace avx2_impl {
+struct V {
+  using reg = __m256;
+  static constexpr int W = 8;
+  static reg zero() { return _mm256_setzero_ps(); }
+  static reg set1(float x) { return _mm256_set1_ps(x); }
+  static reg load(const float* p) { return _mm256_load_ps(p); }
+  static reg loadu(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, reg x) { _mm256_store_ps(p, x); }
+  static void storeu(float* p, reg x) { _mm256_storeu_ps(p, x); }
+  static reg add(reg a, reg b) { return _mm256_add_ps(a, b); }
+  static reg sub(reg a, reg b) { return _mm256_sub_ps(a, b); }
+  static reg mul(reg a, reg b) { return _mm256_mul_ps(a, b); }
+  static reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
+  static reg exp(reg x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, set1(kExpLo)), set1(kExpHi));
+    reg n = _mm256_round_ps(_mm256_mul_ps(x, set1(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    reg r = _mm256_fnmadd_ps(n, set1(kLn2Hi), x);
+    r = _mm256_fnmadd_ps(n, set1(kLn2Lo), r);
+    reg p = set1(kP0);
+    p = fma(p, r, set1(kP1));
+    p = fma(p, r, set1(kP2));
+    p = fma(p, r, set1(kP3));
+    p = fma(p, r, set1(kP4));
+    p = fma(p, r, set1(kP5));
+    p = fma(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, set1(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+  }
+  static float exp1(float x) { return std::exp(x); }
+  static reg keep_first(reg x, int64_t n) {
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const int lim = n > W ? W : (n < 0 ? 0 : static_cast<int>(n));
+    __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(lim), idx);
+    return _mm256_and_ps(x, _mm256_castsi256_ps(keep));
+  }
+  static float reduce_add(reg x) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+};
+#include "jit/attention/attention_kernel.inc"
+}  // namespace avx2_impl
+#pragma GCC pop_options
+
+// ---------------------------------------------------------------- AVX-512 (zmm, 16 floats)
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq,avx512vl,avx512bw,fma")
+namespace avx512_impl {
+struct V {
+  using reg = __m512;
+  static constexpr int W = 16;
+  static reg zero() { return _mm512_setzero_ps(); }
+  static reg set1(float x) { return _mm512_set1_ps(x); }
+  static reg load(const float* p) { return _mm512_load_ps(p); }
+  static reg loadu(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, reg x) { _mm512_store_ps(p, x); }
+  static void storeu(float* p, reg x) { _mm512_storeu_ps(p, x); }
+  static reg add(reg a, reg b) { return _mm512_add_ps(a, b); }
+  static reg sub(reg a, reg b) { return _mm512_sub_ps(a, b); }
+  static reg mul(reg a, reg b) { return _mm512_mul_ps(a, b); }
+  static reg fma(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
+  static reg exp(reg x) {
+    x = _mm512_min_ps(_mm512_max_ps(x, set1(kExpLo)), set1(kExpHi));
+    reg n = _mm512_roundscale_ps(_mm512_mul_ps(x, set1(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    reg r = _mm512_fnmadd_ps(n, set1(kLn2Hi), x);
+    r = _mm512_fnmadd_ps(n, set1(kLn2Lo), r);
+    reg p = set1(kP0);
+    p = fma(p, r, set1(kP1));
+    p = fma(p, r, set1(kP2));
+    p = fma(p, r, set1(kP3));
+    p = fma(p, r, set1(kP4));
+    p = fma(p, r, set1(kP5));
+    p = fma(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, set1(1.0f)));
+    return _mm512_scalef_ps(p, n);
+  }
+  static float exp1(float x) { return std::exp(x); }
+  static reg keep_first(reg x, int64_t n) {
+    const int lim = n > W ? W : (n < 0 ? 0 : static_cast<int>(n));
+    return _mm512_maskz_mov_ps(static_cast<__mmask16>((1u << lim) - 1u), x);
+  }
+  static float reduce_add(reg x) { return _mm512_reduce_add_ps(x); }
+};
+#include "jit/attention/attention_kernel.inc"
+}  // namespace avx512_impl
+#pragma GCC pop_options
+
+namespace {
+
+struct AlignedFree {
+  void operator()(float* p) const { std::free(p); }
+};
+using Buffer = std::unique_ptr<float, AlignedFree>;
+
+Buffer aligned_floats(size_t n) {
+  size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
+  auto* p = static_cast<float*>(std::aligned_alloc(64, bytes ? bytes : 64));
+  if (!p) throw std::bad_alloc();
+  return Buffer(p);
+}
+
+}  // namespace
+
+void flash_attention(const model::AttentionShape& sh, const float* q, int64_t n_q, const float* k,
+                     const float* v, int64_t n_kv, float* out, ThreadPool& pool, Isa isa) {
+  if (n_q <= 0) return;
+  if (n_kv <= 0 || sh.n_head <= 0 || sh.n_head_kv <= 0 || sh.n_head % sh.n_head_kv != 0 || sh.head_dim <= 0)
+    throw Error("internal error: bad attention shape");
+  const int64_t d = sh.head_dim, Hkv = sh.n_head_kv, H = sh.n_head;
+  int width = isa == Isa::Avx512Vnni ? 16 : (isa == Isa::Portable ? 1 : 8);
+  if (d % width) width = 1;  // head dims that are not a multiple of the vector width take the plain path
+
+  Geometry g{q, H * d, v, Hkv * d, out, d, H / Hkv, n_kv, (n_kv + kTile - 1) / kTile * kTile, sh.scale};
+  // Keys transposed per kv head: kt[kv][c][j], zero-padded to a whole number of tiles.
+  Buffer kt = aligned_floats(static_cast<size_t>(Hkv * d * g.ld));
+  pool.parallel_for(Hkv, [&](int64_t kv, int) {
+    float* dst = kt.get() + kv * d * g.ld;
+    for (int64_t c = 0; c < d; ++c) {
+      float* row = dst + c * g.ld;
+      for (int64_t j = 0; j < n_kv; ++j) row[j] = k[j * g.kv_stride + kv * d + c];
+      for (int64_t j = n_kv; j < g.ld; ++j) row[j] = 0.0f;
+    }
+  });
+
+  const int64_t per_scratch = (kTile + d + 15) / 16 * 16;
+  Buffer scratch = aligned_floats(static_cast<size_t>(per_scratch * pool.size()));
+  const int64_t row_blocks = (n_q + kQueryRows - 1) / kQueryRows;
+  pool.parallel_for(H * row_blocks, [&](int64_t item, int thread) {
+    const int64_t h = item % H, i0 = item / H * kQueryRows;
+    const int64_t i1 = i0 + kQueryRows < n_q ? i0 + kQueryRows : n_q;
+    float* s = scratch.get() + thread * per_scratch;
+    if (width == 16) avx512_impl::attend_rows(g, h, i0, i1, kt.get(), s);
+    else if (width == 8) avx2_impl::attend_rows(g, h, i0, i1, kt.get(), s);
+    else scalar_impl::attend_rows(g, h, i0, i1, kt.get(), s);
+  });
+}
+
+}  // namespace dllm::jit
