@@ -1,0 +1,189 @@
+// The libcurl wrapper: GET into memory or streamed, HTTP(S) only, redirects followed, the bearer token sent to
+// the endpoint's host only, stalls detected, and failures turned into messages that say what to do.
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <cctype>
+#include <mutex>
+
+#include "hub/internal.h"
+
+namespace dllm::hub {
+
+namespace {
+
+void global_init() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) throw Error("cannot initialise libcurl");
+  });
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string trim(const std::string& s) {
+  size_t a = s.find_first_not_of(" \t\r\n");
+  if (a == std::string::npos) return "";
+  size_t b = s.find_last_not_of(" \t\r\n");
+  return s.substr(a, b - a + 1);
+}
+
+// State shared with libcurl's callbacks for one transfer.
+struct Transfer {
+  Headers headers;
+  StreamHandlers* handlers = nullptr;
+  CURL* curl = nullptr;
+  bool started = false;     // on_start was called
+  bool aborted = false;     // a handler returned false
+  long status = 0;
+};
+
+size_t on_header(char* data, size_t size, size_t n, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  std::string line(data, size * n);
+  if (line.rfind("HTTP/", 0) == 0) {
+    t->headers.clear();  // a new response (after a redirect or a 100 Continue): keep the last one's only
+  } else {
+    size_t colon = line.find(':');
+    if (colon != std::string::npos) t->headers[lower(trim(line.substr(0, colon)))] = trim(line.substr(colon + 1));
+  }
+  return size * n;
+}
+
+bool start(Transfer* t) {
+  if (t->started) return !t->aborted;
+  t->started = true;
+  curl_easy_getinfo(t->curl, CURLINFO_RESPONSE_CODE, &t->status);
+  if (!t->handlers->on_start(t->status, t->headers)) t->aborted = true;
+  return !t->aborted;
+}
+
+size_t on_body(char* data, size_t size, size_t n, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  if (!start(t)) return 0;
+  if (!t->handlers->on_data(data, size * n)) {
+    t->aborted = true;
+    return 0;
+  }
+  return size * n;
+}
+
+bool is_unreachable(CURLcode rc) {
+  return rc == CURLE_COULDNT_RESOLVE_HOST || rc == CURLE_COULDNT_RESOLVE_PROXY || rc == CURLE_COULDNT_CONNECT;
+}
+
+}  // namespace
+
+std::string host_of(const std::string& url) {
+  size_t a = url.find("://");
+  a = a == std::string::npos ? 0 : a + 3;
+  size_t b = url.find_first_of("/?#", a);
+  return url.substr(a, b == std::string::npos ? std::string::npos : b - a);
+}
+
+long http_stream(const Options& opts, const std::string& url, uint64_t from, StreamHandlers& handlers) {
+  global_init();
+  CURL* curl = curl_easy_init();
+  if (!curl) throw Error("cannot create a libcurl handle");
+  Transfer t;
+  t.handlers = &handlers;
+  t.curl = curl;
+  char errbuf[CURL_ERROR_SIZE] = {0};
+  std::string range = std::to_string(from) + "-";
+  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, errbuf);
+  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 1L);
+  curl_easy_setopt(curl, CURLOPT_MAXREDIRS, 10L);
+#if LIBCURL_VERSION_NUM >= 0x075500
+  curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(curl, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+#else
+  curl_easy_setopt(curl, CURLOPT_PROTOCOLS, long(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+  curl_easy_setopt(curl, CURLOPT_REDIR_PROTOCOLS, long(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+#endif
+  curl_easy_setopt(curl, CURLOPT_USERAGENT, "dllm/0.1 (libcurl)");
+  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, 20L);
+  // A transfer that moves less than 1 byte/s for 60 s has stalled: fail it (it is resumed later).
+  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, 60L);
+  curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(curl, CURLOPT_HEADERDATA, &t);
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &t);
+  if (from > 0) curl_easy_setopt(curl, CURLOPT_RANGE, range.c_str());
+  if (!opts.token.empty()) {
+    // libcurl sends credentials set this way to the first host only, never to the host a redirect names
+    // (the hub redirects file downloads to a CDN).
+    curl_easy_setopt(curl, CURLOPT_HTTPAUTH, long(CURLAUTH_BEARER));
+    curl_easy_setopt(curl, CURLOPT_XOAUTH2_BEARER, opts.token.c_str());
+  }
+  CURLcode rc = curl_easy_perform(curl);
+  if (rc == CURLE_OK) start(&t);  // a response without a body (404 with no text, 416) still reaches on_start
+  curl_easy_cleanup(curl);
+  if (t.aborted) return t.status;
+  if (rc != CURLE_OK) {
+    std::string why = errbuf[0] ? errbuf : curl_easy_strerror(rc);
+    if (is_unreachable(rc)) throw NetworkError("cannot reach " + host_of(url) + " (" + why + ")", true);
+    throw NetworkError("the transfer from " + host_of(url) + " failed: " + why, false);
+  }
+  return t.status;
+}
+
+HttpResponse http_get(const Options& opts, const std::string& url, size_t max_body) {
+  HttpResponse r;
+  StreamHandlers h;
+  h.on_start = [&](long status, const Headers& headers) {
+    r.status = status;
+    r.headers = headers;
+    return true;
+  };
+  h.on_data = [&](const char* data, size_t n) {
+    if (r.body.size() + n > max_body) return false;
+    r.body.append(data, n);
+    return true;
+  };
+  http_stream(opts, url, 0, h);
+  if (r.body.size() >= max_body) throw Error("the answer from " + url + " is larger than expected");
+  return r;
+}
+
+bool looks_like_html(const Headers& headers, const std::string& first_bytes) {
+  auto it = headers.find("content-type");
+  if (it != headers.end() && lower(it->second).find("text/html") != std::string::npos) return true;
+  std::string head = lower(trim(first_bytes.substr(0, 256)));
+  return head.rfind("<!doctype", 0) == 0 || head.rfind("<html", 0) == 0 || head.rfind("<head", 0) == 0;
+}
+
+std::string http_status_message(long status, const Headers& headers, const std::string& body,
+                                const std::string& what, const Options& opts) {
+  std::string detail;
+  if (auto it = headers.find("x-error-message"); it != headers.end()) detail = it->second;
+  std::string code = std::to_string(status);
+  std::string msg;
+  if (status == 401) {
+    msg = "the hub refused access to " + what + " (401 Unauthorized): it is private, gated, or does not exist; ";
+    msg += opts.token.empty() ? "set HF_TOKEN to a token that can read it"
+                              : "the token in HF_TOKEN is not accepted for it";
+  } else if (status == 403) {
+    msg = "access to " + what + " is forbidden (403): a gated model needs its terms accepted on its page, and "
+          "HF_TOKEN set to a token of that account";
+  } else if (status == 404) {
+    msg = what + " was not found on " + opts.endpoint + " (404)";
+  } else if (status == 429) {
+    msg = "the hub is rate-limiting requests for " + what + " (429): wait a minute and try again";
+  } else if (status >= 500) {
+    msg = "the hub failed to serve " + what + " (" + code + "): try again later";
+  } else {
+    msg = "unexpected HTTP status " + code + " for " + what;
+  }
+  if (detail.empty() && !body.empty() && !looks_like_html(headers, body) && body.size() < 300)
+    detail = trim(body);
+  if (!detail.empty()) msg += " [hub: " + detail + "]";
+  return msg;
+}
+
+}  // namespace dllm::hub
