@@ -98,6 +98,52 @@ uint32_t attr_from_type(int64_t type) {
   }
 }
 
+// Token text -> id, open addressing. A probe reads one slot (a hash and an id) and compares text only
+// when the hashes agree, so loading 150k merges costs about one cache miss per lookup.
+class TextIndex {
+ public:
+  void reserve(size_t n) {
+    size_t cap = 16;
+    while (cap < 2 * n) cap *= 2;
+    slots_.assign(cap, Slot{});
+    texts_.reserve(n);
+  }
+  // Adds text -> id; returns the id already holding that text, or -1.
+  int32_t insert(std::string_view text, int32_t id) {
+    const uint32_t h = hash(text);
+    for (size_t i = h & (slots_.size() - 1);; i = (i + 1) & (slots_.size() - 1)) {
+      Slot& s = slots_[i];
+      if (s.id < 0) {
+        s = {h, id};
+        if (texts_.size() <= size_t(id)) texts_.resize(size_t(id) + 1);
+        texts_[id] = text;
+        return -1;
+      }
+      if (s.hash == h && texts_[s.id] == text) return s.id;
+    }
+  }
+  int32_t find(std::string_view text) const {
+    const uint32_t h = hash(text);
+    for (size_t i = h & (slots_.size() - 1);; i = (i + 1) & (slots_.size() - 1)) {
+      const Slot& s = slots_[i];
+      if (s.id < 0) return -1;
+      if (s.hash == h && texts_[s.id] == text) return s.id;
+    }
+  }
+
+ private:
+  struct Slot {
+    uint32_t hash = 0;
+    int32_t id = -1;
+  };
+  static uint32_t hash(std::string_view t) {
+    const size_t h = std::hash<std::string_view>{}(t);
+    return static_cast<uint32_t>(h ^ (h >> 32));
+  }
+  std::vector<Slot> slots_;
+  std::vector<std::string_view> texts_;  // views into the tokens' texts
+};
+
 constexpr size_t kCacheLimit = size_t(1) << 17;  // pieces kept in the BPE cache before it is cleared
 
 struct Merge {
@@ -111,7 +157,7 @@ struct Merge {
 
 struct Tokenizer::Impl {
   std::unique_ptr<PreTokenizer> pretok;
-  std::unordered_map<std::string_view, int32_t> text_to_id;  // views into tokens_[i].text
+  TextIndex text_to_id;  // views into tokens_[i].text
   std::unordered_map<uint64_t, Merge> merges;                // (left id << 32 | right id) -> merge
   std::array<int32_t, 256> byte_token{};                     // token of each raw byte, -1 if none
 
@@ -173,14 +219,14 @@ void Tokenizer::load_tokens(const gguf::File& file) {
     Token& t = tokens_[i];
     t.text = texts[i].empty() ? "[EMPTY_" + std::to_string(i) + "]" : std::string(texts[i]);
     t.attr = types.empty() ? kAttrNormal : attr_from_type(types[i]);
-    auto [it, inserted] = impl_->text_to_id.emplace(t.text, static_cast<int32_t>(i));
-    if (!inserted)
+    const int32_t other = impl_->text_to_id.insert(t.text, static_cast<int32_t>(i));
+    if (other >= 0)
       throw Error("duplicate token in tokenizer.ggml.tokens: '" + t.text + "' has ids " +
-                  std::to_string(it->second) + " and " + std::to_string(i));
+                  std::to_string(other) + " and " + std::to_string(i));
   }
   for (std::string_view text : kForcedControlTexts) {
-    auto it = impl_->text_to_id.find(text);
-    if (it != impl_->text_to_id.end()) tokens_[it->second].attr |= kAttrControl;
+    const int32_t id = impl_->text_to_id.find(text);
+    if (id >= 0) tokens_[id].attr |= kAttrControl;
   }
   for (Token& t : tokens_)
     if ((t.attr & kAttrControl) && t.text.find("unused") != std::string::npos) t.attr |= kAttrUnused;
@@ -198,8 +244,7 @@ void Tokenizer::load_tokens(const gguf::File& file) {
 
   const ByteAlphabet& a = alphabet();
   for (int b = 0; b < 256; ++b) {
-    auto it = impl_->text_to_id.find(a.byte_to_utf8[b]);
-    impl_->byte_token[b] = it == impl_->text_to_id.end() ? -1 : it->second;
+    impl_->byte_token[b] = impl_->text_to_id.find(a.byte_to_utf8[b]);
   }
 
   // Special-token matcher.
@@ -235,24 +280,22 @@ void Tokenizer::load_tokens(const gguf::File& file) {
 void Tokenizer::load_merges(const gguf::File& file) {
   const std::vector<std::string_view> merges = file.get_string_array("tokenizer.ggml.merges");
   impl_->merges.reserve(merges.size());
-  auto find = [&](std::string_view s) {
-    auto it = impl_->text_to_id.find(s);
-    return it == impl_->text_to_id.end() ? -1 : it->second;
-  };
+  auto find = [&](std::string_view s) { return impl_->text_to_id.find(s); };
   std::string joined;
   for (size_t r = 0; r < merges.size(); ++r) {
     const std::string_view m = merges[r];
     const size_t sp = m.size() > 1 ? m.find(' ', 1) : std::string_view::npos;
-    const std::string where = "merge " + std::to_string(r) + " '" + std::string(m) + "' in tokenizer.ggml.merges";
-    if (sp == std::string_view::npos || sp + 1 >= m.size())
-      throw Error(where + " is not two tokens separated by a space");
+    auto fail = [&](const std::string& why) {
+      return Error("merge " + std::to_string(r) + " '" + std::string(m) + "' in tokenizer.ggml.merges " + why);
+    };
+    if (sp == std::string_view::npos || sp + 1 >= m.size()) throw fail("is not two tokens separated by a space");
     const std::string_view left = m.substr(0, sp), right = m.substr(sp + 1);
     const int32_t l = find(left), rt = find(right);
-    if (l < 0) throw Error(where + " names unknown token '" + std::string(left) + "'");
-    if (rt < 0) throw Error(where + " names unknown token '" + std::string(right) + "'");
+    if (l < 0) throw fail("names unknown token '" + std::string(left) + "'");
+    if (rt < 0) throw fail("names unknown token '" + std::string(right) + "'");
     joined.assign(left).append(right);
     const int32_t res = find(joined);
-    if (res < 0) throw Error(where + " makes '" + joined + "', which is not in tokenizer.ggml.tokens");
+    if (res < 0) throw fail("makes '" + joined + "', which is not in tokenizer.ggml.tokens");
     impl_->merges.emplace(Impl::key(l, rt), Merge{static_cast<int32_t>(r), res});  // first rank wins
   }
 }
@@ -310,8 +353,7 @@ uint32_t Tokenizer::token_attr(int32_t id) const {
 }
 
 int32_t Tokenizer::token_id(std::string_view text) const {
-  auto it = impl_->text_to_id.find(text);
-  return it == impl_->text_to_id.end() ? -1 : it->second;
+  return impl_->text_to_id.find(text);
 }
 
 // ---- encoding --------------------------------------------------------------------------------
