@@ -1,0 +1,126 @@
+// The GEMM driver: row tiles and panel runs as work items, kernel lookup, and the portable twin.
+#include "jit/gemm.h"
+
+#include <algorithm>
+#include <string>
+
+#include "model/error.h"
+#include "model/quant_ref_dot.h"
+#include "model/thread_pool.h"
+
+namespace dllm::jit {
+
+namespace {
+
+void check_operands(const QuantMatrix& w, const QuantizedActs& a) {
+  if (a.fmt != act_format_for(w.type) || a.k != w.k)
+    throw Error("gemm: activations (" + std::string(a.fmt == ActFormat::Q8_K ? "Q8_K" : "Q8_0") + ", k = " +
+                std::to_string(a.k) + ") do not fit " + ggml_type_name(w.type) + " weights with k = " +
+                std::to_string(w.k));
+}
+
+// The portable family: the reference integer dot products, one output at a time.
+void gemm_portable(const QuantMatrix& w, const QuantizedActs& a, float* y, ThreadPool& pool) {
+  const size_t row_bytes = w.src_row_bytes();
+  const int64_t chunk = 16;
+  const int64_t n_chunks = (w.n + chunk - 1) / chunk;
+  pool.parallel_for(n_chunks * a.rows, [&](int64_t item, int) {
+    const int64_t r = item / n_chunks, c = item % n_chunks;
+    const void* act = a.row_blocks(r);
+    for (int64_t n = c * chunk; n < std::min(w.n, (c + 1) * chunk); ++n) {
+      const void* wr = w.src + n * row_bytes;
+      float v = 0;
+      switch (w.type) {
+        case GgmlType::Q4_K: v = quant::vec_dot_q4_K_q8_K(w.k, wr, act); break;
+        case GgmlType::Q6_K: v = quant::vec_dot_q6_K_q8_K(w.k, wr, act); break;
+        default: v = quant::vec_dot_q8_0_q8_0(w.k, wr, act); break;
+      }
+      y[r * w.n + n] = v;
+    }
+  });
+}
+
+struct Tile {
+  int64_t r0;
+  int m;
+};
+
+std::vector<Tile> row_tiles(int64_t rows, int mmax) {
+  std::vector<Tile> tiles;
+  for (int64_t r = 0; r < rows; r += mmax) tiles.push_back({r, static_cast<int>(std::min<int64_t>(mmax, rows - r))});
+  return tiles;
+}
+
+GemmDesc desc_for(const QuantMatrix& w, int m) {
+  GemmDesc d;
+  d.isa = w.isa;
+  d.wtype = w.type;
+  d.n = w.n;
+  d.k = w.k;
+  d.m = m;
+  return d;
+}
+
+}  // namespace
+
+std::vector<std::shared_ptr<const Kernel>> kernels_for(const QuantMatrix& w, int64_t rows, KernelCache& cache) {
+  std::vector<std::shared_ptr<const Kernel>> out;
+  if (w.isa == Isa::Portable || rows <= 0) return out;
+  const int mmax = max_row_tile(w.isa, w.type);
+  std::vector<int> ms;
+  for (const Tile& t : row_tiles(rows, mmax))
+    if (std::find(ms.begin(), ms.end(), t.m) == ms.end()) ms.push_back(t.m);
+  for (int m : ms) out.push_back(cache.get(desc_for(w, m)));
+  return out;
+}
+
+void gemm(const QuantMatrix& w, const QuantizedActs& a, float* y, ThreadPool& pool, KernelCache& cache) {
+  check_operands(w, a);
+  if (a.rows == 0) return;
+  if (w.isa == Isa::Portable) return gemm_portable(w, a, y, pool);
+
+  const PackedLayout& L = w.layout;
+  const int mmax = max_row_tile(w.isa, w.type);
+  const std::vector<Tile> tiles = row_tiles(a.rows, mmax);
+  const std::shared_ptr<const Kernel> full = cache.get(desc_for(w, tiles.front().m));
+  const std::shared_ptr<const Kernel> rest = tiles.back().m == tiles.front().m ? full : cache.get(desc_for(w, tiles.back().m));
+
+  // Work items: runs of panels (small enough to stay in L2 while the row tiles pass over them) times
+  // groups of row tiles, so that even narrow matrices give every thread work.
+  const int64_t threads = pool.size();
+  const int64_t max_run = std::max<int64_t>(1, (512 * 1024) / L.panel_bytes);
+  const int64_t run = std::clamp<int64_t>(L.n_panels / (4 * threads), 1, max_run);
+  const int64_t n_runs = (L.n_panels + run - 1) / run;
+  const int64_t n_tiles = static_cast<int64_t>(tiles.size());
+  const int64_t groups = std::clamp<int64_t>((4 * threads + n_runs - 1) / n_runs, 1, n_tiles);
+  const int64_t tiles_per_group = (n_tiles + groups - 1) / groups;
+  const int64_t n_groups = (n_tiles + tiles_per_group - 1) / tiles_per_group;
+  const int64_t last_cols = w.n - (L.n_panels - 1) * L.p;
+  const int64_t nb_act = a.blocks_per_row(), corr = a.corr_per_row();
+
+  pool.parallel_for(n_runs * n_groups, [&](int64_t item, int) {
+    const int64_t p0 = (item / n_groups) * run, g = item % n_groups;
+    const int64_t np = std::min(run, L.n_panels - p0);
+    GemmKernelArgs args{};
+    args.w = w.packed.data() + p0 * L.panel_bytes;
+    args.n_panels = np;
+    args.tail_cols = p0 + np == L.n_panels ? last_cols : L.p;
+    for (int64_t t = g * tiles_per_group; t < std::min(n_tiles, (g + 1) * tiles_per_group); ++t) {
+      const Tile& tile = tiles[t];
+      args.xq = a.qs.data() + tile.r0 * a.k;
+      args.xd = a.d.data() + tile.r0 * nb_act;
+      args.xs = a.fmt == ActFormat::Q8_K ? a.s32.data() + tile.r0 * (a.k / 32) : nullptr;
+      args.xc = a.corr.data() + tile.r0 * corr;
+      args.y = y + tile.r0 * w.n + p0 * L.p;
+      (tile.m == full->desc().m ? full : rest)->fn()(&args);
+    }
+  });
+}
+
+void gemm(const QuantMatrix& w, const float* x, int64_t rows, float* y, ThreadPool& pool, KernelCache& cache) {
+  QuantizedActs a;
+  quantize_acts(act_format_for(w.type), x, rows, w.k, a, pool);
+  gemm(w, a, y, pool, cache);
+}
+
+}  // namespace dllm::jit

@@ -1,0 +1,66 @@
+// The GEMM kernel descriptor: the single source of truth of a generated kernel. The generators read
+// only this, the kernel cache is keyed by it, and kernel names and dumps derive from it.
+//
+// A kernel computes, for a tile of M activation rows and a run of weight panels (P weight rows each),
+//   y[r][n] = sum over blocks of the weight type's integer dot products, scaled as ggml does,
+// reading weights in the repacked layout of repack.h and activations quantised by quant_act.h.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "jit/cpu_features.h"
+#include "model/ggml_types.h"
+
+namespace dllm::jit {
+
+// Weight rows interleaved per vector register: 16 dwords in a zmm, 8 in a ymm.
+inline constexpr int panel_rows(Isa isa) { return isa == Isa::Avx512Vnni ? 16 : 8; }
+
+struct GemmDesc {
+  Isa isa = Isa::Avx512Vnni;
+  GgmlType wtype = GgmlType::Q4_K;  // Q4_K, Q6_K or Q8_0
+  int64_t n = 0;                    // weight rows (outputs): the row stride of y
+  int64_t k = 0;                    // row length (inputs), a multiple of the block size
+  int m = 1;                        // activation rows per call (the row tile)
+
+  int p() const { return panel_rows(isa); }
+  bool operator==(const GemmDesc& o) const {
+    return isa == o.isa && wtype == o.wtype && n == o.n && k == o.k && m == o.m;
+  }
+
+  // XNNPACK-style: types, op, tile (rows x weight rows per panel), ISA, then the specialised shape, e.g.
+  // "q4k_q8k_gemm_8x16__avx512vnni_k4096_n12288".
+  std::string name() const;
+};
+
+struct GemmDescHash {
+  size_t operator()(const GemmDesc& d) const;
+};
+
+// The activation format each weight type multiplies with (ggml's vec_dot_type).
+enum class ActFormat { Q8_K, Q8_0 };
+ActFormat act_format_for(GgmlType wtype);
+inline int act_block(ActFormat f) { return f == ActFormat::Q8_K ? 256 : 32; }
+
+// The weight types the JIT kernels handle.
+bool jit_supports_type(GgmlType t);
+
+// The largest row tile whose registers fit the family's register file (checked again by the generator).
+int max_row_tile(Isa isa, GgmlType wtype);
+
+// What a generated kernel reads and writes. Row strides are compile-time constants of the kernel.
+struct GemmKernelArgs {
+  const uint8_t* w;     // the first weight panel of this call (repack.h layout)
+  const int8_t* xq;     // activation row 0 of the tile: int8 quants (stride k)
+  const float* xd;      // row 0: block scales (stride k / block)
+  const int16_t* xs;    // row 0: Q8_K: sums of 32 quants (stride k / 32)
+  const int32_t* xc;    // row 0: init corrections: Q8_K -32*bsum per 16 (stride k/16); Q8_0 -128*sum per 32
+  float* y;             // y[0][n0]: the first output column of this call (row stride n)
+  int64_t n_panels;     // panels to compute, >= 1
+  int64_t tail_cols;    // valid columns of the last panel (1..P); P when the call ends on a full panel
+};
+using GemmKernelFn = void (*)(const GemmKernelArgs*);
+
+}  // namespace dllm::jit

@@ -1,0 +1,117 @@
+// Activation quantisation: ggml's reference quantizers per row (the values), then the kernels'
+// struct-of-arrays form and block sums, rows in parallel.
+#include "jit/quant_act.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "model/error.h"
+#include "model/quant.h"
+#include "model/thread_pool.h"
+
+namespace dllm::jit {
+
+template <class T>
+void AlignedArray<T>::Free::operator()(T* p) const {
+  std::free(p);
+}
+
+template <class T>
+void AlignedArray<T>::resize(size_t n) {
+  if (n <= n_ && ptr_) {
+    n_ = n;
+    return;
+  }
+  const size_t bytes = ((n * sizeof(T) + 63) / 64) * 64;
+  void* p = std::aligned_alloc(64, bytes ? bytes : 64);
+  if (!p) throw std::bad_alloc();
+  ptr_.reset(static_cast<T*>(p));
+  n_ = n;
+}
+
+template class AlignedArray<int8_t>;
+template class AlignedArray<uint8_t>;
+template class AlignedArray<float>;
+
+size_t QuantizedActs::block_bytes() const {
+  return fmt == ActFormat::Q8_K ? sizeof(quant::BlockQ8_K) : sizeof(quant::BlockQ8_0);
+}
+
+namespace {
+
+// Sizes the arrays for rows x k of format fmt (k already checked).
+void shape(ActFormat fmt, int64_t rows, int64_t k, QuantizedActs& out) {
+  const int block = act_block(fmt);
+  out.fmt = fmt;
+  out.rows = rows;
+  out.k = k;
+  const size_t nrows = static_cast<size_t>(rows);
+  out.qs.resize(nrows * k);
+  out.d.resize(nrows * (k / block));
+  out.s32.resize(fmt == ActFormat::Q8_K ? nrows * (k / 32) : 0);
+  out.corr.resize(nrows * out.corr_per_row());
+  out.blocks.resize(nrows * (k / block) * out.block_bytes());
+}
+
+void check(ActFormat fmt, int64_t rows, int64_t k) {
+  const int block = act_block(fmt);
+  if (k <= 0 || k % block != 0)
+    throw Error("activation quantisation: row length " + std::to_string(k) + " is not a multiple of " +
+                std::to_string(block));
+  if (rows < 0) throw Error("activation quantisation: negative row count");
+}
+
+// Fills row r's kernel arrays from its ggml blocks (already in out.blocks).
+void derive_row(QuantizedActs& a, int64_t r) {
+  const int64_t k = a.k, nb = a.blocks_per_row();
+  int8_t* qs = a.qs.data() + r * k;
+  float* d = a.d.data() + r * nb;
+  int32_t* corr = a.corr.data() + r * a.corr_per_row();
+  if (a.fmt == ActFormat::Q8_K) {
+    const auto* blocks = static_cast<const quant::BlockQ8_K*>(a.row_blocks(r));
+    int16_t* s32 = a.s32.data() + r * (k / 32);
+    for (int64_t b = 0; b < nb; ++b) {
+      const quant::BlockQ8_K& blk = blocks[b];
+      std::memcpy(qs + b * 256, blk.qs, 256);
+      d[b] = blk.d;
+      for (int j = 0; j < 16; ++j) corr[b * 16 + j] = -32 * blk.bsums[j];
+      for (int j = 0; j < 8; ++j) s32[b * 8 + j] = static_cast<int16_t>(blk.bsums[2 * j] + blk.bsums[2 * j + 1]);
+    }
+  } else {
+    const auto* blocks = static_cast<const quant::BlockQ8_0*>(a.row_blocks(r));
+    for (int64_t b = 0; b < nb; ++b) {
+      const quant::BlockQ8_0& blk = blocks[b];
+      std::memcpy(qs + b * 32, blk.qs, 32);
+      d[b] = quant::fp16_to_f32(blk.d);
+      int sum = 0;
+      for (int j = 0; j < 32; ++j) sum += blk.qs[j];
+      corr[b] = -128 * sum;
+    }
+  }
+}
+
+}  // namespace
+
+void quantize_acts(ActFormat fmt, const float* x, int64_t rows, int64_t k, QuantizedActs& out, ThreadPool& pool) {
+  check(fmt, rows, k);
+  shape(fmt, rows, k, out);
+  pool.parallel_for(rows, [&](int64_t r, int) {
+    void* blocks = out.blocks.data() + r * out.blocks_per_row() * out.block_bytes();
+    if (fmt == ActFormat::Q8_K)
+      quant::quantize_row_q8_K(x + r * k, static_cast<quant::BlockQ8_K*>(blocks), k);
+    else
+      quant::quantize_row_q8_0(x + r * k, static_cast<quant::BlockQ8_0*>(blocks), k);
+    derive_row(out, r);
+  });
+}
+
+void acts_from_blocks(ActFormat fmt, const void* blocks, int64_t rows, int64_t k, QuantizedActs& out) {
+  check(fmt, rows, k);
+  shape(fmt, rows, k, out);
+  std::memcpy(out.blocks.data(), blocks, out.blocks.size());
+  for (int64_t r = 0; r < rows; ++r) derive_row(out, r);
+}
+
+}  // namespace dllm::jit

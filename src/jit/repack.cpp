@@ -1,0 +1,193 @@
+// Weight repacking into the kernels' interleaved panels (layout described in repack.h), panels in parallel.
+#include "jit/repack.h"
+
+#include <chrono>
+#include <cstring>
+#include <string>
+
+#include "model/error.h"
+#include "model/quant.h"
+#include "model/thread_pool.h"
+
+namespace dllm::jit {
+
+namespace {
+
+using quant::BlockQ4_K;
+using quant::BlockQ6_K;
+using quant::BlockQ8_0;
+
+void put_u16(uint8_t* dst, uint16_t v) { std::memcpy(dst, &v, 2); }
+
+// Byte b of the dword of row p in a vector at `vec`.
+uint8_t& vbyte(uint8_t* vec, int p, int b) { return vec[4 * p + b]; }
+
+// One Q4_K block column of a panel: rows[p] is row p's block (null for padding rows).
+void pack_q4_k(const void* const* rows, int P, uint8_t* quant, uint8_t* meta) {
+  std::memset(quant, 0, 128 * P);
+  std::memset(meta, 0, 20 * P);
+  uint8_t q[256];
+  for (int p = 0; p < P; ++p) {
+    if (!rows[p]) continue;
+    const auto& b = *static_cast<const BlockQ4_K*>(rows[p]);
+    unpack_q4_k(&b, q);
+    for (int s = 0; s < 8; ++s)
+      for (int j = 0; j < 4; ++j)
+        for (int e = 0; e < 4; ++e)
+          vbyte(quant + (4 * s + j) * 4 * P, p, e) =
+              static_cast<uint8_t>(q[32 * s + 4 * j + e] | q[32 * s + 4 * j + 16 + e] << 4);
+    put_u16(meta + meta::q4k_d(P) + 2 * p, b.d);
+    put_u16(meta + meta::q4k_dmin(P) + 2 * p, b.dmin);
+    for (int s = 0; s < 8; ++s) {
+      uint8_t sc = 0, m = 0;
+      quant::scale_min_k4(s, b.scales, &sc, &m);
+      meta[meta::q4k_scales(P) + s * P + p] = sc;
+      meta[meta::q4k_mins(P) + (s / 2) * 2 * P + 2 * p + (s % 2)] = m;
+    }
+  }
+}
+
+void pack_q6_k(const void* const* rows, int P, uint8_t* quant, uint8_t* meta) {
+  std::memset(quant, 0, 192 * P);
+  std::memset(meta, 0, 18 * P);
+  uint8_t q[256];
+  for (int p = 0; p < P; ++p) {
+    if (!rows[p]) continue;
+    const auto& b = *static_cast<const BlockQ6_K*>(rows[p]);
+    unpack_q6_k(&b, q);
+    for (int u = 0; u < 16; ++u) {
+      uint8_t* base = quant + u * 12 * P;
+      for (int e = 0; e < 4; ++e) {
+        for (int j = 0; j < 2; ++j)
+          vbyte(base + j * 4 * P, p, e) =
+              static_cast<uint8_t>((q[16 * u + 4 * j + e] & 15) | (q[16 * u + 4 * j + 8 + e] & 15) << 4);
+        uint8_t h = 0;
+        for (int g = 0; g < 4; ++g) h = static_cast<uint8_t>(h | (q[16 * u + 4 * g + e] >> 4) << (2 * g));
+        vbyte(base + 8 * P, p, e) = h;
+      }
+    }
+    put_u16(meta + meta::q6k_d(P) + 2 * p, b.d);
+    for (int u = 0; u < 16; ++u)
+      meta[meta::q6k_scales(P) + (u / 2) * 2 * P + 2 * p + (u % 2)] = static_cast<uint8_t>(b.scales[u]);
+  }
+}
+
+void pack_q8_0(const void* const* rows, int P, bool bias128, uint8_t* quant, uint8_t* meta) {
+  // Padding rows: weight 0 (stored as 0x80 when biased) and d = 0.
+  std::memset(quant, bias128 ? 0x80 : 0, 32 * P);
+  std::memset(meta, 0, 2 * P);
+  for (int p = 0; p < P; ++p) {
+    if (!rows[p]) continue;
+    const auto& b = *static_cast<const BlockQ8_0*>(rows[p]);
+    for (int g = 0; g < 8; ++g)
+      for (int e = 0; e < 4; ++e)
+        vbyte(quant + g * 4 * P, p, e) = static_cast<uint8_t>(b.qs[4 * g + e]) ^ (bias128 ? 0x80 : 0);
+    put_u16(meta + meta::q8_0_d(P) + 2 * p, b.d);
+  }
+}
+
+}  // namespace
+
+void unpack_q4_k(const void* block, uint8_t q[256]) {
+  const auto& b = *static_cast<const BlockQ4_K*>(block);
+  for (int c = 0; c < 4; ++c)
+    for (int l = 0; l < 32; ++l) {
+      q[64 * c + l] = b.qs[32 * c + l] & 15;
+      q[64 * c + 32 + l] = b.qs[32 * c + l] >> 4;
+    }
+}
+
+void unpack_q6_k(const void* block, uint8_t q[256]) {
+  const auto& b = *static_cast<const BlockQ6_K*>(block);
+  for (int h = 0; h < 2; ++h) {
+    const uint8_t* ql = b.ql + 64 * h;
+    const uint8_t* qh = b.qh + 32 * h;
+    uint8_t* out = q + 128 * h;
+    for (int l = 0; l < 32; ++l) {
+      out[l] = static_cast<uint8_t>((ql[l] & 15) | ((qh[l] >> 0) & 3) << 4);
+      out[l + 32] = static_cast<uint8_t>((ql[l + 32] & 15) | ((qh[l] >> 2) & 3) << 4);
+      out[l + 64] = static_cast<uint8_t>((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4);
+      out[l + 96] = static_cast<uint8_t>((ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4);
+    }
+  }
+}
+
+PackedLayout packed_layout(Isa isa, GgmlType wtype, int64_t n, int64_t k) {
+  if (!jit_supports_type(wtype))
+    throw Error("no JIT kernel for " + ggml_type_name(wtype) + " weights (supported: Q4_K, Q6_K, Q8_0)");
+  PackedLayout l;
+  l.isa = isa;
+  l.wtype = wtype;
+  l.p = panel_rows(isa);
+  l.n = n;
+  l.k = k;
+  l.block = wtype == GgmlType::Q8_0 ? 32 : 256;
+  if (k <= 0 || k % l.block != 0 || n <= 0)
+    throw Error("cannot repack " + ggml_type_name(wtype) + " matrix of " + std::to_string(n) + " rows x " +
+                std::to_string(k) + ": row length must be a positive multiple of " + std::to_string(l.block));
+  l.nblocks = k / l.block;
+  switch (wtype) {
+    case GgmlType::Q4_K: l.quant_bytes = 128 * l.p; l.meta_bytes = 20 * l.p; break;
+    case GgmlType::Q6_K: l.quant_bytes = 192 * l.p; l.meta_bytes = 18 * l.p; break;
+    default: l.quant_bytes = 32 * l.p; l.meta_bytes = 2 * l.p; break;
+  }
+  l.panel_bytes = (l.nblocks * (l.quant_bytes + l.meta_bytes) + 63) / 64 * 64;
+  l.n_panels = (n + l.p - 1) / l.p;
+  return l;
+}
+
+size_t QuantMatrix::src_row_bytes() const {
+  const auto info = ggml_type_info(static_cast<uint32_t>(type));
+  return static_cast<size_t>(k / info->block_size * info->type_size);
+}
+
+QuantMatrix prepare_matrix(GgmlType type, int64_t k, int64_t n, const void* data, Isa isa, ThreadPool& pool,
+                           const std::string& what) {
+  const auto t0 = std::chrono::steady_clock::now();
+  QuantMatrix m;
+  m.type = type;
+  m.isa = isa;
+  m.n = n;
+  m.k = k;
+  m.src = static_cast<const uint8_t*>(data);
+  try {
+    m.layout = packed_layout(isa == Isa::Portable ? Isa::Avx2 : isa, type, n, k);
+  } catch (const Error& e) {
+    throw Error(what + ": " + e.what());
+  }
+  if (isa == Isa::Portable) return m;  // the reference path reads the ggml rows directly
+
+  const PackedLayout& L = m.layout;
+  m.packed.resize(static_cast<size_t>(L.total_bytes()));
+  const size_t row_bytes = m.src_row_bytes();
+  const bool bias128 = isa != Isa::Avx2;
+  pool.parallel_for(L.n_panels, [&](int64_t panel, int) {
+    uint8_t* base = m.packed.data() + panel * L.panel_bytes;
+    std::memset(base + L.nblocks * (L.quant_bytes + L.meta_bytes), 0,
+                L.panel_bytes - L.nblocks * (L.quant_bytes + L.meta_bytes));
+    const void* rows[16] = {};
+    for (int64_t blk = 0; blk < L.nblocks; ++blk) {
+      for (int p = 0; p < L.p; ++p) {
+        const int64_t row = panel * L.p + p;
+        rows[p] = row < n ? m.src + row * row_bytes + blk * (row_bytes / L.nblocks) : nullptr;
+      }
+      uint8_t* quant = base + blk * L.quant_bytes;
+      uint8_t* meta = base + L.meta_offset() + blk * L.meta_bytes;
+      switch (type) {
+        case GgmlType::Q4_K:
+          pack_q4_k(rows, L.p, quant, meta);
+          break;
+        case GgmlType::Q6_K:
+          pack_q6_k(rows, L.p, quant, meta);
+          break;
+        default:
+          pack_q8_0(rows, L.p, bias128, quant, meta);
+          break;
+      }
+    }
+  });
+  m.repack_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return m;
+}
+
+}  // namespace dllm::jit

@@ -1,0 +1,86 @@
+// Weight repacking at load: ggml Q4_K / Q6_K / Q8_0 rows into the interleaved layout the JIT kernels
+// read, so that one vpdpbusd multiplies P weight rows (16 in a zmm, 8 in a ymm) by 4 int8 activations.
+// Nothing but the kernels (and the tests) reads this layout.
+//
+// The weight rows are cut into panels of P rows (the last one padded with zero rows). A panel is
+//   [quant stream: nblocks x quant_bytes][meta stream: nblocks x meta_bytes], padded to 64 bytes,
+// and panels follow each other. "Vector" below is P dwords: dword p holds 4 bytes of weight row p, for
+// 4 consecutive k ("a group"). Per block (256 values for the K-quants, 32 for Q8_0):
+//
+// Q4_K  quant (128P): for sub-block s < 8, j < 4: vector V[s][j], byte b of dword p =
+//                       q[p][32s+4j+b] | q[p][32s+4j+16+b] << 4        (4-bit, q in 0..15)
+//       meta   (20P): d fp16 [P] | dmin fp16 [P] | scales u8 [8][P] | mins u8 [4][P][2] (pairs for vpdpwssd)
+// Q6_K  quant (192P): for sub-block u < 16: V[u][0], V[u][1], H[u] (12P bytes), where V[u][j] byte b of
+//                       dword p = lo4(q[p][16u+4j+b]) | lo4(q[p][16u+4j+8+b]) << 4 and H[u] byte b =
+//                       sum over g < 4 of hi2(q[p][16u+4g+b]) << 2g        (q in 0..63, i.e. ggml's q + 32)
+//       meta   (18P): d fp16 [P] | scales i8 [8][P][2] (sub-blocks 2v, 2v+1 side by side)
+// Q8_0  quant (32P):  for group g < 8: vector, byte b of dword p = w[p][4g+b], XOR 0x80 for the VNNI
+//                       families (unsigned w + 128; the kernel subtracts 128 * sum(x)), as is for AVX2
+//       meta    (2P): d fp16 [P]
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "jit/gemm_desc.h"
+#include "jit/quant_act.h"
+
+namespace dllm {
+class ThreadPool;
+}
+
+namespace dllm::jit {
+
+struct PackedLayout {
+  Isa isa = Isa::Avx512Vnni;
+  GgmlType wtype = GgmlType::Q4_K;
+  int p = 16;                 // rows per panel
+  int64_t n = 0, k = 0;
+  int block = 256;            // values per block
+  int64_t nblocks = 0;        // k / block
+  int64_t quant_bytes = 0;    // per block, per panel
+  int64_t meta_bytes = 0;     // per block, per panel
+  int64_t panel_bytes = 0;    // nblocks * (quant_bytes + meta_bytes), rounded up to 64
+  int64_t n_panels = 0;       // ceil(n / p)
+
+  int64_t meta_offset() const { return nblocks * quant_bytes; }  // start of the meta stream in a panel
+  int64_t total_bytes() const { return panel_bytes * n_panels; }
+};
+
+// Offsets inside one block's meta record, in bytes, for P rows per panel.
+namespace meta {
+inline int64_t q4k_d(int) { return 0; }
+inline int64_t q4k_dmin(int p) { return 2 * p; }
+inline int64_t q4k_scales(int p) { return 4 * p; }
+inline int64_t q4k_mins(int p) { return 12 * p; }
+inline int64_t q6k_d(int) { return 0; }
+inline int64_t q6k_scales(int p) { return 2 * p; }
+inline int64_t q8_0_d(int) { return 0; }
+}  // namespace meta
+
+// Throws dllm::Error when the type has no JIT kernel or k is not a multiple of its block.
+PackedLayout packed_layout(Isa isa, GgmlType wtype, int64_t n, int64_t k);
+
+// A weight matrix prepared for gemm(): n rows (outputs) of k values, repacked for one kernel family.
+// The portable family keeps a pointer to the original ggml rows (which must outlive the matrix).
+struct QuantMatrix {
+  GgmlType type = GgmlType::Q4_K;
+  Isa isa = Isa::Portable;
+  int64_t n = 0, k = 0;
+  PackedLayout layout;
+  AlignedArray<uint8_t> packed;  // empty for the portable family
+  const uint8_t* src = nullptr;  // the ggml rows (row stride = k / block * bytes per block)
+  double repack_seconds = 0;     // wall time of the repack
+
+  size_t src_row_bytes() const;
+};
+
+// Prepares `n` rows of `k` values of ggml type `type` stored at `data` for family `isa`, panels in
+// parallel. Throws dllm::Error naming `what` (e.g. the tensor name) for a type or shape it cannot take.
+QuantMatrix prepare_matrix(GgmlType type, int64_t k, int64_t n, const void* data, Isa isa, ThreadPool& pool,
+                           const std::string& what = "weight matrix");
+
+// The unsigned quants of one ggml block in element order: Q4_K 0..15, Q6_K 0..63 (ggml's q + 32).
+void unpack_q4_k(const void* block, uint8_t q[256]);
+void unpack_q6_k(const void* block, uint8_t q[256]);
+
+}  // namespace dllm::jit

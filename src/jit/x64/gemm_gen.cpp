@@ -1,0 +1,301 @@
+// GemmGenerator: the panel and block loops, stores, register naming and the family-specific instructions
+// shared by the three weight-type bodies.
+#include "jit/x64/gemm_gen.h"
+
+#include <cstddef>
+#include <cstdint>
+
+#include "model/error.h"
+
+namespace dllm::jit {
+
+using Xbyak::RegExp;
+
+namespace {
+constexpr size_t kMaxCodeBytes = 256 * 1024;
+}
+
+template <class Vmm>
+GemmGenerator<Vmm>::GemmGenerator(const GemmDesc& desc)
+    : JitGenerator(desc.name(), kMaxCodeBytes),
+      desc_(desc),
+      layout_(packed_layout(desc.isa, desc.wtype, desc.n, desc.k)),
+      plan_(plan_registers(desc.isa, desc.wtype, desc.m)),
+      m_(desc.m) {
+  if ((desc.isa == Isa::Avx512Vnni) != kZmm || desc.isa == Isa::Portable)
+    throw Error("cannot generate kernel " + desc.name() + ": family and register width disagree");
+  if (desc.m < 1 || plan_.m != desc.m || desc.m > row_tile_cap(desc.wtype))
+    throw Error("cannot generate kernel " + desc.name() + ": a row tile of " + std::to_string(desc.m) +
+                " does not fit the " + std::to_string(vector_registers(desc.isa)) + " vector registers");
+}
+
+// ---- registers ----
+
+template <class Vmm>
+Vmm GemmGenerator<Vmm>::vdot(int r) const {
+  if (r < 0 || r >= m_) throw Error(kernel_name() + ": dot register index out of range");
+  return Vmm(r);
+}
+
+template <class Vmm>
+Vmm GemmGenerator<Vmm>::vsumi(int r) const {
+  if (r < 0 || r >= m_ || desc_.wtype == GgmlType::Q8_0) throw Error(kernel_name() + ": sum register misuse");
+  return Vmm(m_ + r);
+}
+
+template <class Vmm>
+Vmm GemmGenerator<Vmm>::vacc(int r) const {
+  if (r < 0 || r >= m_ || plan_.acc_in_mem) throw Error(kernel_name() + ": accumulator register misuse");
+  return Vmm((plan_.per_row - 1) * m_ + r);
+}
+
+template <class Vmm>
+Vmm GemmGenerator<Vmm>::vtmp(int i) const {
+  if (i < 0 || i >= plan_.temps) throw Error(kernel_name() + ": temporary register index out of range");
+  return Vmm(plan_.per_row * m_ + i);
+}
+
+template <class Vmm>
+Vmm GemmGenerator<Vmm>::vbcast() const {
+  if (kZmm) throw Error(kernel_name() + ": zmm kernels broadcast from memory");
+  return vtmp(plan_.temps - 1);
+}
+
+// ---- family-specific instructions ----
+
+template <class Vmm>
+void GemmGenerator<Vmm>::vzero(const Vmm& v) {
+  if constexpr (kZmm) vpxord(v, v, v);
+  else vpxor(v, v, v);
+}
+
+template <class Vmm>
+void GemmGenerator<Vmm>::load_vec(const Vmm& v, const RegExp& e) {
+  if constexpr (kZmm) vmovdqu32(v, ptr[e]);
+  else vmovdqu(v, ptr[e]);
+}
+
+template <class Vmm>
+void GemmGenerator<Vmm>::dot_u8s8(const Vmm& acc, const Vmm& w, const RegExp& e) {
+  if constexpr (kZmm) {
+    vpdpbusd(acc, w, ptr_b[e], Xbyak::EvexEncoding);
+  } else if (desc_.isa == Isa::AvxVnni) {
+    vpbroadcastd(vbcast(), ptr[e]);
+    vpdpbusd(acc, w, vbcast(), Xbyak::VexEncoding);
+  } else {  // AVX2: u8*s8 pairs to int16 (no saturation: |w| <= 63 here), pairs to int32, add
+    const Vmm b = vbcast();
+    vpbroadcastd(b, ptr[e]);
+    vpmaddubsw(b, w, b);
+    vpmaddwd(b, b, ptr[rip + l_ones16_]);
+    vpaddd(acc, acc, b);
+  }
+}
+
+template <class Vmm>
+void GemmGenerator<Vmm>::dot_s8s8_avx2(const Vmm& acc, const Vmm& wabs, const Vmm& w, const RegExp& e) {
+  const Vmm b = vbcast();
+  vpbroadcastd(b, ptr[e]);
+  vpsignb(b, b, w);       // x * sign(w): then |w| * that = w * x, and |pair sums| <= 2*128*127 fits int16
+  vpmaddubsw(b, wabs, b);
+  vpmaddwd(b, b, ptr[rip + l_ones16_]);
+  vpaddd(acc, acc, b);
+}
+
+template <class Vmm>
+void GemmGenerator<Vmm>::dot_pairs(const Vmm& acc, const Vmm& w, const RegExp& e) {
+  if constexpr (kZmm) {
+    vpdpwssd(acc, w, ptr_b[e], Xbyak::EvexEncoding);
+  } else if (desc_.isa == Isa::AvxVnni) {
+    vpbroadcastd(vbcast(), ptr[e]);
+    vpdpwssd(acc, w, vbcast(), Xbyak::VexEncoding);
+  } else {
+    const Vmm b = vbcast();
+    vpbroadcastd(b, ptr[e]);
+    vpmaddwd(b, b, w);
+    vpaddd(acc, acc, b);
+  }
+}
+
+template <class Vmm>
+void GemmGenerator<Vmm>::and_mask0f(const Vmm& dst, const Vmm& src) {
+  if constexpr (kZmm) vpandd(dst, src, ptr_b[rip + l_mask0f_]);
+  else vpand(dst, src, ptr[rip + l_mask0f_]);
+}
+
+template <class Vmm>
+void GemmGenerator<Vmm>::and_mask30(const Vmm& dst, const Vmm& src) {
+  if constexpr (kZmm) vpandd(dst, src, ptr_b[rip + l_mask30_]);
+  else vpand(dst, src, ptr[rip + l_mask30_]);
+}
+
+template <class Vmm>
+void GemmGenerator<Vmm>::or_masked30(const Vmm& q, const Vmm& src, const Vmm& tmp) {
+  if constexpr (kZmm) {
+    vpternlogd(q, src, ptr_b[rip + l_mask30_], 0xF8);  // q | (src & mask)
+  } else {
+    and_mask30(tmp, src);
+    vpor(q, q, tmp);
+  }
+}
+
+template <class Vmm>
+void GemmGenerator<Vmm>::mul_bcast_f32(const Vmm& dst, const Vmm& src, const RegExp& e) {
+  if constexpr (kZmm) {
+    vmulps(dst, src, ptr_b[e]);
+  } else {
+    vbroadcastss(dst, ptr[e]);
+    vmulps(dst, src, dst);
+  }
+}
+
+template <class Vmm>
+void GemmGenerator<Vmm>::fma_acc(int r, const Vmm& d, const Vmm& f, bool negate) {
+  if (!plan_.acc_in_mem) {
+    if (negate) vfnmadd231ps(vacc(r), d, f);
+    else vfmadd231ps(vacc(r), d, f);
+    return;
+  }
+  const Xbyak::Address acc = ptr[rsp + r * kVB];
+  if (negate) vfnmadd213ps(f, d, acc);  // f = -(d*f) + acc
+  else vfmadd213ps(f, d, acc);          // f = d*f + acc
+  vmovaps(acc, f);
+}
+
+template <class Vmm>
+void GemmGenerator<Vmm>::scale_into_sum(int r, const Vmm& sc, bool first) {
+  if (first) {
+    vpmulld(vsumi(r), vdot(r), sc);
+  } else {
+    vpmulld(vdot(r), vdot(r), sc);
+    vpaddd(vsumi(r), vsumi(r), vdot(r));
+  }
+}
+
+template <class Vmm>
+void GemmGenerator<Vmm>::load_u8_to_i32(const Vmm& v, const RegExp& e) { vpmovzxbd(v, ptr[e]); }
+template <class Vmm>
+void GemmGenerator<Vmm>::load_u8_pairs_to_i16(const Vmm& v, const RegExp& e) { vpmovzxbw(v, ptr[e]); }
+template <class Vmm>
+void GemmGenerator<Vmm>::load_i8_pairs_to_i16(const Vmm& v, const RegExp& e) { vpmovsxbw(v, ptr[e]); }
+template <class Vmm>
+void GemmGenerator<Vmm>::load_f16_to_f32(const Vmm& v, const RegExp& e) { vcvtph2ps(v, ptr[e]); }
+
+// ---- the kernel ----
+
+template <class Vmm>
+void GemmGenerator<Vmm>::zero_accumulators() {
+  if (!plan_.acc_in_mem) {
+    for (int r = 0; r < m_; ++r) vzero(vacc(r));
+    return;
+  }
+  vzero(vtmp(0));
+  for (int r = 0; r < m_; ++r) vmovaps(ptr[rsp + r * kVB], vtmp(0));
+}
+
+template <class Vmm>
+void GemmGenerator<Vmm>::store_panel(bool masked) {
+  if (masked && !kZmm) vmovdqu(vtmp(0), ptr[reg_tail_]);  // lanes < tail_cols all ones
+  for (int r = 0; r < m_; ++r) {
+    Vmm src = plan_.acc_in_mem ? vtmp(1) : vacc(r);
+    if (plan_.acc_in_mem) vmovaps(src, ptr[rsp + r * kVB]);
+    const RegExp y = reg_y_ + r * desc_.n * 4;
+    if (!masked) {
+      vmovups(ptr[y], src);
+    } else if constexpr (kZmm) {
+      vmovups(ptr[y] | k1, src);
+    } else {
+      vmaskmovps(ptr[y], vtmp(0), src);
+    }
+  }
+}
+
+template <class Vmm>
+void GemmGenerator<Vmm>::generate() {
+  const bool q8k = desc_.wtype != GgmlType::Q8_0;
+  preamble();
+  if (plan_.acc_in_mem) {
+    sub(rsp, m_ * kVB);
+    and_(rsp, -64);
+  }
+  // Tail mask of a partial last panel: k1 (zmm), or a pointer to P lanes of the ones/zeros table (ymm).
+  mov(reg_tmp_, ptr[reg_args_ + offsetof(GemmKernelArgs, tail_cols)]);
+  lea(reg_tail_, ptr[rip + l_tail_]);
+  if constexpr (kZmm) {
+    kmovw(k1, ptr[reg_tail_ + reg_tmp_ * 2]);
+  } else {
+    neg(reg_tmp_);
+    lea(reg_tail_, ptr[reg_tail_ + reg_tmp_ * 4 + 4 * kP]);
+  }
+  mov(reg_panel_, ptr[reg_args_ + offsetof(GemmKernelArgs, w)]);
+  mov(reg_y_, ptr[reg_args_ + offsetof(GemmKernelArgs, y)]);
+  mov(reg_np_, ptr[reg_args_ + offsetof(GemmKernelArgs, n_panels)]);
+
+  Xbyak::Label l_panel, l_block;
+  L(l_panel);
+  {
+    zero_accumulators();
+    mov(reg_wq_, reg_panel_);
+    lea(reg_wm_, ptr[reg_panel_ + layout_.meta_offset()]);
+    mov(reg_xq_, ptr[reg_args_ + offsetof(GemmKernelArgs, xq)]);
+    mov(reg_xd_, ptr[reg_args_ + offsetof(GemmKernelArgs, xd)]);
+    mov(reg_xs_, ptr[reg_args_ + offsetof(GemmKernelArgs, xs)]);
+    mov(reg_xc_, ptr[reg_args_ + offsetof(GemmKernelArgs, xc)]);
+    mov(reg_blk_, layout_.nblocks);
+    align(16);
+    L(l_block);
+    {
+      switch (desc_.wtype) {
+        case GgmlType::Q4_K: body_q4k(); break;
+        case GgmlType::Q6_K: body_q6k(); break;
+        default: body_q8_0(); break;
+      }
+      add(reg_wq_, static_cast<uint32_t>(layout_.quant_bytes));
+      add(reg_wm_, static_cast<uint32_t>(layout_.meta_bytes));
+      add(reg_xq_, layout_.block);
+      add(reg_xd_, 4);
+      if (q8k) add(reg_xs_, 16);
+      add(reg_xc_, q8k ? 64 : 4);
+      dec(reg_blk_);
+      jnz(l_block, T_NEAR);
+    }
+    Xbyak::Label l_full, l_stored;
+    cmp(reg_np_, 1);
+    jne(l_full, T_NEAR);
+    cmp(qword[reg_args_ + offsetof(GemmKernelArgs, tail_cols)], kP);
+    je(l_full, T_NEAR);
+    store_panel(true);
+    jmp(l_stored, T_NEAR);
+    L(l_full);
+    store_panel(false);
+    L(l_stored);
+    add(reg_panel_, static_cast<uint32_t>(layout_.panel_bytes));
+    add(reg_y_, kVB);
+    dec(reg_np_);
+    jnz(l_panel, T_NEAR);
+  }
+  postamble();
+  emit_constants();
+}
+
+template <class Vmm>
+void GemmGenerator<Vmm>::emit_constants() {
+  align(64);
+  L(l_mask0f_);
+  for (int i = 0; i < 64; ++i) db(0x0F);
+  L(l_mask30_);
+  for (int i = 0; i < 64; ++i) db(0x30);
+  L(l_ones16_);
+  for (int i = 0; i < 32; ++i) dw(1);
+  L(l_tail_);
+  if constexpr (kZmm) {
+    for (int t = 0; t <= kP; ++t) dw(static_cast<uint16_t>((1u << t) - 1));
+  } else {
+    for (int i = 0; i < kP; ++i) dd(0xFFFFFFFFu);
+    for (int i = 0; i < kP; ++i) dd(0);
+  }
+}
+
+template class GemmGenerator<Xbyak::Zmm>;
+template class GemmGenerator<Xbyak::Ymm>;
+
+}  // namespace dllm::jit
