@@ -47,6 +47,12 @@ class Executor {
   // must not depend on which other rows are in the call.
   virtual void matmul(WeightHandle w, const float* x, int64_t rows, float* y) = 0;
 
+  // Several products of the same input: ys[i] = x times ws[i] (each as matmul). Backends that quantise
+  // activations do it once here for all of them (Q, K and V; gate and up).
+  virtual void matmul_shared(const WeightHandle* ws, float* const* ys, int n, const float* x, int64_t rows) {
+    for (int i = 0; i < n; ++i) matmul(ws[i], x, rows, ys[i]);
+  }
+
   // Bidirectional (non-causal, unmasked) grouped-query attention.
   // q: [n_q, H*d] (already RoPE'd), k and v: [n_kv, Hkv*d] (k RoPE'd), out: [n_q, H*d].
   // out[i][h] = sum_j softmax_j(scale * q[i][h] . k[j][g]) * v[j][g], g = h / (H / Hkv), heads

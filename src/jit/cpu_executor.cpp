@@ -1,0 +1,87 @@
+// CpuExecutor: prepare_weight repacks into QuantMatrix slots; matmul quantises activations and runs the
+// JIT GEMM; attention is the flash kernel; other weight types go through the reference executor.
+#include "jit/cpu_executor.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+
+#include "jit/attention/attention.h"
+#include "model/error.h"
+
+namespace dllm::jit {
+
+bool jit_supports(GgmlType type) {
+  return type == GgmlType::Q4_K || type == GgmlType::Q6_K || type == GgmlType::Q8_0;
+}
+
+CpuExecutor::CpuExecutor(ThreadPool& pool, Isa isa) : pool_(pool), isa_(isa), reference_(pool) {}
+
+CpuExecutor::~CpuExecutor() = default;
+
+std::string CpuExecutor::name() const { return std::string("jit-") + isa_name(isa_); }
+
+namespace {
+
+// Drops the pages of [p, p + n) from this process's resident set: the tensor was repacked into its own
+// memory and the kernels never read the mapping again. The file stays mapped (and readable) all the same.
+void release_source_pages(const void* p, uint64_t n) {
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  uintptr_t end = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
+}  // namespace
+
+model::WeightHandle CpuExecutor::prepare_weight(const gguf::TensorInfo& t) {
+  Slot slot;
+  if (jit_supports(t.type())) {
+    auto t0 = std::chrono::steady_clock::now();
+    slot.jit = std::make_unique<QuantMatrix>(
+        prepare_matrix(t.type(), t.ne[0], t.ne[1], t.data, isa_, pool_, std::string(t.name)));
+    repack_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    packed_bytes_ += slot.jit->packed.size();
+    if (slot.jit->packed.size() > 0) release_source_pages(t.data, t.nbytes);
+  } else {
+    slot.ref = reference_.prepare_weight(t);
+    ++fallback_count_;
+  }
+  slots_.push_back(std::move(slot));
+  return model::WeightHandle{static_cast<int32_t>(slots_.size() - 1)};
+}
+
+void CpuExecutor::matmul(model::WeightHandle w, const float* x, int64_t rows, float* y) {
+  matmul_shared(&w, &y, 1, x, rows);
+}
+
+void CpuExecutor::matmul_shared(const model::WeightHandle* ws, float* const* ys, int n, const float* x,
+                                int64_t rows) {
+  if (rows <= 0) return;
+  bool quantised = false;
+  ActFormat fmt{};
+  int64_t k = 0;
+  for (int i = 0; i < n; ++i) {
+    if (ws[i].index < 0 || static_cast<size_t>(ws[i].index) >= slots_.size())
+      throw Error("internal error: bad weight handle");
+    Slot& s = slots_[static_cast<size_t>(ws[i].index)];
+    if (!s.jit) {
+      reference_.matmul(s.ref, x, rows, ys[i]);
+      continue;
+    }
+    const ActFormat want = act_format_for(s.jit->type);
+    if (!quantised || want != fmt || s.jit->k != k) {
+      quantize_acts(want, x, rows, s.jit->k, acts_, pool_);
+      quantised = true, fmt = want, k = s.jit->k;
+    }
+    gemm(*s.jit, acts_, ys[i], pool_);
+  }
+}
+
+void CpuExecutor::attention(const model::AttentionShape& shape, const float* q, int64_t n_q, const float* k,
+                            const float* v, int64_t n_kv, float* out) {
+  flash_attention(shape, q, n_q, k, v, n_kv, out, pool_, isa_);
+}
+
+}  // namespace dllm::jit

@@ -1,0 +1,55 @@
+// The JIT CPU executor: the model's Executor interface on top of the repacked weights and Xbyak GEMM
+// kernels (jit/gemm.h) and the vectorised flash attention (jit/attention). Q4_K, Q6_K and Q8_0 matrices are
+// repacked once at load (in parallel; the source pages of the mapping are released afterwards so the model
+// is not held twice); activations are quantised to int8 once per input and shared by every matrix that
+// reads it (Q, K, V; gate, up). Matrices of other types (F32, F16, ...: small test models) go through the
+// reference executor, which is said once on stderr with --verbose.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "jit/cpu_features.h"
+#include "jit/gemm.h"
+#include "model/executor.h"
+#include "model/reference_executor.h"
+
+namespace dllm::jit {
+
+class CpuExecutor : public model::Executor {
+ public:
+  CpuExecutor(ThreadPool& pool, Isa isa);
+  ~CpuExecutor() override;
+
+  std::string name() const override;
+  model::WeightHandle prepare_weight(const gguf::TensorInfo& tensor) override;
+  void matmul(model::WeightHandle w, const float* x, int64_t rows, float* y) override;
+  void matmul_shared(const model::WeightHandle* ws, float* const* ys, int n, const float* x,
+                     int64_t rows) override;
+  void attention(const model::AttentionShape& shape, const float* q, int64_t n_q, const float* k,
+                 const float* v, int64_t n_kv, float* out) override;
+
+  Isa isa() const { return isa_; }
+  double repack_seconds() const { return repack_seconds_; }
+  uint64_t packed_bytes() const { return packed_bytes_; }
+  int fallback_matrices() const { return fallback_count_; }
+
+ private:
+  struct Slot {
+    std::unique_ptr<QuantMatrix> jit;  // null: handled by the reference executor
+    model::WeightHandle ref;
+  };
+  ThreadPool& pool_;
+  Isa isa_;
+  model::ReferenceExecutor reference_;
+  std::vector<Slot> slots_;
+  QuantizedActs acts_;
+  double repack_seconds_ = 0;
+  uint64_t packed_bytes_ = 0;
+  int fallback_count_ = 0;
+};
+
+// True when the JIT kernels can take a matrix of this type.
+bool jit_supports(GgmlType type);
+
+}  // namespace dllm::jit
