@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/backend.h"
 #include "cli/commands.h"
 #include "model/error.h"
 #include "model/model.h"
@@ -69,15 +70,10 @@ int cmd_logits(const Settings& s) {
     }
   }
   if (s.threads < 0) throw usage_error("flag --threads must be at least 1, got " + std::to_string(s.threads));
-  if (s.device == "gpu") {
-    throw Error("--device gpu: the GPU backend is not available in this build yet (run with --device cpu)");
-  }
-  if (s.device != "cpu") throw usage_error("flag --device must be cpu or gpu, got '" + s.device + "'");
-
   // --- load and check the model, then the ids against its vocabulary ---
   const auto t0 = Clock::now();
   model::LoadOptions opt;
-  opt.threads = static_cast<int>(std::min<int64_t>(s.threads, 4096));  // 0 = all logical CPUs
+  const Backend backend = choose_backend(s, opt);
   std::vector<int32_t> tokens(s.tokens.size());
   opt.on_checked = [&](const model::HParams& hp) {  // before any weight is prepared
     for (size_t i = 0; i < s.tokens.size(); ++i) {
@@ -107,6 +103,7 @@ int cmd_logits(const Settings& s) {
     std::fprintf(stderr, "model: %s (%s, %lld layers, vocab %lld), executor %s, %d threads\n", s.model.c_str(),
                  m->hparams().arch_name.c_str(), static_cast<long long>(m->hparams().n_layer),
                  static_cast<long long>(n_vocab), m->executor().name().c_str(), m->pool().size());
+    std::fprintf(stderr, "device: %s (%s)\n", backend.device.c_str(), backend.reason.c_str());
     std::fprintf(stderr, "load: %.1f ms, forward: %.1f ms (%lld tokens, %zu rows)\n", ms(t1 - t0), ms(t2 - t1),
                  static_cast<long long>(n), s.rows.size());
     std::fprintf(stderr, "peak resident memory: %.1f MiB\n", peak_rss_mib());
