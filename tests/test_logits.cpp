@@ -25,6 +25,10 @@ namespace {
 namespace fs = std::filesystem;
 constexpr int64_t kVocab = 1024;
 
+// The `logits` command runs the JIT executor by default; these tests compare it with the reference model
+// row for row, so they select the reference executor (tests/test_cpu_executor.cpp covers the JIT path).
+const bool kReferenceExecutor = setenv("DLLM_EXECUTOR", "reference", 1) == 0;
+
 struct Case {
   std::string name;   // <model>__<case>
   std::string model;  // tiny-llada-Q8_0 ...
