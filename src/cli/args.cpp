@@ -18,6 +18,8 @@
 #include <set>
 
 #include "cli/commands.h"
+#include "cli/commands_hub.h"
+#include "cli/commands_jit.h"
 #include "model/error.h"
 
 namespace dllm::cli {
@@ -130,6 +132,30 @@ const std::vector<Command>& commands() {
        {"arch", "out"}},
   };
   return cmds;
+}
+
+// Commands that declare and parse their own flags (with the same error conventions); the parser only
+// routes to them and gives their usage for --help.
+struct Passthrough {
+  const char* name;
+  const char* synopsis;
+  std::string (*usage)();
+  int (*run)(const std::vector<std::string>&);
+};
+
+const std::vector<Passthrough>& passthrough_commands() {
+  static const std::vector<Passthrough> p = {
+      {"kernels", "kernels --model PATH --out DIR [--isa F] [--rows N]", kernels_usage, cmd_kernels},
+      {"bench", "bench peak|gemm [options]", bench_usage, cmd_bench},
+      {"pull", "pull [ID] [--quant Q]", pull_usage, cmd_pull},
+  };
+  return p;
+}
+
+const Passthrough* find_passthrough(const std::string& name) {
+  for (const auto& p : passthrough_commands())
+    if (name == p.name) return &p;
+  return nullptr;
 }
 
 const Command* find_command(const std::string& name) {
@@ -327,6 +353,11 @@ std::string global_usage() {
     u += c.synopsis;
     u += '\n';
   }
+  for (const auto& p : passthrough_commands()) {
+    u += "  dllm ";
+    u += p.synopsis;
+    u += '\n';
+  }
   u += "  dllm COMMAND --help (or -h) prints that command's usage.\n";
   for (const auto& c : commands()) {
     u += '\n';
@@ -336,6 +367,7 @@ std::string global_usage() {
 }
 
 std::string command_usage(const std::string& command) {
+  if (const Passthrough* p = find_passthrough(command)) return p->usage();
   const Command* c = find_command(command);
   return c ? help_text(*c) : std::string();
 }
@@ -343,12 +375,22 @@ std::string command_usage(const std::string& command) {
 Settings parse_command_line(const std::vector<std::string>& args, std::string* help) {
   Settings s;
   if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
-    if (args.size() >= 2 && args[0] == "help" && find_command(args[1])) {
+    if (args.size() >= 2 && args[0] == "help" && !command_usage(args[1]).empty()) {
       *help = command_usage(args[1]);
     } else {
       *help = global_usage();
     }
     s.command = "help";
+    return s;
+  }
+  if (const Passthrough* p = find_passthrough(args[0])) {
+    s.command = p->name;
+    s.rest.assign(args.begin() + 1, args.end());
+    for (const auto& a : s.rest)
+      if (a == "--help" || a == "-h") {
+        *help = p->usage();
+        break;
+      }
     return s;
   }
   const Command* cmd = find_command(args[0]);
@@ -432,6 +474,7 @@ int run_command(const Settings& s) {
   if (s.command == "inspect") return cmd_inspect(s);
   if (s.command == "logits") return cmd_logits(s);
   if (s.command == "synth") return cmd_synth(s);
+  if (const Passthrough* p = find_passthrough(s.command)) return p->run(s.rest);
   throw Error("no handler for command '" + s.command + "'");
 }
 

@@ -49,6 +49,9 @@ struct Settings {
   std::string path;                   // positional PATH
   std::string tensor;                 // --tensor NAME
 
+  // commands that parse their own flags (bench, kernels, pull): the words after the command name
+  std::vector<std::string> rest;
+
   // synth
   std::string arch;                   // --arch llada|dream
   int64_t layers = 0;                 // --layers; 0 = the real model's count
