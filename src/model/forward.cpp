@@ -163,50 +163,93 @@ void forward(const HParams& hp, const ForwardWeights& w, Executor& ex, ThreadPoo
   check_canvas(hp, req.tokens, req.logit_rows);
   const int64_t n = static_cast<int64_t>(req.tokens.size());
   const int64_t m = static_cast<int64_t>(req.logit_rows.size());
-  if (m == 0) return;
-  if (!req.logits) throw Error("internal error: forward without a logits buffer");
+  const int64_t n_layer = static_cast<int64_t>(w.layers.size());
   const int64_t D = hp.n_embd, Q = hp.q_dim(), KV = hp.kv_dim(), F = hp.n_ff;
-  const int64_t R = std::max(n, m);  // the last layer works on the m requested rows (repeats allowed)
+
+  // Positions computed through the layers: all of them, or with a reused cache only [r0, r1).
+  int64_t r0 = 0, r1 = n;
+  if (req.cache_mode != CacheMode::None && !req.cache) throw Error("internal error: cache mode without a cache");
+  if (req.cache_mode == CacheMode::Reuse) {
+    r0 = req.row_begin, r1 = req.row_end;
+    if (req.cache->n != n || static_cast<int64_t>(req.cache->k.size()) != n_layer) {
+      throw Error("internal error: the key/value cache holds " + std::to_string(req.cache->n) +
+                  " positions, the canvas has " + std::to_string(n));
+    }
+    if (r0 < 0 || r1 > n || r0 >= r1) throw Error("internal error: bad cached row range");
+    for (int64_t r : req.logit_rows) {
+      if (r < r0 || r >= r1) {
+        throw Error("internal error: row " + std::to_string(r) + " is outside the recomputed positions [" +
+                    std::to_string(r0) + ", " + std::to_string(r1) + ")");
+      }
+    }
+  } else if (req.cache_mode == CacheMode::Fill) {
+    KVCache& c = *req.cache;
+    c.n = n;
+    c.k.resize(static_cast<size_t>(n_layer));
+    c.v.resize(static_cast<size_t>(n_layer));
+    for (int64_t l = 0; l < n_layer; ++l) {
+      c.k[static_cast<size_t>(l)].assign(static_cast<size_t>(n * KV), 0.0f);
+      c.v[static_cast<size_t>(l)].assign(static_cast<size_t>(n * KV), 0.0f);
+    }
+  }
+  if (m == 0 && req.cache_mode == CacheMode::None) return;
+  if (m > 0 && !req.logits) throw Error("internal error: forward without a logits buffer");
+  const int64_t nr = r1 - r0;
+  const int64_t R = std::max(nr, m);  // the last layer works on the m requested rows (repeats allowed)
   auto buf = [](int64_t rows, int64_t cols) { return std::vector<float>(static_cast<size_t>(rows * cols)); };
   std::vector<float> x = buf(R, D), a = buf(R, D), aq = buf(m, D), o = buf(R, D);
-  std::vector<float> q = buf(R, Q), att = buf(R, Q), k = buf(n, KV), v = buf(n, KV);
+  std::vector<float> q = buf(R, Q), att = buf(R, Q);
   std::vector<float> gate = buf(R, F), up = buf(R, F);
+  // Keys/values of all n positions: a scratch buffer for the exact pass, the cache's arrays otherwise.
+  std::vector<float> k_local, v_local;
+  if (req.cache_mode == CacheMode::None) k_local = buf(n, KV), v_local = buf(n, KV);
+  auto k_of = [&](int64_t l) {
+    return req.cache_mode == CacheMode::None ? k_local.data() : req.cache->k[static_cast<size_t>(l)].data();
+  };
+  auto v_of = [&](int64_t l) {
+    return req.cache_mode == CacheMode::None ? v_local.data() : req.cache->v[static_cast<size_t>(l)].data();
+  };
 
-  std::vector<int64_t> all_positions(static_cast<size_t>(n));
-  std::iota(all_positions.begin(), all_positions.end(), int64_t{0});
+  std::vector<int64_t> positions(static_cast<size_t>(nr));
+  std::iota(positions.begin(), positions.end(), r0);
+  // The last layer's rows, as indices into the computed rows [r0, r1).
+  std::vector<int64_t> local_rows(req.logit_rows.begin(), req.logit_rows.end());
+  for (int64_t& r : local_rows) r -= r0;
   const RopeTable rope_table(hp, n);
   const AttentionShape shape{hp.n_head, hp.n_head_kv, hp.head_dim,
                              static_cast<float>(1.0 / std::sqrt(static_cast<double>(hp.head_dim)))};
 
   // --- embedding (no scaling) ---
   const gguf::TensorInfo& emb = *w.token_embd;
-  pool.parallel_for(n, [&](int64_t i, int) {
-    const uint64_t id = static_cast<uint64_t>(req.tokens[static_cast<size_t>(i)]);
+  pool.parallel_for(nr, [&](int64_t i, int) {
+    const uint64_t id = static_cast<uint64_t>(req.tokens[static_cast<size_t>(r0 + i)]);
     quant::dequantize_row(emb.type(), emb.data + id * emb.row_bytes(), x.data() + i * D, D);
   });
 
-  int64_t rows = n;  // rows of x still carried
-  for (size_t l = 0; l < w.layers.size(); ++l) {
-    const ForwardWeights::Layer& L = w.layers[l];
-    const bool last = l + 1 == w.layers.size();
+  int64_t rows = nr;  // rows of x still carried
+  for (int64_t l = 0; l < n_layer; ++l) {
+    const ForwardWeights::Layer& L = w.layers[static_cast<size_t>(l)];
+    const bool last = l + 1 == n_layer;
 
-    // --- attention block: keys and values of every position ---
-    rmsnorm(pool, x.data(), n, D, L.attn_norm, hp.rms_eps, a.data());
-    ex.matmul(L.wk, a.data(), n, k.data());
-    add_bias(pool, k.data(), n, KV, L.bk);
-    ex.matmul(L.wv, a.data(), n, v.data());
-    add_bias(pool, v.data(), n, KV, L.bv);
-    rope(pool, rope_table, hp.rope_style, k.data(), n, all_positions, hp.n_head_kv, hp.head_dim);
+    // --- attention block: keys and values of the computed positions ---
+    float* k = k_of(l) + r0 * KV;
+    float* v = v_of(l) + r0 * KV;
+    rmsnorm(pool, x.data(), nr, D, L.attn_norm, hp.rms_eps, a.data());
+    ex.matmul(L.wk, a.data(), nr, k);
+    add_bias(pool, k, nr, KV, L.bk);
+    ex.matmul(L.wv, a.data(), nr, v);
+    add_bias(pool, v, nr, KV, L.bv);
+    rope(pool, rope_table, hp.rope_style, k, nr, positions, hp.n_head_kv, hp.head_dim);
 
-    // Queries of every row, or at the last layer only of the rows whose logits are wanted.
+    // Queries of every computed row, or at the last layer only of the rows whose logits are wanted.
     const float* q_in = a.data();
-    std::span<const int64_t> q_pos = all_positions;
+    std::span<const int64_t> q_pos = positions;
     if (last) {
-      gather(a.data(), req.logit_rows, D, aq.data());
+      gather(a.data(), local_rows, D, aq.data());
       q_in = aq.data();
       q_pos = req.logit_rows;
       std::vector<float> xs = buf(m, D);  // the residual stream of the requested rows
-      gather(x.data(), req.logit_rows, D, xs.data());
+      gather(x.data(), local_rows, D, xs.data());
       std::copy(xs.begin(), xs.end(), x.begin());
       rows = m;
     }
@@ -214,7 +257,7 @@ void forward(const HParams& hp, const ForwardWeights& w, Executor& ex, ThreadPoo
     add_bias(pool, q.data(), rows, Q, L.bq);
     rope(pool, rope_table, hp.rope_style, q.data(), rows, q_pos, hp.n_head, hp.head_dim);
 
-    ex.attention(shape, q.data(), rows, k.data(), v.data(), n, att.data());
+    ex.attention(shape, q.data(), rows, k_of(l), v_of(l), n, att.data());
     ex.matmul(L.wo, att.data(), rows, o.data());
     add_rows(pool, x.data(), o.data(), rows, D);
 
@@ -230,7 +273,7 @@ void forward(const HParams& hp, const ForwardWeights& w, Executor& ex, ThreadPoo
   // --- final norm and LM head, requested rows only ---
   if (rows != m) {  // no layers at all: select the rows here
     std::vector<float> xs = buf(m, D);
-    gather(x.data(), req.logit_rows, D, xs.data());
+    gather(x.data(), local_rows, D, xs.data());
     std::copy(xs.begin(), xs.end(), x.begin());
   }
   rmsnorm(pool, x.data(), m, D, w.output_norm, hp.rms_eps, a.data());

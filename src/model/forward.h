@@ -31,16 +31,33 @@ struct ForwardWeights {
 
 ForwardWeights prepare_forward_weights(const HParams& hp, const ModelTensors& tensors, Executor& executor);
 
+// Keys (after RoPE) and values of every canvas position in every layer, kept for LLaDA's dual cache
+// (algorithms.md 3.12): k[l] and v[l] are [n, kv_dim] row-major.
+struct KVCache {
+  int64_t n = 0;  // canvas length the cache was filled for; 0 = empty
+  std::vector<std::vector<float>> k, v;
+};
+
+// How a pass uses a KVCache.
+enum class CacheMode {
+  None,    // the exact pass; the cache is not touched
+  Fill,    // the exact pass, and every layer's keys/values of all positions are stored in the cache
+  Reuse,   // only positions [row_begin, row_end) are computed, against the cached keys/values of the
+           // other positions; their own keys/values overwrite the cache's (approximate by design)
+};
+
 // One forward pass. tokens: the whole canvas (token i sits at position i). logit_rows: canvas positions
 // whose raw logits are wanted, in the order they are written to `logits` ([logit_rows.size(), n_vocab],
 // row-major); any order, repeats allowed. Logits are raw rows: Dream's shift is the sampler's business.
-//
-// Room to grow: a dual-cache mode will add "rows to compute" plus keys/values of the other positions
-// supplied by the caller; Executor::attention already takes query rows and key/value rows separately.
+// With CacheMode::Reuse the logit rows must lie in [row_begin, row_end) and the cache must have been
+// filled for a canvas of the same length.
 struct ForwardRequest {
   std::span<const int32_t> tokens;
   std::span<const int64_t> logit_rows;
   float* logits = nullptr;
+  KVCache* cache = nullptr;
+  CacheMode cache_mode = CacheMode::None;
+  int64_t row_begin = 0, row_end = 0;  // Reuse: the positions recomputed
 };
 
 // Throws dllm::Error for an empty canvas, a canvas longer than the context, an id outside the

@@ -246,7 +246,7 @@ void validate(const GenerateConfig& c, int64_t prompt_length) {
 
 namespace {
 
-// A loaded model as a LogitSource.
+// A loaded model as a LogitSource, holding the key/value cache of the dual cache.
 class ModelLogitSource : public LogitSource {
  public:
   explicit ModelLogitSource(Model& m) : m_(m) {}
@@ -254,9 +254,25 @@ class ModelLogitSource : public LogitSource {
   void forward(std::span<const int32_t> canvas, std::span<const int64_t> rows, float* out) override {
     m_.forward(canvas, rows, out);
   }
+  void forward_refresh(std::span<const int32_t> canvas, std::span<const int64_t> rows, float* out) override {
+    ForwardRequest req{canvas, rows, out};
+    req.cache = &cache_;
+    req.cache_mode = CacheMode::Fill;
+    m_.forward(req);
+  }
+  void forward_cached(std::span<const int32_t> canvas, int64_t begin, int64_t end, std::span<const int64_t> rows,
+                      float* out) override {
+    ForwardRequest req{canvas, rows, out};
+    req.cache = &cache_;
+    req.cache_mode = CacheMode::Reuse;
+    req.row_begin = begin;
+    req.row_end = end;
+    m_.forward(req);
+  }
 
  private:
   Model& m_;
+  KVCache cache_;
 };
 
 }  // namespace

@@ -1,0 +1,290 @@
+// `dllm run` output (run_output.h): --visual frames, --dump-step-stats lines, the terminal progress line,
+// and the --json / --verbose reports.
+#include "cli/run_output.h"
+
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "model/sampler.h"
+
+namespace dllm::cli {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+
+constexpr const char* kReset = "\x1b[0m";
+constexpr const char* kTeal = "\x1b[38;5;30m";          // masked positions
+constexpr const char* kBoldOrange = "\x1b[1;38;5;208m";  // committed in this step
+constexpr const char* kDim = "\x1b[2m";                  // control tokens
+constexpr const char* kBlock = "\xe2\x96\x88";           // U+2588 FULL BLOCK
+
+std::string fmt(const char* f, double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, x);
+  return buf;
+}
+
+std::string arch_label(model::Arch a) { return a == model::Arch::LLaDA ? "llada" : "dream"; }
+
+// Newlines, tabs and other C0 controls as visible escapes, so a plain frame stays on one line.
+std::string escape_controls(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c == '\n') out += "\\n";
+    else if (c == '\r') out += "\\r";
+    else if (c == '\t') out += "\\t";
+    else if (c < 0x20 || c == 0x7f) out += fmt("\\x%02x", c);
+    else out += static_cast<char>(c);
+  }
+  return out;
+}
+
+int terminal_columns(FILE* f) {
+  struct winsize ws {};
+  if (ioctl(fileno(f), TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+  return 80;
+}
+
+// Terminal rows a frame occupies: each line's code points (ANSI sequences skipped) wrapped at `cols`.
+int frame_rows(const std::string& frame, int cols) {
+  int rows = 0, width = 0;
+  bool esc = false;
+  auto end_line = [&] { rows += std::max(1, (width + cols - 1) / cols); width = 0; };
+  for (unsigned char c : frame) {
+    if (esc) {
+      if (c >= 0x40 && c <= 0x7e && c != '[') esc = false;
+      continue;
+    }
+    if (c == 0x1b) esc = true;
+    else if (c == '\n') end_line();
+    else if ((c & 0xC0) != 0x80) ++width;
+  }
+  if (width > 0) end_line();
+  return rows;
+}
+
+}  // namespace
+
+std::string sanitize_utf8(std::string_view b) {
+  std::string out;
+  size_t i = 0;
+  while (i < b.size()) {
+    const unsigned char c = static_cast<unsigned char>(b[i]);
+    size_t len = 0;
+    uint32_t lo = 0x80, hi = 0xBF;  // allowed range of the second byte
+    if (c < 0x80) len = 1;
+    else if (c >= 0xC2 && c <= 0xDF) len = 2;
+    else if (c >= 0xE0 && c <= 0xEF) len = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+    else if (c >= 0xF0 && c <= 0xF4) len = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+    bool ok = len > 0 && i + len <= b.size();
+    for (size_t k = 1; ok && k < len; ++k) {
+      const unsigned char d = static_cast<unsigned char>(b[i + k]);
+      ok = k == 1 ? (d >= lo && d <= hi) : (d >= 0x80 && d <= 0xBF);
+    }
+    if (ok) {
+      out.append(b.substr(i, len));
+      i += len;
+    } else {
+      out += "\xef\xbf\xbd";
+      ++i;
+    }
+  }
+  return out;
+}
+
+double step_mean_ms(const model::GenerateResult& r) {
+  return r.forward_passes > 0 ? r.forward_ms / static_cast<double>(r.forward_passes) : 0.0;
+}
+
+double tokens_per_second(const model::GenerateResult& r) {
+  return r.total_ms > 0 ? static_cast<double>(r.committed) / (r.total_ms / 1000.0) : 0.0;
+}
+
+std::string step_stats_line(const model::StepEvent& ev) {
+  std::string s = "step=" + std::to_string(ev.step) + "/" + std::to_string(ev.total_steps) +
+                  " block=" + std::to_string(ev.block) + " scheduled=" + std::to_string(ev.scheduled) +
+                  " committed=" + std::to_string(ev.committed.size()) + " masked=" + std::to_string(ev.masked_left) +
+                  " ms=" + fmt("%.3f", ev.ms);
+  if (ev.skipped) s += " skipped";
+  if (ev.cached) s += " cached";
+  return s;
+}
+
+std::string render_canvas(const model::StepEvent& ev, const model::Tokenizer& tok, int32_t mask_id, bool ansi) {
+  enum Style { Plain, New, Mask, Control };
+  std::string out, run;
+  Style run_style = Plain;
+  auto flush = [&] {
+    if (run.empty()) return;
+    std::string text = sanitize_utf8(run);
+    if (!ansi) text = escape_controls(text);
+    if (ansi && run_style != Plain) {
+      out += run_style == New ? kBoldOrange : run_style == Mask ? kTeal : kDim;
+      out += text;
+      out += kReset;
+    } else {
+      out += text;
+    }
+    run.clear();
+  };
+  for (size_t j = static_cast<size_t>(ev.prompt_length); j < ev.canvas.size(); ++j) {
+    const int32_t t = ev.canvas[j];
+    Style st = Plain;
+    if (t == mask_id) st = Mask;
+    else if (std::binary_search(ev.committed.begin(), ev.committed.end(), static_cast<int64_t>(j))) st = New;
+    else if (t >= 0 && t < tok.n_vocab() && tok.is_control(t)) st = Control;
+    if (st != run_style) flush(), run_style = st;
+    if (st == Mask) run += kBlock;
+    else if (t >= 0 && t < tok.n_vocab()) run += tok.token_piece(t);
+  }
+  flush();
+  return out;
+}
+
+// --- StepPrinter ---
+
+StepPrinter::StepPrinter(const Settings& s, const model::Tokenizer& tok, int32_t mask_id, FILE* visual_out)
+    : s_(s), tok_(tok), mask_id_(mask_id), visual_out_(visual_out), start_(std::chrono::steady_clock::now()) {
+  visual_ansi_ = s.visual && isatty(fileno(visual_out));
+  // The progress line needs stderr to itself: no step lines there, and no frames on a terminal.
+  const bool frames_on_terminal = s.visual && (visual_out == stderr || visual_ansi_);
+  progress_ = isatty(fileno(stderr)) && !s.dump_step_stats && !frames_on_terminal;
+}
+
+void StepPrinter::on_step(const model::StepEvent& ev) {
+  if (s_.dump_step_stats) std::fprintf(stderr, "%s\n", step_stats_line(ev).c_str());
+  if (s_.visual) {
+    const std::string head = "step " + std::to_string(ev.step + 1) + "/" + std::to_string(ev.total_steps) +
+                             (ev.skipped ? " (skipped)" : "") + ", " + std::to_string(ev.committed.size()) +
+                             " committed, " + std::to_string(ev.masked_left) + " masked";
+    const std::string canvas = render_canvas(ev, tok_, mask_id_, visual_ansi_);
+    if (visual_ansi_) {
+      std::string frame = head + "\n" + canvas + "\n";
+      if (visual_lines_ > 0) std::fprintf(visual_out_, "\x1b[%dF\x1b[J", visual_lines_);
+      std::fputs(frame.c_str(), visual_out_);
+      visual_lines_ = frame_rows(frame, terminal_columns(visual_out_));
+    } else {
+      std::fprintf(visual_out_, "%s: %s\n", head.c_str(), canvas.c_str());
+    }
+    std::fflush(visual_out_);
+  }
+  if (progress_) draw_progress(ev);
+}
+
+void StepPrinter::draw_progress(const model::StepEvent& ev) {
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  if (elapsed < 1.0) return;  // short runs get no progress line
+  const double per_step = elapsed / static_cast<double>(ev.step + 1);
+  const double eta = per_step * static_cast<double>(ev.total_steps - ev.step - 1);
+  std::fprintf(stderr, "\r\x1b[Kstep %lld/%lld, %lld masked, %.0f ms/step, about %.0f s left",
+               static_cast<long long>(ev.step + 1), static_cast<long long>(ev.total_steps),
+               static_cast<long long>(ev.masked_left), per_step * 1000.0, eta);
+  std::fflush(stderr);
+  progress_drawn_ = true;
+}
+
+void StepPrinter::finish() {
+  if (progress_drawn_) {
+    std::fputs("\r\x1b[K", stderr);
+    std::fflush(stderr);
+    progress_drawn_ = false;
+  }
+}
+
+// --- reports ---
+
+json run_json(const RunSummary& r, const Settings& s) {
+  const model::GenerateConfig& c = r.config;
+  const auto gen = r.result.generated();
+  json settings = {
+      {"model", s.model},
+      {"prompt", s.has_prompt ? json(s.prompt) : json(nullptr)},
+      {"prompt_tokens", s.has_prompt_tokens ? json(s.prompt_tokens) : json(nullptr)},
+      {"chat_template", !s.has_prompt_tokens && !s.no_chat},
+      {"max_tokens", c.max_tokens},
+      {"steps", c.effective_steps()},
+      {"block_length", c.arch == model::Arch::LLaDA ? json(c.block_length) : json(nullptr)},
+      {"temperature", c.temperature},
+      {"remasking", model::remasking_name(c.remasking)},
+      {"threshold", c.threshold},
+      {"dual_cache", c.dual_cache},
+      {"seed", c.seed},
+      {"threads", r.threads},
+      {"device", r.device},
+      {"full_logits", c.full_logits},
+      {"early_stop", c.early_stop},
+      {"visual", s.visual},
+      {"verbose", s.verbose},
+      {"dump_step_stats", s.dump_step_stats},
+  };
+  if (c.arch == model::Arch::Dream) settings["block_length_ignored"] = s.block_length;
+  return json{
+      {"text", sanitize_utf8(r.text)},
+      {"prompt_ids", r.prompt},
+      {"output_ids", std::vector<int32_t>(gen.begin(), gen.end())},
+      {"answer_length", r.answer_tokens},
+      {"steps_run", r.result.steps_run},
+      {"steps_total", r.result.total_steps},
+      {"forward_passes", r.result.forward_passes},
+      {"stopped_early", r.result.stopped_early},
+      {"interrupted", r.result.cancelled},
+      {"timings",
+       {{"load_ms", r.load_ms},
+        {"prompt_ms", r.prompt_ms},
+        {"generate_ms", r.result.total_ms},
+        {"step_mean_ms", step_mean_ms(r.result)},
+        {"total_ms", r.total_ms}}},
+      {"tokens_per_s", tokens_per_second(r.result)},
+      {"peak_rss_bytes", r.peak_rss_bytes},
+      {"settings", settings},
+      {"model",
+       {{"path", r.model_path},
+        {"name", r.model_name},
+        {"architecture", arch_label(r.hp.arch)},
+        {"layers", r.hp.n_layer},
+        {"embedding_length", r.hp.n_embd},
+        {"vocab_size", r.hp.n_vocab},
+        {"context_length", r.hp.n_ctx},
+        {"mask_token_id", r.hp.mask_token_id},
+        {"stop_token_ids", c.stop_ids}}},
+      {"device", {{"name", r.device}, {"executor", r.executor}, {"threads", r.threads}, {"reason", r.device_reason}}},
+  };
+}
+
+std::string verbose_report(const RunSummary& r, const Settings&) {
+  const model::GenerateResult& g = r.result;
+  std::ostringstream o;
+  if (r.hp.arch == model::Arch::Dream) o << "note: --block-length is ignored for Dream models\n";
+  o << "model: " << r.model_path << " (" << arch_label(r.hp.arch) << ", " << r.hp.n_layer << " layers, vocab "
+    << r.hp.n_vocab << "), executor " << r.executor << ", " << r.threads << " threads, device " << r.device << " (" << r.device_reason << ")\n";
+  o << "sampler: " << model::remasking_name(r.config.remasking) << ", temperature " << r.config.temperature
+    << ", " << r.config.max_tokens << " tokens in " << r.config.effective_steps() << " steps";
+  if (r.hp.arch == model::Arch::LLaDA) o << ", block length " << r.config.block_length;
+  if (r.config.threshold > 0) o << ", threshold " << r.config.threshold;
+  if (r.config.dual_cache) o << ", dual cache";
+  o << "\n";
+  o << "prompt: " << r.prompt.size() << " tokens; answer: " << r.answer_tokens << " tokens\n";
+  o << "steps: " << g.steps_run << " of " << g.total_steps << " run, " << g.forward_passes << " forward passes";
+  if (g.stopped_early) o << ", stopped early (the answer was final)";
+  o << "\n";
+  if (g.cancelled) {
+    o << "interrupted after " << g.steps_run << " steps; partial canvas (" << std::count(g.generated().begin(),
+                                                                               g.generated().end(), r.hp.mask_token_id)
+      << " masked):";
+    for (int32_t t : g.generated()) o << ' ' << t;
+    o << "\n";
+  }
+  o << "timings: load " << fmt("%.1f", r.load_ms) << " ms, prompt " << fmt("%.1f", r.prompt_ms) << " ms, "
+    << fmt("%.1f", step_mean_ms(g)) << " ms/step, generation " << fmt("%.1f", g.total_ms) << " ms, total "
+    << fmt("%.1f", r.total_ms) << " ms, " << fmt("%.1f", tokens_per_second(g)) << " tokens/s\n";
+  o << "peak resident memory: " << fmt("%.1f", static_cast<double>(r.peak_rss_bytes) / (1024.0 * 1024.0))
+    << " MiB\n";
+  return o.str();
+}
+
+}  // namespace dllm::cli

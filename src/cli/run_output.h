@@ -1,0 +1,83 @@
+// What `dllm run` shows: the per-step renderers the generation loop's callback drives (--visual frames,
+// --dump-step-stats lines, the progress line on a terminal) and the final report (--json object,
+// --verbose lines). Results go to stdout, diagnostics to stderr; the loop itself knows none of this.
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cli/settings.h"
+#include "model/arch.h"
+#include "model/generate.h"
+#include "model/tokenizer.h"
+
+namespace dllm::cli {
+
+// Everything the final report of a run needs.
+struct RunSummary {
+  std::string model_path;
+  model::HParams hp;
+  std::string model_name;      // general.name, "" when absent
+  std::string executor;        // the executor's name
+  int threads = 0;
+  std::string device = "cpu";
+  std::string device_reason;   // why that device and executor were chosen
+  model::GenerateConfig config;
+  std::vector<int32_t> prompt;
+  model::GenerateResult result;
+  std::string text;            // the answer (algorithms.md 5.2)
+  int64_t answer_tokens = 0;
+  double load_ms = 0;          // mapping, checking and preparing the model (tokenizer included)
+  double prompt_ms = 0;        // chat template and tokenization
+  double total_ms = 0;         // the whole command up to the report
+  uint64_t peak_rss_bytes = 0;
+};
+
+// The --json object: text, prompt_ids, output_ids, steps_run, stopped_early, timings, tokens_per_s,
+// peak_rss_bytes, settings (every effective setting), model and device.
+nlohmann::ordered_json run_json(const RunSummary& r, const Settings& s);
+// The --verbose lines (printed to stderr after the text).
+std::string verbose_report(const RunSummary& r, const Settings& s);
+// Mean time of the steps that ran a forward pass, and positions committed per second of generation.
+double step_mean_ms(const model::GenerateResult& r);
+double tokens_per_second(const model::GenerateResult& r);
+
+// One --dump-step-stats line (no newline): step, block, scheduled, committed, still masked, ms.
+std::string step_stats_line(const model::StepEvent& ev);
+
+// The generated part of the canvas after a step, for --visual. ansi: masked positions as teal blocks,
+// tokens committed in this step in bold orange, control tokens dim; otherwise plain text on one line
+// (masks as blocks, newlines and other control characters escaped). Invalid UTF-8 shows as U+FFFD.
+std::string render_canvas(const model::StepEvent& ev, const model::Tokenizer& tok, int32_t mask_id, bool ansi);
+
+// Bytes as valid UTF-8: every byte that does not start a well-formed sequence becomes U+FFFD.
+std::string sanitize_utf8(std::string_view bytes);
+
+// Drives the per-step output for one run.
+class StepPrinter {
+ public:
+  // visual_out: where --visual frames go (stdout, or stderr when stdout carries --json).
+  StepPrinter(const Settings& s, const model::Tokenizer& tok, int32_t mask_id, FILE* visual_out);
+  void on_step(const model::StepEvent& ev);
+  // Clears the progress line, if one is drawn.
+  void finish();
+
+ private:
+  void draw_progress(const model::StepEvent& ev);
+
+  const Settings& s_;
+  const model::Tokenizer& tok_;
+  int32_t mask_id_;
+  FILE* visual_out_;
+  bool visual_ansi_ = false;
+  bool progress_ = false;       // stderr is a terminal and nothing else writes there per step
+  bool progress_drawn_ = false;
+  int visual_lines_ = 0;        // terminal lines of the last frame (to redraw in place)
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace dllm::cli

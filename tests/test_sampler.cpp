@@ -1,0 +1,277 @@
+// The samplers without a model (algorithms.md sections 3, 4 and 7): LLaDA's and Dream's schedules, the
+// tie rules R1/R2, the confidence of every --remasking strategy on designed distributions, Gumbel-max
+// sampling frequencies, the counter-based random stream, and position selection with a threshold.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <set>
+
+#include "model/sampler.h"
+
+namespace dllm::model {
+namespace {
+
+std::vector<int64_t> repeat(int64_t v, int64_t n) { return std::vector<int64_t>(static_cast<size_t>(n), v); }
+std::vector<int64_t> cat(std::initializer_list<std::vector<int64_t>> parts) {
+  std::vector<int64_t> out;
+  for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
+// --- LLaDA schedule (3.2) ---
+
+TEST(LladaSchedule, ExamplesOfTheSpec) {
+  EXPECT_EQ(llada_block_schedule(32, 32), repeat(1, 32));
+  EXPECT_EQ(llada_block_schedule(32, 16), repeat(2, 16));
+  EXPECT_EQ(llada_block_schedule(32, 10), (std::vector<int64_t>{4, 4, 3, 3, 3, 3, 3, 3, 3, 3}));
+  EXPECT_EQ(llada_block_schedule(128, 48), cat({repeat(3, 32), repeat(2, 16)}));
+  EXPECT_EQ(llada_block_schedule(32, 64), cat({repeat(1, 32), repeat(0, 32)}));
+}
+
+TEST(LladaSchedule, SumsToTheMaskedCount) {
+  for (int64_t m = 0; m <= 70; ++m) {
+    for (int64_t s = 1; s <= 70; ++s) {
+      const auto k = llada_block_schedule(m, s);
+      ASSERT_EQ(static_cast<int64_t>(k.size()), s);
+      EXPECT_EQ(std::accumulate(k.begin(), k.end(), int64_t{0}), m);
+      EXPECT_TRUE(std::is_sorted(k.rbegin(), k.rend()));  // the remainder goes to the first steps
+      EXPECT_LE(k.front() - k.back(), 1);
+    }
+  }
+}
+
+// --- Dream schedule (4.2, R6) ---
+
+TEST(DreamSchedule, TableOfTheSpec) {
+  EXPECT_EQ(dream_schedule(128, 128), cat({{0}, repeat(1, 126), {2}}));
+  EXPECT_EQ(dream_schedule(256, 256), cat({{0}, repeat(1, 254), {2}}));
+  EXPECT_EQ(dream_schedule(512, 512), cat({{0}, repeat(1, 510), {2}}));
+  EXPECT_EQ(dream_schedule(64, 128), cat({{1}, repeat(2, 62), {3}}));
+  EXPECT_EQ(dream_schedule(32, 128), cat({{3}, repeat(4, 30), {5}}));
+  EXPECT_EQ(dream_schedule(16, 128), cat({{7}, repeat(8, 14), {9}}));
+  EXPECT_EQ(dream_schedule(8, 128), cat({{15}, repeat(16, 6), {17}}));
+  EXPECT_EQ(dream_schedule(4, 10), (std::vector<int64_t>{2, 2, 2, 4}));
+  EXPECT_EQ(dream_schedule(10, 4), cat({repeat(0, 7), {1, 1, 2}}));
+}
+
+TEST(DreamSchedule, StepsEqualToLengthGiveZeroOnesTwoUpTo933) {
+  for (int64_t n = 2; n <= 933; ++n) {
+    ASSERT_EQ(dream_schedule(n, n), cat({{0}, repeat(1, n - 2), {2}})) << "N = L = " << n;
+  }
+}
+
+TEST(DreamSchedule, Float32RecipeAt934) {
+  // The spec: at N = L = 934 float32 gives zeros at steps 0 and 2 and a final 3 (float64 would not).
+  const auto k = dream_schedule(934, 934);
+  EXPECT_EQ(k[0], 0);
+  EXPECT_EQ(k[2], 0);
+  EXPECT_EQ(k.back(), 3);
+  EXPECT_EQ(std::accumulate(k.begin(), k.end(), int64_t{0}), 934);
+}
+
+// An independent float64 computation agrees for N <= 512, L <= 516 (spec 4.2); spot-checked here.
+TEST(DreamSchedule, AgreesWithFloat64InTheSafeRange) {
+  for (int64_t n : {1, 2, 3, 7, 10, 33, 64, 100, 255, 333, 512}) {
+    for (int64_t len : {1, 2, 5, 16, 31, 128, 200, 333, 516}) {
+      std::vector<int64_t> want;
+      int64_t masked = len;
+      for (int64_t i = 0; i < n; ++i) {
+        const double t = 1.0 - static_cast<double>(i) / n * (1 - 1e-3);
+        const double s = 1.0 - static_cast<double>(i + 1) / n * (1 - 1e-3);
+        const int64_t k = i == n - 1 ? masked : static_cast<int64_t>(masked * (1 - s / t));
+        want.push_back(k);
+        masked -= k;
+      }
+      ASSERT_EQ(dream_schedule(n, len), want) << "N " << n << " L " << len;
+    }
+  }
+}
+
+TEST(DreamSchedule, CountUsesTheActualMaskedCount) {
+  const DreamSchedule s(4);
+  EXPECT_EQ(s.steps(), 4);
+  EXPECT_EQ(s.count(3, 7), 7);  // the last step takes everything left
+  EXPECT_EQ(s.count(0, 10), 2);
+  EXPECT_EQ(s.count(0, 0), 0);
+}
+
+// --- proposals and ties ---
+
+TEST(Proposal, ArgmaxLowestIdWinsTies) {  // R2
+  std::vector<float> l(16, 0.0f);
+  l[7] = 3.0f;
+  l[3] = 3.0f;
+  EXPECT_EQ(argmax_token(l.data(), 16), 3);
+  l[2] = NAN;
+  EXPECT_EQ(argmax_token(l.data(), 16), 3);
+}
+
+TEST(Proposal, LladaLowConfidenceIsTheUntemperedProbability) {
+  std::vector<float> l = {1.0f, 2.0f, 0.5f, -1.0f};
+  const double z = std::exp(1.0) + std::exp(2.0) + std::exp(0.5) + std::exp(-1.0);
+  const Proposal p = llada_propose(l.data(), 4, 0.0, Remasking::LowConfidence, 42, 0, 0);
+  EXPECT_EQ(p.token, 1);
+  EXPECT_NEAR(p.confidence, std::exp(2.0) / z, 1e-15);
+  // At T > 0 the confidence is still the untempered probability of the sampled token.
+  for (uint64_t step = 0; step < 20; ++step) {
+    const Proposal q = llada_propose(l.data(), 4, 2.0, Remasking::LowConfidence, 7, step, 3);
+    EXPECT_NEAR(q.confidence, std::exp(static_cast<double>(l[static_cast<size_t>(q.token)])) / z, 1e-15);
+  }
+}
+
+TEST(Proposal, LladaRandomRemaskingScoresAUniformDrawPerPositionAndStep) {
+  std::vector<float> l = {1.0f, 2.0f};
+  std::set<double> seen;
+  for (int64_t pos = 0; pos < 50; ++pos) {
+    const Proposal p = llada_propose(l.data(), 2, 0.0, Remasking::Random, 42, 3, pos);
+    EXPECT_EQ(p.token, 1);  // the proposal is still the argmax
+    EXPECT_GE(p.confidence, 0.0);
+    EXPECT_LT(p.confidence, 1.0);
+    seen.insert(p.confidence);
+    EXPECT_EQ(p.confidence, llada_propose(l.data(), 2, 0.0, Remasking::Random, 42, 3, pos).confidence);
+  }
+  EXPECT_EQ(seen.size(), 50u);
+  EXPECT_NE(llada_propose(l.data(), 2, 0.0, Remasking::Random, 42, 4, 0).confidence,
+            llada_propose(l.data(), 2, 0.0, Remasking::Random, 42, 3, 0).confidence);
+}
+
+// Designed rows where the three Dream strategies disagree (spec 7): a two-way tie [0.5, 0.5] against a
+// spread [0.4, 0.1 x 6].
+std::vector<float> logits_of(std::vector<double> probs) {
+  std::vector<float> l;
+  for (double p : probs) l.push_back(p > 0 ? static_cast<float>(std::log(p)) : -INFINITY);
+  return l;
+}
+
+TEST(Proposal, DreamStrategiesOnDesignedDistributions) {
+  const auto tie = logits_of({0.5, 0.5, 0, 0, 0, 0, 0});
+  const auto spread = logits_of({0.4, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1});
+  auto conf = [](const std::vector<float>& l, Remasking r) {
+    return dream_propose(l.data(), static_cast<int64_t>(l.size()), 0.0, r, 42, 0, 1).confidence;
+  };
+  // maskgit_plus: max probability; the tie (0.5) beats the spread (0.4).
+  EXPECT_NEAR(conf(tie, Remasking::MaskgitPlus), 0.5, 1e-7);
+  EXPECT_NEAR(conf(spread, Remasking::MaskgitPlus), 0.4, 1e-7);
+  // topk_margin: p1 - p2; the tie has margin 0, the spread 0.3.
+  EXPECT_NEAR(conf(tie, Remasking::TopkMargin), 0.0, 1e-7);
+  EXPECT_NEAR(conf(spread, Remasking::TopkMargin), 0.3, 1e-7);
+  // entropy: minus the entropy; the tie (ln 2 = 0.693) is more certain than the spread (1.60).
+  EXPECT_NEAR(conf(tie, Remasking::Entropy), -std::log(2.0), 1e-7);
+  EXPECT_NEAR(conf(spread, Remasking::Entropy), 0.4 * std::log(0.4) + 0.6 * std::log(0.1), 1e-7);
+  EXPECT_GT(conf(tie, Remasking::Entropy), conf(spread, Remasking::Entropy));  // the sign llama.cpp inverts
+  // Every strategy proposes the argmax at T = 0 (lowest id on the tie).
+  EXPECT_EQ(dream_propose(tie.data(), 7, 0.0, Remasking::Entropy, 1, 0, 1).token, 0);
+}
+
+TEST(Proposal, DreamConfidenceUsesTheTemperedDistribution) {
+  const std::vector<float> l = {2.0f, 1.0f, 0.0f};
+  const double T = 0.5;
+  double z = 0;
+  for (float x : l) z += std::exp(x / T);
+  for (uint64_t step = 0; step < 10; ++step) {
+    const Proposal p = dream_propose(l.data(), 3, T, Remasking::MaskgitPlus, 3, step, 5);
+    EXPECT_NEAR(p.confidence, std::exp(l[static_cast<size_t>(p.token)] / T) / z, 1e-12);
+  }
+}
+
+// --- Gumbel-max (R4) ---
+
+double chi_square(const std::vector<int>& counts, const std::vector<double>& probs, int n) {
+  double x2 = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    const double e = probs[i] * n;
+    x2 += (counts[i] - e) * (counts[i] - e) / e;
+  }
+  return x2;
+}
+
+TEST(Gumbel, FrequenciesMatchTheTemperedSoftmax) {
+  const std::vector<float> l = {0.0f, 1.0f, 2.0f, -1.0f, 0.5f};
+  for (double T : {0.5, 1.0, 2.0}) {
+    std::vector<double> p(l.size());
+    double z = 0;
+    for (size_t v = 0; v < l.size(); ++v) z += p[v] = std::exp(l[v] / T);
+    for (double& x : p) x /= z;
+    std::vector<int> counts(l.size(), 0);
+    const int n = 40000;
+    for (int i = 0; i < n; ++i) {
+      // Draws over (step, position) pairs, as the generation loop makes them.
+      RowRandom rng(123, RandomPurpose::Gumbel, static_cast<uint64_t>(i / 100), static_cast<uint64_t>(i % 100));
+      ++counts[static_cast<size_t>(gumbel_argmax_token(l.data(), 5, T, rng))];
+    }
+    // 4 degrees of freedom: P(chi2 > 18.47) = 0.001.
+    EXPECT_LT(chi_square(counts, p, n), 18.47) << "T " << T;
+  }
+}
+
+TEST(Gumbel, TemperatureZeroIgnoresTheSeed) {
+  const std::vector<float> l = {0.3f, 0.2f, 0.1f};
+  for (uint64_t seed : {0ull, 1ull, 99ull}) {
+    EXPECT_EQ(llada_propose(l.data(), 3, 0.0, Remasking::LowConfidence, seed, 5, 5).token, 0);
+    EXPECT_EQ(dream_propose(l.data(), 3, 0.0, Remasking::Entropy, seed, 5, 5).token, 0);
+  }
+}
+
+TEST(RandomStream, UniformInTheHalfOpenUnitIntervalAndUniformlySpread) {
+  RowRandom r(42, RandomPurpose::Gumbel, 0, 0);
+  std::vector<int> bins(10, 0);
+  for (uint64_t i = 0; i < 100000; ++i) {
+    const double u = r.uniform(i);
+    ASSERT_GE(u, 0.0);
+    ASSERT_LT(u, 1.0);
+    ++bins[static_cast<size_t>(u * 10)];
+  }
+  // 9 degrees of freedom: P(chi2 > 27.88) = 0.001.
+  EXPECT_LT(chi_square(bins, std::vector<double>(10, 0.1), 100000), 27.88);
+  // Keyed by seed, purpose, step and position; a pure function of them.
+  EXPECT_EQ(r.uniform(5), RowRandom(42, RandomPurpose::Gumbel, 0, 0).uniform(5));
+  EXPECT_NE(r.uniform(5), RowRandom(43, RandomPurpose::Gumbel, 0, 0).uniform(5));
+  EXPECT_NE(r.uniform(5), RowRandom(42, RandomPurpose::RemaskRandom, 0, 0).uniform(5));
+  EXPECT_NE(r.uniform(5), RowRandom(42, RandomPurpose::Gumbel, 1, 0).uniform(5));
+  EXPECT_NE(r.uniform(5), RowRandom(42, RandomPurpose::Gumbel, 0, 1).uniform(5));
+}
+
+// --- selection (R1, R5) ---
+
+std::vector<Candidate> cands(std::vector<std::pair<int64_t, double>> pc) {
+  std::vector<Candidate> c;
+  for (auto [pos, conf] : pc) c.push_back(Candidate{pos, Proposal{0, conf}});
+  return c;
+}
+
+TEST(Selection, HighestConfidenceFirstLowestPositionOnTies) {
+  auto c = cands({{9, 0.5}, {5, 0.5}, {7, 0.2}});
+  EXPECT_EQ(select_candidates(c, 1), (std::vector<size_t>{1}));  // position 5 wins the tie with 9
+  EXPECT_EQ(select_candidates(c, 2), (std::vector<size_t>{1, 0}));
+  EXPECT_EQ(select_candidates(c, 5), (std::vector<size_t>{1, 2, 0}));  // all, in position order
+  EXPECT_TRUE(select_candidates(c, 0).empty());
+  auto n = cands({{1, NAN}, {2, 0.1}});
+  EXPECT_EQ(select_candidates(n, 1), (std::vector<size_t>{1}));  // NaN ranks last
+}
+
+TEST(Selection, ThresholdAddsEveryConfidentCandidateToTheScheduledOnes) {
+  auto c = cands({{10, 0.95}, {11, 0.3}, {12, 0.91}, {13, 0.5}, {14, 0.89}});
+  EXPECT_EQ(select_candidates(c, 1, 0.9), (std::vector<size_t>{0, 2}));
+  EXPECT_EQ(select_candidates(c, 3, 0.9), (std::vector<size_t>{0, 2, 4}));  // never fewer than scheduled
+  EXPECT_EQ(select_candidates(c, 0, 0.9), (std::vector<size_t>{0, 2}));     // a zero step can still commit
+  EXPECT_EQ(select_candidates(c, 1, 1.0), (std::vector<size_t>{0}));        // nothing reaches 1.0
+  EXPECT_EQ(select_candidates(c, 2, 0.0), select_candidates(c, 2));           // 0 = off
+}
+
+TEST(Remasking, NamesDefaultsAndValidity) {
+  for (auto r : {Remasking::LowConfidence, Remasking::Random, Remasking::Entropy, Remasking::MaskgitPlus,
+                 Remasking::TopkMargin}) {
+    EXPECT_EQ(parse_remasking(remasking_name(r)), r);
+    EXPECT_NE(remasking_valid_for(Arch::LLaDA, r), remasking_valid_for(Arch::Dream, r));
+  }
+  EXPECT_FALSE(parse_remasking("origin").has_value());
+  EXPECT_EQ(default_remasking(Arch::LLaDA), Remasking::LowConfidence);
+  EXPECT_EQ(default_remasking(Arch::Dream), Remasking::Entropy);
+  EXPECT_TRUE(remasking_valid_for(Arch::LLaDA, Remasking::Random));
+  EXPECT_FALSE(remasking_valid_for(Arch::Dream, Remasking::Random));
+  EXPECT_FALSE(remasking_valid_for(Arch::LLaDA, Remasking::Entropy));
+}
+
+}  // namespace
+}  // namespace dllm::model
