@@ -1,0 +1,120 @@
+// `dllm tokenize`: cmd_tokenize called with parsed settings, its stdout captured. Checks the plain and
+// --json output against llama.cpp's prompt ids for the tiny models, --no-chat, and the errors for an
+// architecture dllm cannot run and for a missing file.
+#include <gtest/gtest.h>
+
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/settings.h"
+#include "model/error.h"
+#include "support.h"
+
+using dllm::cli::Settings;
+using json = nlohmann::json;
+
+namespace {
+
+// Runs cmd_tokenize and returns what it printed on stdout.
+std::string run(const Settings& s) {
+  std::ostringstream captured;
+  std::streambuf* old = std::cout.rdbuf(captured.rdbuf());
+  try {
+    const int rc = dllm::cli::cmd_tokenize(s);
+    std::cout.rdbuf(old);
+    EXPECT_EQ(rc, 0);
+  } catch (...) {
+    std::cout.rdbuf(old);
+    throw;
+  }
+  return captured.str();
+}
+
+Settings settings(const std::string& model, const std::string& prompt) {
+  Settings s;
+  s.command = "tokenize";
+  s.model = model;
+  s.prompt = prompt;
+  s.has_prompt = true;
+  return s;
+}
+
+std::string llada() { return dllm::test::data_path("models/tiny-llada-Q8_0.gguf"); }
+std::string dream() { return dllm::test::data_path("models/tiny-dream-Q4_K_M.gguf"); }
+
+}  // namespace
+
+TEST(TokenizeCommand, PrintsTheChatPromptIdsOnOneLine) {
+  // From the llama.cpp runs in ../shared/fixtures/models/generations (tests/data/tokenizer/chat-prompts.jsonl).
+  EXPECT_EQ(run(settings(llada(), "Hi")), "1012 1015 84 401 1016 282 39 72 1017 1015 405 82 363 397 1016 282\n");
+  const std::string out = run(settings(dream(), "Why is water wet?"));
+  EXPECT_EQ(out,
+            "1017 82 911 198 412 469 257 373 68 75 79 69 416 388 82 363 397 13 1018 198 1017 84 401 198 "
+            "54 71 88 327 279 702 279 703 30 1018 198 1017 405 82 363 397 198\n");
+}
+
+TEST(TokenizeCommand, NoChatPrintsTheTextAlone) {
+  Settings s = settings(llada(), "Hi");
+  s.no_chat = true;
+  EXPECT_EQ(run(s), "39 72\n");
+  s.prompt = "";
+  EXPECT_EQ(run(s), "\n");
+  // A vocabulary-only GGUF of another architecture can be tokenized without the template.
+  Settings q = settings(dllm::test::data_path("tokenizer/vocab-qwen.gguf"), "Hello world");
+  q.no_chat = true;
+  EXPECT_EQ(run(q), "9707 1879\n");
+}
+
+TEST(TokenizeCommand, JsonHasIdsAndPieces) {
+  Settings s = settings(llada(), "Hi");
+  s.json = true;
+  const std::string out = run(s);
+  ASSERT_FALSE(out.empty());
+  EXPECT_EQ(out.back(), '\n');
+  const json j = json::parse(out);
+  EXPECT_EQ(j["ids"], json::parse("[1012, 1015, 84, 401, 1016, 282, 39, 72, 1017, 1015, 405, 82, 363, 397, 1016, 282]"));
+  ASSERT_EQ(j["pieces"].size(), 16u);
+  EXPECT_EQ(j["pieces"][0], "<|startoftext|>");
+  EXPECT_EQ(j["pieces"][1], "<|start_header_id|>");
+  EXPECT_EQ(j["pieces"][5], "\n\n");
+  EXPECT_EQ(j["pieces"][6].get<std::string>() + j["pieces"][7].get<std::string>(), "Hi");
+  // A piece that is half of a character is printed with U+FFFD for its bytes, keeping the JSON valid.
+  Settings q = settings(dllm::test::data_path("tokenizer/vocab-qwen.gguf"), " \U0001F999");
+  q.no_chat = true;
+  q.json = true;
+  const json jq = json::parse(run(q));
+  EXPECT_EQ(jq["ids"], json::parse("[11162, 99, 247]"));  // " \xf0\x9f", "\xa6", "\x99"
+  const std::string first = jq["pieces"][0];
+  EXPECT_EQ(first.substr(0, 4), " \uFFFD");
+}
+
+TEST(TokenizeCommand, ErrorsNameTheProblem) {
+  try {
+    run(settings(dllm::test::data_path("tokenizer/vocab-qwen.gguf"), "Hi"));
+    FAIL() << "no error";
+  } catch (const dllm::Error& e) {
+    EXPECT_STREQ(e.what(), "unsupported model architecture: qwen2 (supported: llada, dream)");
+    EXPECT_EQ(e.exit_code(), 1);
+  }
+  try {
+    run(settings("/nonexistent/model.gguf", "Hi"));
+    FAIL() << "no error";
+  } catch (const dllm::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot open model file /nonexistent/model.gguf"), std::string::npos);
+  }
+}
+
+TEST(TokenizeCommand, BinaryEndToEnd) {
+  const auto r = dllm::test::run_dllm({"tokenize", "--model", llada(), "--prompt", "Hi", "--no-chat", "--json"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["ids"], json::parse("[39, 72]"));
+  const auto bad = dllm::test::run_dllm({"tokenize", "--model", dllm::test::data_path("tokenizer/vocab-qwen.gguf"),
+                                         "--prompt", "Hi"});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_EQ(bad.out, "");
+  EXPECT_NE(bad.err.find("ERROR: unsupported model architecture: qwen2 (supported: llada, dream)"), std::string::npos);
+}
