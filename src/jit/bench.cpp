@@ -1,0 +1,174 @@
+// The peak and bandwidth measurements and the GEMM bench (random weights, median of repeated calls).
+#include "jit/bench.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "jit/gemm.h"
+#include "jit/x64/bench_gen.h"
+#include "model/error.h"
+#include "model/quant.h"
+#include "model/thread_pool.h"
+
+namespace dllm::jit {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+int64_t last_level_cache_bytes() {
+  long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  if (l3 <= 0) l3 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  return l3 > 0 ? l3 : 32 << 20;
+}
+
+PeakResult measure_peak(Isa isa, ThreadPool& pool) {
+  PeakResult res;
+  res.isa = isa;
+  res.threads = pool.size();
+
+  PeakGen peak(isa);
+  peak.create();
+  const auto peak_fn = peak.fn();
+  const int64_t iters = 200000;  // ~1-2 ms per item
+  peak_fn(iters);                // warm up (clocks, code)
+  double best_one = 0, best_all = 0;
+  for (int run = 0; run < 3; ++run) {
+    auto t0 = Clock::now();
+    peak_fn(iters * 10);
+    best_one = std::max(best_one, 2.0 * peak.macs_per_iteration() * iters * 10 / seconds_since(t0) / 1e9);
+    const int64_t items = 16 * res.threads;
+    t0 = Clock::now();
+    pool.parallel_for(items, [&](int64_t, int) { peak_fn(iters); });
+    best_all = std::max(best_all, 2.0 * peak.macs_per_iteration() * iters * items / seconds_since(t0) / 1e9);
+  }
+  res.int8_gops = best_all;
+  res.int8_gops_per_thread = best_one;
+
+  ReadGen reader(isa);
+  reader.create();
+  const auto read_fn = reader.fn();
+  res.read_buffer_bytes = std::max<int64_t>(256 << 20, 2 * last_level_cache_bytes());
+  AlignedArray<uint8_t> buf(static_cast<size_t>(res.read_buffer_bytes));
+  std::memset(buf.data(), 1, buf.size());  // touch every page
+  const int64_t chunk = 4 << 20;
+  const int64_t chunks = res.read_buffer_bytes / chunk;
+  for (int run = 0; run < 4; ++run) {
+    const auto t0 = Clock::now();
+    pool.parallel_for(chunks, [&](int64_t c, int) { read_fn(buf.data() + c * chunk, chunk); });
+    res.read_gbs = std::max(res.read_gbs, chunks * chunk / seconds_since(t0) / 1e9);
+  }
+  return res;
+}
+
+void random_ggml_rows(GgmlType type, int64_t n, int64_t k, uint64_t seed, uint8_t* out) {
+  const auto info = ggml_type_info(static_cast<uint32_t>(type));
+  if (!info || k % info->block_size) throw Error("random_ggml_rows: bad type or row length");
+  const int64_t blocks = n * (k / info->block_size);
+  std::mt19937_64 rng(seed);
+  const size_t bytes = static_cast<size_t>(blocks) * info->type_size;
+  for (size_t i = 0; i < bytes; i += 8) {
+    const uint64_t v = rng();
+    std::memcpy(out + i, &v, std::min<size_t>(8, bytes - i));
+  }
+  std::uniform_real_distribution<float> mag(1e-3f, 2e-2f);
+  for (int64_t b = 0; b < blocks; ++b) {
+    uint8_t* p = out + b * info->type_size;
+    const uint16_t d = quant::f32_to_fp16(mag(rng)), dmin = quant::f32_to_fp16(mag(rng));
+    switch (type) {
+      case GgmlType::Q4_K: std::memcpy(p, &d, 2); std::memcpy(p + 2, &dmin, 2); break;
+      case GgmlType::Q6_K: std::memcpy(p + 208, &d, 2); break;
+      case GgmlType::Q8_0: std::memcpy(p, &d, 2); break;
+      default: break;
+    }
+  }
+}
+
+GemmBenchResult bench_gemm(GgmlType type, int64_t n, int64_t k, int64_t rows, Isa isa, ThreadPool& pool, bool cold,
+                           double min_seconds) {
+  if (!jit_supports_type(type)) throw Error("bench gemm: no kernel for " + ggml_type_name(type));
+  if (rows < 1 || n < 1 || k < 1) throw Error("bench gemm: --n, --k and --rows must be positive");
+  GemmBenchResult res;
+  res.type = type;
+  res.n = n;
+  res.k = k;
+  res.rows = rows;
+  res.isa = isa;
+  res.threads = pool.size();
+
+  const auto info = ggml_type_info(static_cast<uint32_t>(type));
+  res.gguf_bytes = n * (k / info->block_size) * info->type_size;
+  std::vector<uint8_t> src(static_cast<size_t>(res.gguf_bytes));
+  random_ggml_rows(type, n, k, 42, src.data());
+
+  std::vector<QuantMatrix> mats;
+  mats.push_back(prepare_matrix(type, k, n, src.data(), isa, pool, "bench matrix"));
+  res.repack_s = mats[0].repack_seconds;
+  res.packed_bytes = isa == Isa::Portable ? res.gguf_bytes : mats[0].layout.total_bytes();
+  if (cold && isa != Isa::Portable) {
+    const int64_t want = 2 * last_level_cache_bytes();
+    const int64_t cap = int64_t{3} << 30;
+    res.copies = std::clamp<int64_t>((want + res.packed_bytes - 1) / res.packed_bytes, 1,
+                                     std::max<int64_t>(1, cap / res.packed_bytes));
+    for (int64_t c = 1; c < res.copies; ++c) {
+      QuantMatrix m;
+      m.type = mats[0].type;
+      m.isa = mats[0].isa;
+      m.n = n;
+      m.k = k;
+      m.layout = mats[0].layout;
+      m.src = mats[0].src;
+      m.packed.resize(mats[0].packed.size());
+      std::memcpy(m.packed.data(), mats[0].packed.data(), m.packed.size());
+      mats.push_back(std::move(m));
+    }
+  }
+
+  std::vector<float> x(static_cast<size_t>(rows * k));
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (auto& v : x) v = nd(rng);
+  std::vector<float> y(static_cast<size_t>(rows * n));
+  QuantizedActs acts;
+  std::vector<double> qtimes;
+  for (int i = 0; i < 3; ++i) {
+    const auto t0 = Clock::now();
+    quantize_acts(act_format_for(type), x.data(), rows, k, acts, pool);
+    qtimes.push_back(seconds_since(t0));
+  }
+  res.quant_s = median(qtimes);
+  if (isa != Isa::Portable) res.kernel = kernels_for(mats[0], rows).front()->name();
+
+  gemm(mats[0], acts, y.data(), pool);  // warm-up: kernels generated, pages touched
+  std::vector<double> times;
+  const auto start = Clock::now();
+  for (int64_t i = 0; times.size() < 5 || (seconds_since(start) < min_seconds && times.size() < 200); ++i) {
+    const QuantMatrix& m = mats[static_cast<size_t>(i % res.copies)];
+    const auto t0 = Clock::now();
+    gemm(m, acts, y.data(), pool);
+    times.push_back(seconds_since(t0));
+  }
+  res.reps = static_cast<int>(times.size());
+  res.median_s = median(times);
+  res.min_s = *std::min_element(times.begin(), times.end());
+  res.gops = 2.0 * rows * n * k / res.median_s / 1e9;
+  res.weight_gbs = res.packed_bytes / res.median_s / 1e9;
+  return res;
+}
+
+}  // namespace dllm::jit

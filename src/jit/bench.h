@@ -1,0 +1,56 @@
+// Measurements behind `dllm bench`: this machine's int8 multiply-accumulate peak and streaming read
+// bandwidth (JIT'd loops, every thread), and the GEMM kernels' throughput on given shapes with random
+// repacked weights, against both ceilings.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "jit/cpu_features.h"
+#include "model/ggml_types.h"
+
+namespace dllm {
+class ThreadPool;
+}
+
+namespace dllm::jit {
+
+struct PeakResult {
+  Isa isa = Isa::Avx512Vnni;
+  int threads = 1;
+  double int8_gops = 0;             // 2 ops (multiply + add) per int8 MAC, all threads, best of the runs
+  double int8_gops_per_thread = 0;  // one thread alone
+  double read_gbs = 0;              // streaming read, all threads, best of the runs (1 GB = 1e9 bytes)
+  int64_t read_buffer_bytes = 0;    // twice the last-level cache, at least 256 MiB
+};
+
+// Runs the peak loop and the read loop (about a second in all).
+PeakResult measure_peak(Isa isa, ThreadPool& pool);
+
+struct GemmBenchResult {
+  GgmlType type = GgmlType::Q4_K;
+  int64_t n = 0, k = 0, rows = 0;
+  Isa isa = Isa::Avx512Vnni;
+  int threads = 1;
+  int reps = 0;
+  double median_s = 0, min_s = 0;  // gemm() only (activations already quantised)
+  double quant_s = 0;              // quantising the activation rows once (median)
+  double repack_s = 0;             // preparing the weights once
+  double gops = 0;                 // 2*rows*n*k / median
+  double weight_gbs = 0;           // packed weight bytes / median (each weight byte is read once per call)
+  int64_t packed_bytes = 0, gguf_bytes = 0;
+  int64_t copies = 1;              // weight copies cycled through so that every call reads from memory
+  std::string kernel;              // the full-tile kernel's name
+};
+
+// Times gemm() on random weights of the given type and shape (rows activation rows), cycling through
+// enough copies of the weights to exceed twice the last-level cache when cold is set.
+GemmBenchResult bench_gemm(GgmlType type, int64_t n, int64_t k, int64_t rows, Isa isa, ThreadPool& pool,
+                           bool cold = true, double min_seconds = 0.5);
+
+// Random rows in ggml's block format (random quants, plausible finite scales); for benches and tests.
+void random_ggml_rows(GgmlType type, int64_t n, int64_t k, uint64_t seed, uint8_t* out);
+
+// The last-level cache size (bytes) the OS reports, or 32 MiB when it reports none.
+int64_t last_level_cache_bytes();
+
+}  // namespace dllm::jit
