@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -119,8 +120,9 @@ class FakeHub {
 class PullProcess {
  public:
   // file_size_limit > 0: writes past it fail. tty_fd >= 0: the child's stderr is that terminal.
+  // stdin_fd >= 0: the child's stdin (else /dev/null).
   PullProcess(const std::vector<std::string>& args, const std::vector<std::pair<std::string, std::string>>& env,
-              long file_size_limit = 0, int tty_fd = -1) {
+              long file_size_limit = 0, int tty_fd = -1, int stdin_fd = -1) {
     char out_tpl[] = "/tmp/dllm-pull-out-XXXXXX", err_tpl[] = "/tmp/dllm-pull-err-XXXXXX";
     int out_fd = mkstemp(out_tpl), err_fd = mkstemp(err_tpl);
     out_path_ = out_tpl, err_path_ = err_tpl;
@@ -129,8 +131,7 @@ class PullProcess {
     std::fflush(nullptr);
     pid_ = fork();
     if (pid_ == 0) {
-      int null_fd = ::open("/dev/null", O_RDONLY);
-      ::dup2(null_fd, 0);
+      ::dup2(stdin_fd >= 0 ? stdin_fd : ::open("/dev/null", O_RDONLY), 0);
       ::dup2(out_fd, 1);
       ::dup2(err_fd, 2);
       for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
@@ -629,6 +630,53 @@ TEST_F(HubPull, ProgressBarOnlyOnATerminal) {
   EXPECT_TRUE(contains(screen, "100% 1.42 MB / 1.42 MB")) << screen;
   EXPECT_TRUE(contains(screen, "MB/s  ETA ")) << screen;
   EXPECT_TRUE(contains(screen, "downloaded tiny-llada-Q4_K_M.gguf")) << screen;
+}
+
+TEST_F(HubPull, AskOnATerminalDownloadsOnlyAfterYes) {
+  int master = ::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  ASSERT_GE(master, 0);
+  ASSERT_EQ(::grantpt(master), 0);
+  ASSERT_EQ(::unlockpt(master), 0);
+  int slave = ::open(::ptsname(master), O_RDWR | O_NOCTTY | O_CLOEXEC);
+  ASSERT_GE(slave, 0);
+  const std::string id = std::string(kRepo) + ":Q8_0";
+  ASSERT_EQ(::write(master, "n\n", 2), 2);
+  auto no = PullProcess({id, "--ask"}, env(), 0, -1, slave).wait();
+  EXPECT_EQ(no.exit_code, 0) << no.err;
+  EXPECT_TRUE(contains(no.err, "Download tiny-llada-Q8_0.gguf (2.40 MB) into " + cache_ + "/models/" + kRepo + "? [y/N]"))
+      << no.err;
+  EXPECT_TRUE(contains(no.err, "nothing downloaded")) << no.err;
+  EXPECT_EQ(no.out, "");
+  EXPECT_EQ(cache_files(), kNoFiles);
+  ASSERT_EQ(::write(master, "y\n", 2), 2);
+  auto yes = PullProcess({id, "--ask"}, env(), 0, -1, slave).wait();
+  EXPECT_EQ(yes.exit_code, 0) << yes.err;
+  EXPECT_EQ(yes.out, dest("tiny-llada-Q8_0.gguf") + "\n");
+  // Up to date: no question.
+  auto again = PullProcess({id, "--ask"}, env(), 0, -1, slave).wait();
+  EXPECT_FALSE(contains(again.err, "[y/N]")) << again.err;
+  EXPECT_TRUE(contains(again.err, "is up to date")) << again.err;
+  ::close(slave);
+  ::close(master);
+}
+
+TEST_F(HubPull, TheBinaryRunsPull) {
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved;
+  for (const auto& [k, v] : env()) {
+    const char* old = std::getenv(k.c_str());
+    saved.emplace_back(k, old ? std::optional<std::string>(old) : std::nullopt);
+    ::setenv(k.c_str(), v.c_str(), 1);
+  }
+  auto r = dllm::test::run_dllm({"pull", std::string(kRepo) + ":Q8_0"});
+  auto check = dllm::test::run_dllm({"pull", "--check", std::string(kRepo) + ":Q8_0"});
+  auto help = dllm::test::run_dllm({"pull", "--help"});
+  for (const auto& [k, v] : saved) v ? ::setenv(k.c_str(), v->c_str(), 1) : ::unsetenv(k.c_str());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, dest("tiny-llada-Q8_0.gguf") + "\n");
+  EXPECT_EQ(check.exit_code, 0) << check.err;
+  EXPECT_EQ(check.out, r.out);
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_TRUE(contains(help.out, "--quant Q")) << help.out;
 }
 
 TEST_F(HubPull, PullCommandUsageErrors) {
