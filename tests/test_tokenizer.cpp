@@ -166,6 +166,19 @@ TEST(TokenizerQwen, LlamaCppVocabTestFile) {
 
 TEST(TokenizerQwen, DetokenizeMatchesLlamaCpp) { check_detok(*vocab(qwen_path()).tok, "tokenizer/detok-qwen.jsonl"); }
 
+// No Unicode normalisation, like llama.cpp: where the HF tokenizer (NFC normalizer) disagrees, dllm
+// gives llama.cpp's ids for the text and the HF ids for its NFC form.
+TEST(TokenizerQwen, NoNormalizationTheNfcCases) {
+  const Tokenizer& tok = *vocab(qwen_path()).tok;
+  const std::vector<json> cases = read_jsonl("tokenizer/nfc-qwen.jsonl");
+  ASSERT_EQ(cases.size(), 4u);
+  for (const json& c : cases) {
+    EXPECT_EQ(tok.encode(c["text"].get<std::string>()), ids_of(c["ids"])) << c["id"];
+    EXPECT_NE(ids_of(c["ids"]), ids_of(c["hf_ids"])) << c["id"];
+    EXPECT_EQ(tok.encode(c["nfc_text"].get<std::string>()), ids_of(c["hf_ids"])) << c["id"];
+  }
+}
+
 TEST(TokenizerQwen, AddSpecialAddsNothingWithoutTheFlags) {
   const Tokenizer& tok = *vocab(qwen_path()).tok;
   EXPECT_EQ(tok.encode("Hello", true, true), (std::vector<int32_t>{9707}));

@@ -3,7 +3,7 @@
 // pre-tokenisation per tokenizer.ggml.pre (pretokenizer.h), then rank-ordered BPE merges per piece.
 // Also the detokenizer (ids -> bytes, as llama_detokenize) and the special ids the samplers need.
 // No Unicode normalisation is applied (llama.cpp applies none; the Qwen tokenizer.json's NFC is not
-// reproduced, see bench/tokenize/README.md).
+// reproduced, so non-NFC text can get other ids than in training: tests/data/tokenizer/README.md).
 #pragma once
 #include <cstdint>
 #include <memory>
