@@ -31,11 +31,11 @@ void pack_q4_k(const void* const* rows, int P, uint8_t* quant, uint8_t* meta) {
     if (!rows[p]) continue;
     const auto& b = *static_cast<const BlockQ4_K*>(rows[p]);
     unpack_q4_k(&b, q);
-    for (int s = 0; s < 8; ++s)
-      for (int j = 0; j < 4; ++j)
+    for (int t = 0; t < 4; ++t)
+      for (int j = 0; j < 8; ++j)
         for (int e = 0; e < 4; ++e)
-          vbyte(quant + (4 * s + j) * 4 * P, p, e) =
-              static_cast<uint8_t>(q[32 * s + 4 * j + e] | q[32 * s + 4 * j + 16 + e] << 4);
+          vbyte(quant + (8 * t + j) * 4 * P, p, e) =
+              static_cast<uint8_t>(q[64 * t + 4 * j + e] | q[64 * t + 32 + 4 * j + e] << 4);
     put_u16(meta + meta::q4k_d(P) + 2 * p, b.d);
     put_u16(meta + meta::q4k_dmin(P) + 2 * p, b.dmin);
     for (int s = 0; s < 8; ++s) {
@@ -48,27 +48,17 @@ void pack_q4_k(const void* const* rows, int P, uint8_t* quant, uint8_t* meta) {
 }
 
 void pack_q6_k(const void* const* rows, int P, uint8_t* quant, uint8_t* meta) {
-  std::memset(quant, 0, 192 * P);
+  std::memset(quant, 0, 256 * P);
   std::memset(meta, 0, 18 * P);
   uint8_t q[256];
   for (int p = 0; p < P; ++p) {
     if (!rows[p]) continue;
     const auto& b = *static_cast<const BlockQ6_K*>(rows[p]);
     unpack_q6_k(&b, q);
-    for (int u = 0; u < 16; ++u) {
-      uint8_t* base = quant + u * 12 * P;
-      for (int e = 0; e < 4; ++e) {
-        for (int j = 0; j < 2; ++j)
-          vbyte(base + j * 4 * P, p, e) =
-              static_cast<uint8_t>((q[16 * u + 4 * j + e] & 15) | (q[16 * u + 4 * j + 8 + e] & 15) << 4);
-        uint8_t h = 0;
-        for (int g = 0; g < 4; ++g) h = static_cast<uint8_t>(h | (q[16 * u + 4 * g + e] >> 4) << (2 * g));
-        vbyte(base + 8 * P, p, e) = h;
-      }
-    }
+    for (int g = 0; g < 64; ++g)
+      for (int e = 0; e < 4; ++e) vbyte(quant + g * 4 * P, p, e) = q[4 * g + e];
     put_u16(meta + meta::q6k_d(P) + 2 * p, b.d);
-    for (int u = 0; u < 16; ++u)
-      meta[meta::q6k_scales(P) + (u / 2) * 2 * P + 2 * p + (u % 2)] = static_cast<uint8_t>(b.scales[u]);
+    for (int u = 0; u < 16; ++u) meta[meta::q6k_scales(P) + u * P + p] = static_cast<uint8_t>(b.scales[u]);
   }
 }
 
@@ -128,7 +118,7 @@ PackedLayout packed_layout(Isa isa, GgmlType wtype, int64_t n, int64_t k) {
   l.nblocks = k / l.block;
   switch (wtype) {
     case GgmlType::Q4_K: l.quant_bytes = 128 * l.p; l.meta_bytes = 20 * l.p; break;
-    case GgmlType::Q6_K: l.quant_bytes = 192 * l.p; l.meta_bytes = 18 * l.p; break;
+    case GgmlType::Q6_K: l.quant_bytes = 256 * l.p; l.meta_bytes = 18 * l.p; break;
     default: l.quant_bytes = 32 * l.p; l.meta_bytes = 2 * l.p; break;
   }
   l.panel_bytes = (l.nblocks * (l.quant_bytes + l.meta_bytes) + 63) / 64 * 64;

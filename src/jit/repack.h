@@ -7,13 +7,14 @@
 // and panels follow each other. "Vector" below is P dwords: dword p holds 4 bytes of weight row p, for
 // 4 consecutive k ("a group"). Per block (256 values for the K-quants, 32 for Q8_0):
 //
-// Q4_K  quant (128P): for sub-block s < 8, j < 4: vector V[s][j], byte b of dword p =
-//                       q[p][32s+4j+b] | q[p][32s+4j+16+b] << 4        (4-bit, q in 0..15)
+// Q4_K  quant (128P): for sub-block pair t < 4, group j < 8: vector V[t][j], byte b of dword p =
+//                       q[p][64t+4j+b] | q[p][64t+32+4j+b] << 4   (ggml's own nibble order; q in 0..15)
+//                     so the low nibbles are sub-block 2t and the high nibbles sub-block 2t+1.
 //       meta   (20P): d fp16 [P] | dmin fp16 [P] | scales u8 [8][P] | mins u8 [4][P][2] (pairs for vpdpwssd)
-// Q6_K  quant (192P): for sub-block u < 16: V[u][0], V[u][1], H[u] (12P bytes), where V[u][j] byte b of
-//                       dword p = lo4(q[p][16u+4j+b]) | lo4(q[p][16u+4j+8+b]) << 4 and H[u] byte b =
-//                       sum over g < 4 of hi2(q[p][16u+4g+b]) << 2g        (q in 0..63, i.e. ggml's q + 32)
-//       meta   (18P): d fp16 [P] | scales i8 [8][P][2] (sub-blocks 2v, 2v+1 side by side)
+// Q6_K  quant (256P): for sub-block u < 16, group g < 4: vector V[u][g], byte b of dword p = q[p][16u+4g+b],
+//                     q in 0..63 (ggml's q + 32) as a whole byte: the kernels at many rows are bound by
+//                     arithmetic, not memory, and unpacking 6 bits would cost more than the 22% more bytes
+//       meta   (18P): d fp16 [P] | scales i8 [16][P]
 // Q8_0  quant (32P):  for group g < 8: vector, byte b of dword p = w[p][4g+b], XOR 0x80 for the VNNI
 //                       families (unsigned w + 128; the kernel subtracts 128 * sum(x)), as is for AVX2
 //       meta    (2P): d fp16 [P]
@@ -53,7 +54,7 @@ inline int64_t q4k_dmin(int p) { return 2 * p; }
 inline int64_t q4k_scales(int p) { return 4 * p; }
 inline int64_t q4k_mins(int p) { return 12 * p; }
 inline int64_t q6k_d(int) { return 0; }
-inline int64_t q6k_scales(int p) { return 2 * p; }
+inline int64_t q6k_scales(int p) { return 2 * p; }  // [16][P]
 inline int64_t q8_0_d(int) { return 0; }
 }  // namespace meta
 

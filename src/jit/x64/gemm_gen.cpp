@@ -32,15 +32,21 @@ GemmGenerator<Vmm>::GemmGenerator(const GemmDesc& desc)
 // ---- registers ----
 
 template <class Vmm>
-Vmm GemmGenerator<Vmm>::vdot(int r) const {
+Vmm GemmGenerator<Vmm>::vdot_a(int r) const {
   if (r < 0 || r >= m_) throw Error(kernel_name() + ": dot register index out of range");
   return Vmm(r);
 }
 
 template <class Vmm>
-Vmm GemmGenerator<Vmm>::vsumi(int r) const {
-  if (r < 0 || r >= m_ || desc_.wtype == GgmlType::Q8_0) throw Error(kernel_name() + ": sum register misuse");
+Vmm GemmGenerator<Vmm>::vdot_b(int r) const {
+  if (r < 0 || r >= m_) throw Error(kernel_name() + ": dot register index out of range");
   return Vmm(m_ + r);
+}
+
+template <class Vmm>
+Vmm GemmGenerator<Vmm>::vsb(int r) const {
+  if (r < 0 || r >= m_ || desc_.wtype == GgmlType::Q8_0) throw Error(kernel_name() + ": super-block sum misuse");
+  return Vmm(2 * m_ + r);
 }
 
 template <class Vmm>
@@ -82,7 +88,7 @@ void GemmGenerator<Vmm>::dot_u8s8(const Vmm& acc, const Vmm& w, const RegExp& e)
   } else if (desc_.isa == Isa::AvxVnni) {
     vpbroadcastd(vbcast(), ptr[e]);
     vpdpbusd(acc, w, vbcast(), Xbyak::VexEncoding);
-  } else {  // AVX2: u8*s8 pairs to int16 (no saturation: |w| <= 63 here), pairs to int32, add
+  } else {  // AVX2: u8*s8 pairs to int16, pairs to int32, add
     const Vmm b = vbcast();
     vpbroadcastd(b, ptr[e]);
     vpmaddubsw(b, w, b);
@@ -95,7 +101,7 @@ template <class Vmm>
 void GemmGenerator<Vmm>::dot_s8s8_avx2(const Vmm& acc, const Vmm& wabs, const Vmm& w, const RegExp& e) {
   const Vmm b = vbcast();
   vpbroadcastd(b, ptr[e]);
-  vpsignb(b, b, w);       // x * sign(w): then |w| * that = w * x, and |pair sums| <= 2*128*127 fits int16
+  vpsignb(b, b, w);  // x * sign(w): then |w| * that = w * x, and |pair sums| <= 2*128*127 fits int16
   vpmaddubsw(b, wabs, b);
   vpmaddwd(b, b, ptr[rip + l_ones16_]);
   vpaddd(acc, acc, b);
@@ -117,25 +123,9 @@ void GemmGenerator<Vmm>::dot_pairs(const Vmm& acc, const Vmm& w, const RegExp& e
 }
 
 template <class Vmm>
-void GemmGenerator<Vmm>::and_mask0f(const Vmm& dst, const Vmm& src) {
-  if constexpr (kZmm) vpandd(dst, src, ptr_b[rip + l_mask0f_]);
-  else vpand(dst, src, ptr[rip + l_mask0f_]);
-}
-
-template <class Vmm>
-void GemmGenerator<Vmm>::and_mask30(const Vmm& dst, const Vmm& src) {
-  if constexpr (kZmm) vpandd(dst, src, ptr_b[rip + l_mask30_]);
-  else vpand(dst, src, ptr[rip + l_mask30_]);
-}
-
-template <class Vmm>
-void GemmGenerator<Vmm>::or_masked30(const Vmm& q, const Vmm& src, const Vmm& tmp) {
-  if constexpr (kZmm) {
-    vpternlogd(q, src, ptr_b[rip + l_mask30_], 0xF8);  // q | (src & mask)
-  } else {
-    and_mask30(tmp, src);
-    vpor(q, q, tmp);
-  }
+void GemmGenerator<Vmm>::and_bytes(const Vmm& dst, const Vmm& src, const Xbyak::Label& mask) {
+  if constexpr (kZmm) vpandd(dst, src, ptr_b[rip + mask]);
+  else vpand(dst, src, ptr[rip + mask]);
 }
 
 template <class Vmm>
@@ -149,34 +139,36 @@ void GemmGenerator<Vmm>::mul_bcast_f32(const Vmm& dst, const Vmm& src, const Reg
 }
 
 template <class Vmm>
-void GemmGenerator<Vmm>::fma_acc(int r, const Vmm& d, const Vmm& f, bool negate) {
+void GemmGenerator<Vmm>::acc_fma(int r, const Vmm& a, const Vmm& b) {
   if (!plan_.acc_in_mem) {
-    if (negate) vfnmadd231ps(vacc(r), d, f);
-    else vfmadd231ps(vacc(r), d, f);
+    vfmadd231ps(vacc(r), a, b);
     return;
   }
   const Xbyak::Address acc = ptr[rsp + r * kVB];
-  if (negate) vfnmadd213ps(f, d, acc);  // f = -(d*f) + acc
-  else vfmadd213ps(f, d, acc);          // f = d*f + acc
-  vmovaps(acc, f);
+  vfmadd213ps(a, b, acc);  // a = b*a + acc
+  vmovaps(acc, a);
 }
 
 template <class Vmm>
-void GemmGenerator<Vmm>::scale_into_sum(int r, const Vmm& sc, bool first) {
-  if (first) {
-    vpmulld(vsumi(r), vdot(r), sc);
-  } else {
-    vpmulld(vdot(r), vdot(r), sc);
-    vpaddd(vsumi(r), vsumi(r), vdot(r));
+void GemmGenerator<Vmm>::acc_fma_bcast(int r, const Vmm& a, const RegExp& e, const Vmm& tmp) {
+  if (kZmm && !plan_.acc_in_mem) {
+    vfmadd231ps(vacc(r), a, ptr_b[e]);
+    return;
   }
+  vbroadcastss(tmp, ptr[e]);
+  acc_fma(r, a, tmp);
 }
 
 template <class Vmm>
-void GemmGenerator<Vmm>::load_u8_to_i32(const Vmm& v, const RegExp& e) { vpmovzxbd(v, ptr[e]); }
+void GemmGenerator<Vmm>::load_scales_f32(const Vmm& dst, const RegExp& e, bool is_signed, const Vmm& d) {
+  if (is_signed) vpmovsxbd(dst, ptr[e]);
+  else vpmovzxbd(dst, ptr[e]);
+  vcvtdq2ps(dst, dst);
+  vmulps(dst, dst, d);
+}
+
 template <class Vmm>
 void GemmGenerator<Vmm>::load_u8_pairs_to_i16(const Vmm& v, const RegExp& e) { vpmovzxbw(v, ptr[e]); }
-template <class Vmm>
-void GemmGenerator<Vmm>::load_i8_pairs_to_i16(const Vmm& v, const RegExp& e) { vpmovsxbw(v, ptr[e]); }
 template <class Vmm>
 void GemmGenerator<Vmm>::load_f16_to_f32(const Vmm& v, const RegExp& e) { vcvtph2ps(v, ptr[e]); }
 
@@ -240,24 +232,31 @@ void GemmGenerator<Vmm>::generate() {
     mov(reg_xd_, ptr[reg_args_ + offsetof(GemmKernelArgs, xd)]);
     mov(reg_xs_, ptr[reg_args_ + offsetof(GemmKernelArgs, xs)]);
     mov(reg_xc_, ptr[reg_args_ + offsetof(GemmKernelArgs, xc)]);
-    mov(reg_blk_, layout_.nblocks);
-    align(16);
-    L(l_block);
-    {
+    // Q8_0 blocks go two at a time (two independent dot chains per row), an odd last one alone.
+    const int per_iter = q8k ? 1 : 2;
+    const int64_t iters = layout_.nblocks / per_iter, rest = layout_.nblocks % per_iter;
+    auto advance = [&](int blocks) {
+      add(reg_wq_, static_cast<uint32_t>(blocks * layout_.quant_bytes));
+      add(reg_wm_, static_cast<uint32_t>(blocks * layout_.meta_bytes));
+      add(reg_xq_, blocks * layout_.block);
+      add(reg_xd_, 4 * blocks);
+      if (q8k) add(reg_xs_, 16 * blocks);
+      add(reg_xc_, (q8k ? 64 : 4) * blocks);
+    };
+    if (iters > 0) {
+      mov(reg_blk_, iters);
+      align(16);
+      L(l_block);
       switch (desc_.wtype) {
         case GgmlType::Q4_K: body_q4k(); break;
         case GgmlType::Q6_K: body_q6k(); break;
-        default: body_q8_0(); break;
+        default: body_q8_0(2); break;
       }
-      add(reg_wq_, static_cast<uint32_t>(layout_.quant_bytes));
-      add(reg_wm_, static_cast<uint32_t>(layout_.meta_bytes));
-      add(reg_xq_, layout_.block);
-      add(reg_xd_, 4);
-      if (q8k) add(reg_xs_, 16);
-      add(reg_xc_, q8k ? 64 : 4);
+      advance(per_iter);
       dec(reg_blk_);
       jnz(l_block, T_NEAR);
     }
+    if (rest) body_q8_0(1);
     Xbyak::Label l_full, l_stored;
     cmp(reg_np_, 1);
     jne(l_full, T_NEAR);
@@ -282,10 +281,12 @@ void GemmGenerator<Vmm>::emit_constants() {
   align(64);
   L(l_mask0f_);
   for (int i = 0; i < 64; ++i) db(0x0F);
-  L(l_mask30_);
-  for (int i = 0; i < 64; ++i) db(0x30);
+  L(l_mask_f0_);
+  for (int i = 0; i < 64; ++i) db(0xF0);
   L(l_ones16_);
   for (int i = 0; i < 32; ++i) dw(1);
+  L(l_sixteenth_);
+  for (int i = 0; i < 16; ++i) dd(0x3D800000u);  // 1/16 as f32
   L(l_tail_);
   if constexpr (kZmm) {
     for (int t = 0; t <= kP; ++t) dw(static_cast<uint16_t>((1u << t) - 1));

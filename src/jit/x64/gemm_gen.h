@@ -29,22 +29,24 @@ class GemmGenerator : public JitGenerator {
 
   // One block of one panel for all M rows, per weight type (gemm_q4k.cpp, gemm_q6k.cpp, gemm_q8_0.cpp).
   // Pointers on entry: reg_wq_ (this block's quants), reg_wm_ (its meta record), reg_xq_/xd_/xs_/xc_
-  // (this block of activation row 0).
+  // (this block of activation row 0). Q8_0 handles `blocks` (1 or 2) consecutive blocks at once.
   void body_q4k();
   void body_q6k();
-  void body_q8_0();
+  void body_q8_0(int blocks);
 
   // ---- registers ----
-  // Row registers come first (dot, super-block sum, accumulator), temporaries after them.
-  Vmm vdot(int r) const;   // int32 dot of the current sub-block (Q8_0: of the block)
-  Vmm vsumi(int r) const;  // int32 scaled sum of the current super-block (K-quants only)
-  Vmm vacc(int r) const;   // f32 accumulator (only when !plan_.acc_in_mem)
-  Vmm vtmp(int i) const;   // temporaries 0 .. plan_.temps-1 (the last one is vbcast() on ymm)
-  Vmm vbcast() const;      // ymm: the broadcast activation register
+  // Per row (in this order, each kind M registers): two int32 dot chains, the f32 super-block sum
+  // (K-quants), the f32 accumulator (unless on the stack); then the temporaries.
+  Vmm vdot_a(int r) const;
+  Vmm vdot_b(int r) const;
+  Vmm vsb(int r) const;
+  Vmm vacc(int r) const;
+  Vmm vtmp(int i) const;  // temporaries 0 .. plan_.temps-1 (the last one is vbcast() on ymm)
+  Vmm vbcast() const;     // ymm: the broadcast activation register
 
   // ---- activation addresses (row r of the tile, current block) ----
   Xbyak::RegExp xq(int r, int byte) const { return reg_xq_ + r * desc_.k + byte; }
-  Xbyak::RegExp xd(int r) const { return reg_xd_ + r * layout_.nblocks * 4; }
+  Xbyak::RegExp xd(int r, int block = 0) const { return reg_xd_ + r * layout_.nblocks * 4 + 4 * block; }
   Xbyak::RegExp xs(int r, int i) const { return reg_xs_ + r * (desc_.k / 32) * 2 + 2 * i; }
   Xbyak::RegExp xc(int r, int i) const { return reg_xc_ + r * corr_stride() + 4 * i; }
   int64_t corr_stride() const { return (desc_.wtype == GgmlType::Q8_0 ? desc_.k / 32 : desc_.k / 16) * 4; }
@@ -53,26 +55,25 @@ class GemmGenerator : public JitGenerator {
   void vzero(const Vmm& v);
   void load_vec(const Vmm& v, const Xbyak::RegExp& e);
   // acc += sum of 4 products u8(w) * s8(x), per dword; x = 4 bytes at e, broadcast.
+  // AVX2 (vpmaddubsw) needs u8(w) <= 128 so that pairs cannot saturate int16.
   void dot_u8s8(const Vmm& acc, const Vmm& w, const Xbyak::RegExp& e);
-  // acc += w0*x0 + w1*x1 per dword: int16 pairs w times the int16 pair at e, broadcast.
-  void dot_pairs(const Vmm& acc, const Vmm& w, const Xbyak::RegExp& e);
-  void and_mask0f(const Vmm& dst, const Vmm& src);  // dst = src & 0x0F (bytes)
-  void and_mask30(const Vmm& dst, const Vmm& src);  // dst = src & 0x30 (bytes)
-  // dst = src * (f32 at e, broadcast); dst != src.
-  void mul_bcast_f32(const Vmm& dst, const Vmm& src, const Xbyak::RegExp& e);
-  // acc[r] += d * f (negate: -=); f is clobbered.
-  void fma_acc(int r, const Vmm& d, const Vmm& f, bool negate);
-  // sumi[r] = dot[r] * sc (first) or sumi[r] += dot[r] * sc; dot is clobbered.
-  void scale_into_sum(int r, const Vmm& sc, bool first);
   // AVX2 only: acc += sum of 4 products s8(w) * s8(x): |w| (wabs) times x with w's sign (vpsignb).
   void dot_s8s8_avx2(const Vmm& acc, const Vmm& wabs, const Vmm& w, const Xbyak::RegExp& e);
-  // q |= (src & 0x30) per byte: the Q6_K high bits merged into the low nibbles.
-  void or_masked30(const Vmm& q, const Vmm& src, const Vmm& tmp);
-  // vpmovzx/sx of P bytes into dwords, 2P bytes into words, P halves into floats.
-  void load_u8_to_i32(const Vmm& v, const Xbyak::RegExp& e);
+  // acc += w0*x0 + w1*x1 per dword: int16 pairs w times the int16 pair at e, broadcast.
+  void dot_pairs(const Vmm& acc, const Vmm& w, const Xbyak::RegExp& e);
+  void and_bytes(const Vmm& dst, const Vmm& src, const Xbyak::Label& mask);  // dst = src & mask (bytes)
+  // dst = src * (f32 at e, broadcast); dst != src.
+  void mul_bcast_f32(const Vmm& dst, const Vmm& src, const Xbyak::RegExp& e);
+  // acc[r] += a * b; a is clobbered when the accumulators live on the stack.
+  void acc_fma(int r, const Vmm& a, const Vmm& b);
+  // acc[r] += a * (f32 at e, broadcast); a and tmp may be clobbered.
+  void acc_fma_bcast(int r, const Vmm& a, const Xbyak::RegExp& e, const Vmm& tmp);
+  // f32 vector of P scales: u8 / i8 bytes at e, converted, times the f32 vector d.
+  void load_scales_f32(const Vmm& dst, const Xbyak::RegExp& e, bool is_signed, const Vmm& d);
   void load_u8_pairs_to_i16(const Vmm& v, const Xbyak::RegExp& e);
-  void load_i8_pairs_to_i16(const Vmm& v, const Xbyak::RegExp& e);
   void load_f16_to_f32(const Vmm& v, const Xbyak::RegExp& e);
+
+  Xbyak::Label l_mask0f_, l_mask_f0_, l_ones16_, l_sixteenth_, l_tail_;
 
   const GemmDesc desc_;
   const PackedLayout layout_;
@@ -91,8 +92,6 @@ class GemmGenerator : public JitGenerator {
   void zero_accumulators();
   void store_panel(bool masked);
   void emit_constants();
-
-  Xbyak::Label l_mask0f_, l_mask30_, l_ones16_, l_tail_;
 };
 
 }  // namespace dllm::jit

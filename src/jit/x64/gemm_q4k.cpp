@@ -1,44 +1,65 @@
-// Q4_K x Q8_K block body: 8 sub-blocks of 32 4-bit weights. Per sub-block the int8 dot products go into
-// one int32 register per row, which is then scaled by the 6-bit sub-block scale into the super-block
-// sum (ggml's sumi, exact); the mins term is sum_j mins[j] * (sum of the 32 activations of sub-block j),
-// two sub-blocks per vpdpwssd. Then, as ggml: acc += (d_w*d_a) * sumi - (dmin_w*d_a) * summins.
+// Q4_K x Q8_K block body. A super-block is 4 pairs of 32-weight sub-blocks; one 64-byte load holds a
+// pair's group of 4 weights per row: low nibbles sub-block 2t, high nibbles 2t+1. The two sub-blocks
+// accumulate in two int32 chains per row. The VNNI families keep the high nibbles in place (16*q, just
+// masked), folding the 1/16 into that sub-block's scale; AVX2 shifts them down, since vpmaddubsw pairs
+// of 16*q would saturate. Each sub-block's dot is converted to f32 and scaled by d*scale[s] into the
+// super-block sum (exact for unit scales); the mins term sum_s mins[s] * (sum of the 32 activations of
+// s) is an exact int32 (vpdpwssd, two sub-blocks per instruction). Then, as ggml:
+//   acc += d_a * (sum_s d*scale[s]*dot_s - dmin * summins).
 #include "jit/x64/gemm_gen.h"
 
 namespace dllm::jit {
 
 template <class Vmm>
 void GemmGenerator<Vmm>::body_q4k() {
-  const Vmm raw = vtmp(0), lo = vtmp(1), hi = vtmp(2), sc = vtmp(3);
-  for (int s = 0; s < 8; ++s) {
-    for (int r = 0; r < m_; ++r) vzero(vdot(r));
-    for (int j = 0; j < 4; ++j) {
-      // Low nibbles: k = 32s + 4j + (0..3); high nibbles: the same + 16.
-      load_vec(raw, reg_wq_ + (4 * s + j) * kVB);
-      and_mask0f(lo, raw);
-      vpsrlw(hi, raw, 4);
-      and_mask0f(hi, hi);
-      for (int r = 0; r < m_; ++r) dot_u8s8(vdot(r), lo, xq(r, 32 * s + 4 * j));
-      for (int r = 0; r < m_; ++r) dot_u8s8(vdot(r), hi, xq(r, 32 * s + 4 * j + 16));
+  const Vmm raw = vtmp(0), lo = vtmp(1), hi = vtmp(2), sc = vtmp(3), dw = vtmp(4), dw16 = vtmp(5);
+  const bool hi16 = desc_.isa != Isa::Avx2;
+  load_f16_to_f32(dw, reg_wm_ + meta::q4k_d(kP));
+  if (hi16) {
+    if constexpr (kZmm) vmulps(dw16, dw, ptr_b[rip + l_sixteenth_]);
+    else vmulps(dw16, dw, ptr[rip + l_sixteenth_]);
+  }
+  for (int t = 0; t < 4; ++t) {
+    for (int r = 0; r < m_; ++r) {
+      vzero(vdot_a(r));
+      vzero(vdot_b(r));
     }
-    load_u8_to_i32(sc, reg_wm_ + meta::q4k_scales(kP) + s * kP);
-    for (int r = 0; r < m_; ++r) scale_into_sum(r, sc, s == 0);
+    for (int j = 0; j < 8; ++j) {
+      load_vec(raw, reg_wq_ + (8 * t + j) * kVB);
+      and_bytes(lo, raw, l_mask0f_);
+      if (hi16) {
+        and_bytes(hi, raw, l_mask_f0_);
+      } else {
+        vpsrlw(hi, raw, 4);
+        and_bytes(hi, hi, l_mask0f_);
+      }
+      for (int r = 0; r < m_; ++r) dot_u8s8(vdot_a(r), lo, xq(r, 64 * t + 4 * j));
+      for (int r = 0; r < m_; ++r) dot_u8s8(vdot_b(r), hi, xq(r, 64 * t + 32 + 4 * j));
+    }
+    load_scales_f32(sc, reg_wm_ + meta::q4k_scales(kP) + 2 * t * kP, false, dw);
+    for (int r = 0; r < m_; ++r) {
+      vcvtdq2ps(vdot_a(r), vdot_a(r));
+      if (t == 0) vmulps(vsb(r), vdot_a(r), sc);
+      else vfmadd231ps(vsb(r), vdot_a(r), sc);
+    }
+    load_scales_f32(sc, reg_wm_ + meta::q4k_scales(kP) + (2 * t + 1) * kP, false, hi16 ? dw16 : dw);
+    for (int r = 0; r < m_; ++r) {
+      vcvtdq2ps(vdot_b(r), vdot_b(r));
+      vfmadd231ps(vsb(r), vdot_b(r), sc);
+    }
   }
   // Mins: (m[2t], m[2t+1]) word pairs times (sum32[2t], sum32[2t+1]).
-  for (int r = 0; r < m_; ++r) vzero(vdot(r));
+  for (int r = 0; r < m_; ++r) vzero(vdot_a(r));
   for (int t = 0; t < 4; ++t) {
     load_u8_pairs_to_i16(sc, reg_wm_ + meta::q4k_mins(kP) + t * 2 * kP);
-    for (int r = 0; r < m_; ++r) dot_pairs(vdot(r), sc, xs(r, 2 * t));
+    for (int r = 0; r < m_; ++r) dot_pairs(vdot_a(r), sc, xs(r, 2 * t));
   }
-  const Vmm dw = lo, dmin = hi, scale = raw;
-  load_f16_to_f32(dw, reg_wm_ + meta::q4k_d(kP));
+  const Vmm dmin = dw;
   load_f16_to_f32(dmin, reg_wm_ + meta::q4k_dmin(kP));
   for (int r = 0; r < m_; ++r) {
-    mul_bcast_f32(scale, dw, xd(r));
-    vcvtdq2ps(vsumi(r), vsumi(r));
-    fma_acc(r, scale, vsumi(r), false);
-    mul_bcast_f32(scale, dmin, xd(r));
-    vcvtdq2ps(vdot(r), vdot(r));
-    fma_acc(r, scale, vdot(r), true);
+    vcvtdq2ps(vdot_a(r), vdot_a(r));
+    vfnmadd231ps(vsb(r), vdot_a(r), dmin);
+    acc_fma_bcast(r, vsb(r), xd(r), raw);
   }
 }
 

@@ -1,37 +1,54 @@
-// Q8_0 x Q8_0 block body: 32 int8 weights per row and block. VNNI families: weights stored as w + 128
-// (unsigned for vpdpbusd), the dot starting at -128 * (sum of the 32 activations); AVX2: |w| times the
-// activations carrying w's sign (vpsignb), so vpmaddubsw cannot saturate. Then, as ggml:
-// acc += (d_w*d_a) * sumi.
+// Q8_0 x Q8_0 body for one or two consecutive blocks of 32 (two: one int32 chain per block and row).
+// VNNI families: weights stored as w + 128 (unsigned for vpdpbusd), each chain starting at
+// -128 * (sum of the block's 32 activations); AVX2: |w| times the activations carrying w's sign
+// (vpsignb), so vpmaddubsw cannot saturate. Then, as ggml: acc += float(sumi) * (d_w*d_a).
 #include "jit/x64/gemm_gen.h"
 
 namespace dllm::jit {
 
 template <class Vmm>
-void GemmGenerator<Vmm>::body_q8_0() {
-  const Vmm w = vtmp(0), aux = vtmp(1), dw = vtmp(2);
-  const bool avx2 = desc_.isa == Isa::Avx2;
+void GemmGenerator<Vmm>::body_q8_0(int blocks) {
+  const Vmm wa = vtmp(0), wb = vtmp(1), ta = vtmp(2), tb = vtmp(3), prod = vtmp(4);
+  const bool avx2 = desc_.isa == Isa::Avx2, two = blocks == 2;
   for (int r = 0; r < m_; ++r) {
-    if (avx2) vzero(vdot(r));
-    else vpbroadcastd(vdot(r), ptr[xc(r, 0)]);
-  }
-  for (int g = 0; g < 8; ++g) {
-    load_vec(w, reg_wq_ + g * kVB);
     if (avx2) {
-      vpabsb(aux, w);
-      for (int r = 0; r < m_; ++r) dot_s8s8_avx2(vdot(r), aux, w, xq(r, 4 * g));
+      vzero(vdot_a(r));
+      if (two) vzero(vdot_b(r));
     } else {
-      for (int r = 0; r < m_; ++r) dot_u8s8(vdot(r), w, xq(r, 4 * g));
+      vpbroadcastd(vdot_a(r), ptr[xc(r, 0)]);
+      if (two) vpbroadcastd(vdot_b(r), ptr[xc(r, 1)]);
     }
   }
-  load_f16_to_f32(dw, reg_wm_ + meta::q8_0_d(kP));
+  for (int g = 0; g < 8; ++g) {
+    load_vec(wa, reg_wq_ + g * kVB);
+    if (two) load_vec(wb, reg_wq_ + layout_.quant_bytes + g * kVB);
+    if (avx2) {
+      vpabsb(ta, wa);
+      if (two) vpabsb(tb, wb);
+      for (int r = 0; r < m_; ++r) dot_s8s8_avx2(vdot_a(r), ta, wa, xq(r, 4 * g));
+      if (two)
+        for (int r = 0; r < m_; ++r) dot_s8s8_avx2(vdot_b(r), tb, wb, xq(r, 32 + 4 * g));
+    } else {
+      for (int r = 0; r < m_; ++r) dot_u8s8(vdot_a(r), wa, xq(r, 4 * g));
+      if (two)
+        for (int r = 0; r < m_; ++r) dot_u8s8(vdot_b(r), wb, xq(r, 32 + 4 * g));
+    }
+  }
+  load_f16_to_f32(ta, reg_wm_ + meta::q8_0_d(kP));
+  if (two) load_f16_to_f32(tb, reg_wm_ + layout_.meta_bytes + meta::q8_0_d(kP));
   for (int r = 0; r < m_; ++r) {
-    mul_bcast_f32(aux, dw, xd(r));
-    vcvtdq2ps(vdot(r), vdot(r));
-    fma_acc(r, aux, vdot(r), false);
+    mul_bcast_f32(prod, ta, xd(r, 0));
+    vcvtdq2ps(vdot_a(r), vdot_a(r));
+    acc_fma(r, vdot_a(r), prod);
+    if (two) {
+      mul_bcast_f32(prod, tb, xd(r, 1));
+      vcvtdq2ps(vdot_b(r), vdot_b(r));
+      acc_fma(r, vdot_b(r), prod);
+    }
   }
 }
 
-template void GemmGenerator<Xbyak::Zmm>::body_q8_0();
-template void GemmGenerator<Xbyak::Ymm>::body_q8_0();
+template void GemmGenerator<Xbyak::Zmm>::body_q8_0(int);
+template void GemmGenerator<Xbyak::Ymm>::body_q8_0(int);
 
 }  // namespace dllm::jit

@@ -18,15 +18,17 @@ struct RegPlan {
 
 inline constexpr int vector_registers(Isa isa) { return isa == Isa::Avx512Vnni ? 32 : 16; }
 
-// Temporaries: Q4_K: raw, lo, hi, scales; Q6_K: high bits, raw, two quants, two scale vectors;
-// Q8_0: weights, |weights| (AVX2) or scale product, weight scales. The ymm families add one register
-// for the broadcast activations (VEX has no embedded broadcast), which AVX2 also uses for
-// vpmaddubsw/vpmaddwd.
+// Temporaries: Q4_K: raw, low and high nibbles, a scale vector, d and d/16 as f32; Q6_K: two weight
+// vectors, a scale vector, d; Q8_0: two weight vectors (AVX2: and their magnitudes), two scales, a
+// product. The ymm families add one register for the broadcast activations (VEX has no embedded
+// broadcast), which AVX2 also uses for vpmaddubsw/vpmaddwd.
 inline constexpr int plan_temps(Isa isa, GgmlType t) {
-  const int base = t == GgmlType::Q4_K ? 4 : t == GgmlType::Q6_K ? 6 : 3;
+  const int base = t == GgmlType::Q4_K ? 6 : t == GgmlType::Q6_K ? 4 : 5;
   return base + (isa == Isa::Avx512Vnni ? 0 : 1);
 }
-inline constexpr int plan_row_regs(GgmlType t) { return t == GgmlType::Q8_0 ? 2 : 3; }
+// Per row: two int32 dot chains (two sub-blocks, or two Q8_0 blocks, in flight), the f32 sum of the
+// current super-block (K-quants), and the f32 accumulator.
+inline constexpr int plan_row_regs(GgmlType t) { return t == GgmlType::Q8_0 ? 3 : 4; }
 
 // The plan for m rows: accumulators in registers when they fit, else on the stack; m = 0 rows when
 // even that does not fit (the caller treats that as "too many rows").
@@ -43,7 +45,7 @@ inline constexpr RegPlan plan_registers(Isa isa, GgmlType t, int m) {
   return p;
 }
 
-// Row-tile caps: enough independent vpdpbusd chains and weight reuse; more buys nothing measurable.
-inline constexpr int row_tile_cap(GgmlType t) { return t == GgmlType::Q8_0 ? 12 : 8; }
+// Row-tile cap: 8 rows give 16 independent vpdpbusd chains and reuse each weight vector 8 times.
+inline constexpr int row_tile_cap(GgmlType) { return 8; }
 
 }  // namespace dllm::jit
