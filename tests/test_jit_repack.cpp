@@ -1,0 +1,240 @@
+// Repacking, descriptors and the kernel cache: the unpacked quants equal the reference decoders' on
+// ggml's fixture blocks; layouts and errors; parallel repacking equals serial; kernel names; the cache
+// generates once per descriptor even under concurrent lookups and remembers failures; the ymm families'
+// code has no EVEX instruction (it must run on CPUs without AVX-512); DLLM_ISA caps the default family.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <random>
+#include <string>
+#include <thread>
+#include <unistd.h>
+
+#include "jit/gemm.h"
+#include "model/error.h"
+#include "model/gguf.h"
+#include "model/quant.h"
+#include "model/thread_pool.h"
+#include "support.h"
+#include "test_jit_util.h"
+
+using namespace dllm;
+using namespace dllm::jit;
+
+TEST(JitRepack, UnpackedQuantsEqualReferenceDecoders) {
+  const auto file = gguf::File::open(dllm::test::data_path("quants/quants.gguf"));
+  int checked = 0;
+  for (const gguf::TensorInfo& t : file->tensors()) {
+    if (t.type() != GgmlType::Q4_K && t.type() != GgmlType::Q6_K) continue;
+    const size_t bs = t.type_info.type_size;
+    for (uint64_t b = 0; b < t.nbytes / bs; ++b) {
+      const uint8_t* blk = t.data + b * bs;
+      uint8_t q[256];
+      if (t.type() == GgmlType::Q4_K) {
+        unpack_q4_k(blk, q);
+        quant::BlockQ4_K ref;
+        std::memcpy(&ref, blk, bs);
+        for (int k = 0; k < 256; ++k) ASSERT_EQ(q[k], quant::q4_k_quant(ref, k)) << t.name << " block " << b;
+      } else {
+        unpack_q6_k(blk, q);
+        quant::BlockQ6_K ref;
+        std::memcpy(&ref, blk, bs);
+        for (int k = 0; k < 256; ++k) ASSERT_EQ(q[k], quant::q6_k_quant(ref, k) + 32) << t.name << " block " << b;
+      }
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 10);
+}
+
+TEST(JitRepack, LayoutSizes) {
+  const PackedLayout a = packed_layout(Isa::Avx512Vnni, GgmlType::Q4_K, 33, 512);
+  EXPECT_EQ(a.p, 16);
+  EXPECT_EQ(a.n_panels, 3);
+  EXPECT_EQ(a.nblocks, 2);
+  EXPECT_EQ(a.quant_bytes, 128 * 16);  // 4 bits per weight
+  EXPECT_EQ(a.panel_bytes % 64, 0);
+  EXPECT_EQ(a.panel_bytes, 2 * (128 + 20) * 16);
+  const PackedLayout b = packed_layout(Isa::Avx2, GgmlType::Q8_0, 8, 96);
+  EXPECT_EQ(b.p, 8);
+  EXPECT_EQ(b.n_panels, 1);
+  EXPECT_EQ(b.nblocks, 3);
+  EXPECT_EQ(b.panel_bytes, (3 * 34 * 8 + 63) / 64 * 64);
+  const PackedLayout c = packed_layout(Isa::AvxVnni, GgmlType::Q6_K, 9, 256);
+  EXPECT_EQ(c.quant_bytes, 256 * 8);
+  EXPECT_EQ(c.n_panels, 2);
+}
+
+TEST(JitRepack, ErrorsNameTheMatrix) {
+  ThreadPool pool(1);
+  std::vector<uint8_t> data(4096);
+  try {
+    prepare_matrix(GgmlType::Q4_0, 256, 2, data.data(), Isa::Avx2, pool, "blk.3.attn_q.weight");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("blk.3.attn_q.weight"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("Q4_0"), std::string::npos) << e.what();
+  }
+  try {
+    prepare_matrix(GgmlType::Q6_K, 100, 2, data.data(), Isa::Avx2, pool, "output.weight");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("output.weight"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("multiple of 256"), std::string::npos) << e.what();
+  }
+}
+
+TEST(JitRepack, ParallelEqualsSerialAndTimeIsReported) {
+  std::mt19937 rng(11);
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0}) {
+    const int64_t n = 77, k = 512;
+    const std::vector<uint8_t> w = dllm::jit::test::random_weights(t, n, k, rng);
+    ThreadPool one(1), two(2);
+    const QuantMatrix a = prepare_matrix(t, k, n, w.data(), Isa::Avx512Vnni, one);
+    const QuantMatrix b = prepare_matrix(t, k, n, w.data(), Isa::Avx512Vnni, two);
+    ASSERT_EQ(a.packed.size(), b.packed.size());
+    EXPECT_EQ(std::memcmp(a.packed.data(), b.packed.data(), a.packed.size()), 0) << ggml_type_name(t);
+    EXPECT_GT(b.repack_seconds, 0.0);
+  }
+}
+
+TEST(JitDesc, NamesAndTiles) {
+  GemmDesc d;
+  d.isa = Isa::Avx512Vnni;
+  d.wtype = GgmlType::Q4_K;
+  d.n = 12288;
+  d.k = 4096;
+  d.m = 8;
+  EXPECT_EQ(d.name(), "q4k_q8k_gemm_8x16__avx512vnni_k4096_n12288");
+  d.isa = Isa::AvxVnni;
+  d.wtype = GgmlType::Q8_0;
+  d.m = 5;
+  EXPECT_EQ(d.name(), "q8_0_q8_0_gemm_5x8__avxvnni_k4096_n12288");
+  d.isa = Isa::Avx2;
+  d.wtype = GgmlType::Q6_K;
+  d.m = 3;
+  EXPECT_EQ(d.name(), "q6k_q8k_gemm_3x8__avx2_k4096_n12288");
+  // Register budgets (reg_plan.h): 32 zmm allow 8 rows; 16 ymm allow 3 (Q8_0: 5, accumulators on the stack).
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0}) {
+    const int ymm = t == GgmlType::Q8_0 ? 5 : 3;
+    EXPECT_EQ(max_row_tile(Isa::Avx512Vnni, t), 8) << ggml_type_name(t);
+    EXPECT_EQ(max_row_tile(Isa::AvxVnni, t), ymm) << ggml_type_name(t);
+    EXPECT_EQ(max_row_tile(Isa::Avx2, t), ymm) << ggml_type_name(t);
+  }
+  GemmDesc e = d;
+  EXPECT_TRUE(e == d);
+  e.k = 4352;
+  EXPECT_FALSE(e == d);
+  EXPECT_NE(GemmDescHash()(e), GemmDescHash()(d));
+}
+
+TEST(JitKernelCache, GeneratesOncePerDescriptor) {
+  const Isa isa = cpu_features().best();
+  if (isa == Isa::Portable) GTEST_SKIP() << "no JIT family on this CPU";
+  KernelCache cache;
+  GemmDesc d;
+  d.isa = isa;
+  d.wtype = GgmlType::Q6_K;
+  d.n = 40;
+  d.k = 512;
+  d.m = 2;
+  std::vector<std::shared_ptr<const Kernel>> got(8);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 8; ++i) threads.emplace_back([&, i] { got[i] = cache.get(d); });
+  for (auto& t : threads) t.join();
+  for (int i = 1; i < 8; ++i) EXPECT_EQ(got[i].get(), got[0].get());
+  EXPECT_EQ(cache.generations(), 1);
+  EXPECT_EQ(got[0]->name(), d.name());
+  EXPECT_GT(got[0]->code_size(), 100u);
+  d.m = 1;
+  EXPECT_NE(cache.get(d).get(), got[0].get());
+  EXPECT_EQ(cache.generations(), 2);
+  EXPECT_EQ(cache.kernels().size(), 2u);
+}
+
+TEST(JitKernelCache, FailureCarriesTheKernelNameAndIsRemembered) {
+  const Isa isa = cpu_features().best();
+  if (isa == Isa::Portable) GTEST_SKIP() << "no JIT family on this CPU";
+  KernelCache cache;
+  GemmDesc d;
+  d.isa = isa;
+  d.wtype = GgmlType::Q4_K;
+  d.n = 16;
+  d.k = 256;
+  d.m = 40;  // far more rows than registers
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    try {
+      cache.get(d);
+      FAIL() << "expected an error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("cannot generate kernel " + d.name()), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(cache.generations(), 1);
+  EXPECT_TRUE(cache.kernels().empty());
+}
+
+// Kernels meant for CPUs without AVX-512 must not contain EVEX instructions: in 64-bit code every
+// instruction whose first byte is 0x62 is EVEX-encoded (objdump prints EVEX ymm forms like VEX ones).
+// Checked on objdump's disassembly; skipped where objdump is not installed.
+TEST(JitKernelCache, YmmFamiliesUseNoEvex) {
+  if (std::system("objdump --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "objdump not installed";
+  for (Isa isa : {Isa::Avx2, Isa::AvxVnni}) {
+    if (!cpu_features().supports(isa)) continue;
+    for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0}) {
+      GemmDesc d;
+      d.isa = isa;
+      d.wtype = t;
+      d.n = 20;
+      d.k = 512;
+      d.m = max_row_tile(isa, t);
+      const auto k = generate_kernel(d);
+      const std::string bin = ::testing::TempDir() + "/" + d.name() + ".bin";
+      std::ofstream(bin, std::ios::binary).write(reinterpret_cast<const char*>(k->code()), k->code_size());
+      const std::string txt = bin + ".txt";
+      ASSERT_EQ(std::system(("objdump -D -b binary -mi386:x86-64 " + bin + " > " + txt).c_str()), 0);
+      const std::string dis = dllm::test::read_file(txt);
+      EXPECT_NE(dis.find(isa == Isa::Avx2 ? "vpmaddubsw" : "vpdpbusd"), std::string::npos) << d.name();
+      for (const char* bad : {"zmm", "{1to", "%k1", "ymm16", "ymm31"})
+        EXPECT_EQ(dis.find(bad), std::string::npos) << d.name() << " contains " << bad;
+      std::istringstream lines(dis);
+      std::string line;
+      int instructions = 0;
+      while (std::getline(lines, line)) {
+        // "   1f:\t62 f2 75 28 50 c2 \tvpdpbusd ..." : the bytes are the second tab-separated field.
+        const size_t t1 = line.find('\t');
+        if (t1 == std::string::npos || line.find(':') > t1) continue;
+        ++instructions;
+        EXPECT_NE(line.compare(t1 + 1, 3, "62 "), 0) << d.name() << ": EVEX instruction: " << line;
+      }
+      EXPECT_GT(instructions, 50) << d.name();
+      if (isa == Isa::Avx2) {
+        EXPECT_EQ(dis.find("vpdpbusd"), std::string::npos) << d.name();
+      }
+      std::remove(bin.c_str());
+      std::remove(txt.c_str());
+    }
+  }
+}
+
+TEST(JitIsa, EnvironmentCapsTheDefaultFamily) {
+  const char* old = std::getenv("DLLM_ISA");
+  const std::string saved = old ? old : "";
+  for (Isa isa : cpu_features().supported()) {
+    setenv("DLLM_ISA", isa_name(isa), 1);
+    EXPECT_EQ(default_isa(), isa);
+  }
+  setenv("DLLM_ISA", "", 1);
+  EXPECT_EQ(default_isa(), cpu_features().best());
+  setenv("DLLM_ISA", "mmx", 1);
+  EXPECT_THROW(default_isa(), Error);
+  if (old) {
+    setenv("DLLM_ISA", saved.c_str(), 1);
+  } else {
+    unsetenv("DLLM_ISA");
+  }
+}
