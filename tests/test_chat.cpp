@@ -121,6 +121,13 @@ TEST(Chat, NoChatIsTheTextAloneWithoutBos) {
   EXPECT_EQ(dllm::model::raw_prompt_ids(l, "<|mdm_mask|>"), (std::vector<int32_t>{1014}));
 }
 
+TEST(Chat, PromptIdsByArchitectureName) {
+  const Tokenizer& l = *tiny("llada").tok;
+  EXPECT_EQ(dllm::model::prompt_ids(l, "llada", "Hi", false), dllm::model::chat_prompt_ids(l, ChatTemplate::LLaDA, "Hi"));
+  EXPECT_EQ(dllm::model::prompt_ids(l, "anything", "Hi", true), dllm::model::raw_prompt_ids(l, "Hi"));
+  EXPECT_THROW(dllm::model::prompt_ids(l, "qwen2", "Hi", false), dllm::Error);
+}
+
 TEST(Chat, UnknownArchitectureIsAnError) {
   try {
     dllm::model::chat_template_for_arch("qwen2");

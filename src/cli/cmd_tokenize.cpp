@@ -18,13 +18,15 @@ namespace dllm::cli {
 
 int cmd_tokenize(const Settings& s) {
   const std::unique_ptr<gguf::File> file = gguf::File::open(s.model);
-  // Check the architecture first: a file dllm cannot run gets the same message as from `run`.
-  model::ChatTemplate tmpl = model::ChatTemplate::LLaDA;
-  if (!s.no_chat) tmpl = model::chat_template_for_arch(file->get_string("general.architecture"));
-
+  // Check the architecture before loading the vocabulary: a file dllm cannot run gets the same
+  // message as from `run`. --no-chat needs no architecture, so any gpt2-vocabulary GGUF works.
+  std::string arch;
+  if (!s.no_chat) {
+    arch = std::string(file->get_string("general.architecture"));
+    model::chat_template_for_arch(arch);
+  }
   const model::Tokenizer tok(*file);
-  const std::vector<int32_t> ids =
-      s.no_chat ? model::raw_prompt_ids(tok, s.prompt) : model::chat_prompt_ids(tok, tmpl, s.prompt);
+  const std::vector<int32_t> ids = model::prompt_ids(tok, arch, s.prompt, s.no_chat);
 
   if (s.json) {
     nlohmann::json out;

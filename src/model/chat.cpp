@@ -83,4 +83,9 @@ std::vector<int32_t> raw_prompt_ids(const Tokenizer& tok, std::string_view text)
   return tok.encode(text, /*parse_special=*/true, /*add_special=*/false);
 }
 
+std::vector<int32_t> prompt_ids(const Tokenizer& tok, std::string_view arch, std::string_view prompt, bool no_chat) {
+  if (no_chat) return raw_prompt_ids(tok, prompt);
+  return chat_prompt_ids(tok, chat_template_for_arch(arch), prompt);
+}
+
 }  // namespace dllm::model

@@ -32,6 +32,10 @@ std::vector<int32_t> chat_prompt_ids(const Tokenizer& tok, ChatTemplate tmpl, st
 // Ids for --no-chat: the text alone, special tokens parsed, no BOS or EOS added.
 std::vector<int32_t> raw_prompt_ids(const Tokenizer& tok, std::string_view text);
 
+// The ids `run` feeds the model for a prompt: chat_prompt_ids with the template of `arch`
+// (general.architecture), or raw_prompt_ids when no_chat (arch is then not looked at).
+std::vector<int32_t> prompt_ids(const Tokenizer& tok, std::string_view arch, std::string_view prompt, bool no_chat);
+
 // Python's str.strip(): removes leading and trailing characters for which str.isspace() is true
 // (ASCII \t \n \v \f \r, U+001C..U+001F, space, U+0085, U+00A0 and the Unicode space separators).
 // Jinja's `trim`, which LLaDA's template applies to the message, is this function.

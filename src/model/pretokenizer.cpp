@@ -12,6 +12,10 @@
 //   alternative matches as its own piece, which is what the added `|\s+` does here.
 // - Text between two matches (never more than one white-space character) becomes a piece of its own,
 //   as in llama.cpp's unicode_regex_split_stl.
+// - Category tables: PCRE2's (10.42 here: Unicode 14) versus llama.cpp's generated table (Unicode 15.1
+//   in current trees). Letters and digits first assigned after Unicode 14 (CJK Extensions H and I,
+//   Kawi, Nag Mundari, Kaktovik numerals, ...) are "other" to PCRE2 10.42, so text using them can
+//   split differently from llama.cpp; a newer PCRE2 narrows or moves that window.
 #include "model/pretokenizer.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
