@@ -1,0 +1,200 @@
+// The Driver API implementation of Device (cuda_device.h).
+#include "jit/cuda/cuda_device.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+#include "jit/cuda/disk_cache.h"
+#include "jit/cuda/nvrtc.h"
+#include "model/error.h"
+
+namespace dllm::jit::cuda {
+
+namespace {
+
+std::string gib(size_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+
+std::string mib(size_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return buf;
+}
+
+}  // namespace
+
+std::unique_ptr<CudaDevice> CudaDevice::open(int ordinal) {
+  Driver* d = Driver::get();
+  if (!d) {
+    throw Error("no GPU found: the GPU backend needs an NVIDIA GPU with compute capability 8.0 or newer "
+                "(run with --device cpu)");
+  }
+  int count = 0;
+  CU_CHECK(*d, cuDeviceGetCount, &count);
+  if (ordinal < 0 || ordinal >= count) {
+    throw Error("no GPU found: the GPU backend needs an NVIDIA GPU with compute capability 8.0 or newer "
+                "(run with --device cpu)");
+  }
+  DeviceInfo info;
+  info.ordinal = ordinal;
+  CUdevice dev = 0;
+  CU_CHECK(*d, cuDeviceGet, &dev, ordinal);
+  char name[256] = {};
+  CU_CHECK(*d, cuDeviceGetName, name, static_cast<int>(sizeof name - 1), dev);
+  info.name = name;
+  CU_CHECK(*d, cuDeviceGetAttribute, &info.cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+  CU_CHECK(*d, cuDeviceGetAttribute, &info.cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+  CU_CHECK(*d, cuDeviceGetAttribute, &info.sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
+  CU_CHECK(*d, cuDeviceTotalMem, &info.total_bytes, dev);
+  std::unique_ptr<CudaDevice> cd(new CudaDevice(*d, info));
+  cd->dev_ = dev;
+  CU_CHECK(*d, cuDevicePrimaryCtxRetain, &cd->ctx_, dev);
+  cd->bind();
+  size_t free_b = 0, total_b = 0;
+  CU_CHECK(*d, cuMemGetInfo, &free_b, &total_b);
+  cd->info_.free_bytes = free_b;
+  CU_CHECK(*d, cuDriverGetVersion, &cd->driver_version_);
+
+  Nvrtc* nv = Nvrtc::get();
+  if (!nv) {
+    throw Error("the GPU backend needs NVRTC (libnvrtc.so from the CUDA toolkit, or set DLLM_NVRTC): " +
+                Nvrtc::load_error() + " (run with --device cpu)");
+  }
+  const int arch = info.arch();
+  if (nv->supports(arch)) {
+    cd->target_ = "sm_" + std::to_string(arch);
+  } else {
+    int best = 0;
+    for (int a : nv->supported_archs()) {
+      if (a <= arch) best = a;
+    }
+    if (best == 0) {
+      throw Error("NVRTC " + nv->version_string() + " cannot compile for compute capability " +
+                  std::to_string(info.cc_major) + "." + std::to_string(info.cc_minor) + " (run with --device cpu)");
+    }
+    cd->target_ = "compute_" + std::to_string(best);
+  }
+  const char* dbg = std::getenv("DLLM_GPU_DEBUG");
+  cd->debug_sync_ = dbg && *dbg && std::string(dbg) != "0";
+  return cd;
+}
+
+CudaDevice::CudaDevice(Driver& d, DeviceInfo info) : d_(d), info_(std::move(info)) {}
+
+CudaDevice::~CudaDevice() {
+  if (!ctx_) return;
+  d_.cuCtxSetCurrent(ctx_);
+  d_.cuCtxSynchronize();
+  for (CUmodule m : modules_) d_.cuModuleUnload(m);
+  d_.cuDevicePrimaryCtxRelease(dev_);
+}
+
+void CudaDevice::bind() const { CU_CHECK(d_, cuCtxSetCurrent, ctx_); }
+
+std::string CudaDevice::describe() const {
+  return info_.name + " (sm_" + std::to_string(info_.arch()) + ", " + std::to_string(info_.sm_count) + " SMs, " +
+         gib(info_.total_bytes) + ", driver CUDA " + cuda_version_string(driver_version_) + ")";
+}
+
+DevAddr CudaDevice::alloc(size_t bytes) {
+  bind();
+  CUdeviceptr p = 0;
+  const CUresult r = d_.cuMemAlloc(&p, bytes ? bytes : 1);
+  if (r != CUDA_SUCCESS) {
+    size_t free_b = 0, total_b = 0;
+    d_.cuMemGetInfo(&free_b, &total_b);
+    throw Error("cannot allocate " + mib(bytes) + " of GPU memory on " + info_.name + " (" + gib(free_b) +
+                " free): " + d_.describe(r) + " (run with --device cpu)");
+  }
+  return p;
+}
+
+void CudaDevice::free(DevAddr p) noexcept {
+  if (p) d_.cuMemFree(p);
+}
+
+void CudaDevice::upload(DevAddr dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  bind();
+  CU_CHECK(d_, cuMemcpyHtoD, dst, src, bytes);
+}
+
+void CudaDevice::download(void* dst, DevAddr src, size_t bytes) {
+  if (bytes == 0) return;
+  bind();
+  CU_CHECK(d_, cuMemcpyDtoH, dst, src, bytes);
+}
+
+void CudaDevice::zero(DevAddr dst, size_t bytes) {
+  if (bytes == 0) return;
+  bind();
+  CU_CHECK(d_, cuMemsetD8Async, dst, 0, bytes, nullptr);
+}
+
+void CudaDevice::synchronize() {
+  bind();
+  CU_CHECK(d_, cuCtxSynchronize);
+}
+
+void CudaDevice::load_kernels(const KernelSet& set) {
+  bool missing = false;
+  for (const std::string& n : set.names()) missing = missing || !fns_.count(n);
+  if (!missing) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  bind();
+  const Nvrtc* nv = Nvrtc::get();
+  if (!nv) throw Error("the GPU backend needs NVRTC: " + Nvrtc::load_error() + " (run with --device cpu)");
+  const std::string source = set.source();
+  const std::string unit = set.unit_name();
+  const KernelDiskCache cache;
+  const CompileOutcome c = cache.compile_cached(*nv, source, unit, target_, driver_version_);
+  if (!c.cache_note.empty()) notes_.push_back("kernel cache: " + c.cache_note);
+  if (c.from_cache) {
+    ++stats_.units_from_cache;
+  } else {
+    ++stats_.units_compiled;
+    stats_.compile_seconds += c.compile_seconds;
+  }
+  CUmodule mod = nullptr;
+  const CUresult r = d_.cuModuleLoadData(&mod, c.binary.data());
+  if (r != CUDA_SUCCESS) {
+    std::string hint;
+    if (nv->version() > driver_version_) {
+      hint = "; NVRTC " + nv->version_string() + " is newer than the driver's CUDA " +
+             cuda_version_string(driver_version_) + ": update the driver or set DLLM_NVRTC to an older libnvrtc";
+    }
+    throw Error("CUDA driver call cuModuleLoadData failed for kernel unit " + unit + " (" + target_ +
+                "): " + d_.describe(r) + hint);
+  }
+  modules_.push_back(mod);
+  for (const std::string& n : set.names()) {
+    CUfunction f = nullptr;
+    const CUresult rf = d_.cuModuleGetFunction(&f, mod, n.c_str());
+    if (rf != CUDA_SUCCESS) {
+      throw Error("CUDA driver call cuModuleGetFunction failed for kernel " + n + ": " + d_.describe(rf));
+    }
+    fns_[n] = f;
+  }
+  stats_.load_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void CudaDevice::launch(const std::string& name, const Launch& dims, const void* params, size_t bytes) {
+  (void)bytes;
+  const auto it = fns_.find(name);
+  if (it == fns_.end()) throw Error("internal error: GPU kernel " + name + " was not loaded");
+  bind();
+  void* args[] = {const_cast<void*>(params)};
+  const CUresult r =
+      d_.cuLaunchKernel(it->second, dims.grid_x, dims.grid_y, 1, dims.block_x, 1, 1, 0, nullptr, args, nullptr);
+  if (r != CUDA_SUCCESS) throw Error("CUDA driver call cuLaunchKernel failed for kernel " + name + ": " + d_.describe(r));
+  if (debug_sync_) {
+    const CUresult rs = d_.cuCtxSynchronize();
+    if (rs != CUDA_SUCCESS) throw Error("GPU kernel " + name + " failed: " + d_.describe(rs));
+  }
+}
+
+}  // namespace dllm::jit::cuda

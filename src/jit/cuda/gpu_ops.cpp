@@ -1,0 +1,97 @@
+// GPU operations (gpu_ops.h): parameter structs filled from device buffers and launched by kernel name.
+#include "jit/cuda/gpu_ops.h"
+
+#include <cmath>
+
+#include "jit/cuda/kernels/params.cuh"
+#include "model/error.h"
+
+namespace dllm::jit::cuda {
+
+static_assert(sizeof(QuantRowsParams) == 72 && sizeof(GemmParams) == 72 && sizeof(PackParams) == 64 &&
+                  sizeof(AttnParams) == 56,
+              "kernel parameter structs must keep the layout the device code expects");
+
+void ActBuffers::ensure(Device& dev, int64_t rows, int64_t k) {
+  const size_t qb = act_bytes(rows, k), sb = act_scale_bytes(rows, k);
+  if (q.bytes() < qb) q = DeviceBuffer(dev, qb);
+  if (da.bytes() < sb) da = DeviceBuffer(dev, sb);
+  if (sa.bytes() < sb) sa = DeviceBuffer(dev, sb);
+}
+
+DevAddr Scratch::get(Device& dev, size_t bytes) {
+  if (buf.bytes() < bytes) {
+    buf.reset();
+    buf = DeviceBuffer(dev, bytes + bytes / 4);  // some headroom for a growing canvas
+  }
+  return buf.addr();
+}
+
+void gpu_quant(Device& dev, QuantMode mode, int64_t k, DevAddr x, DevAddr x2, DevAddr w, DevAddr row_map, int64_t rows,
+               int64_t ld, float eps, ActBuffers& act) {
+  act.ensure(dev, rows, k);
+  QuantRowsParams p{};
+  p.x = dev_ptr<const float>(x);
+  p.x2 = dev_ptr<const float>(x2);
+  p.w = dev_ptr<const float>(w);
+  p.row_map = dev_ptr<const int>(row_map);
+  p.q = dev_ptr<unsigned char>(act.q.addr());
+  p.da = dev_ptr<float>(act.da.addr());
+  p.sa = dev_ptr<float>(act.sa.addr());
+  p.rows = static_cast<int>(rows);
+  p.ld = static_cast<int>(ld);
+  p.eps = eps;
+  dev.launch(QuantDesc{mode, k}.name(), quant_launch(rows), &p, sizeof p);
+}
+
+void gpu_gemm(Device& dev, const GpuWeight& w, const ActBuffers& act, int64_t rows, DevAddr y, int64_t ldy,
+              bool accumulate) {
+  if (act.q.bytes() < act_bytes(rows, w.layout.k)) {
+    throw Error("internal error: activation buffer too small for " + w.name);
+  }
+  GemmParams p{};
+  p.a = dev_ptr<const unsigned char>(act.q.addr());
+  p.da = dev_ptr<const float>(act.da.addr());
+  p.sa = dev_ptr<const float>(act.sa.addr());
+  p.w = dev_ptr<const unsigned char>(w.quants.addr());
+  p.ws = dev_ptr<const float>(w.scales.addr());
+  p.wm = dev_ptr<const float>(w.mins.addr());
+  p.y = dev_ptr<float>(y);
+  p.rows = static_cast<int>(rows);
+  p.ldy = static_cast<int>(ldy);
+  p.accumulate = accumulate ? 1 : 0;
+  const GemmDesc d = w.desc();
+  dev.launch(d.name(), gemm_launch(d, rows), &p, sizeof p);
+}
+
+void gpu_pack(Device& dev, const PackDesc& d, DevAddr x, int64_t rows, int64_t ld, DevAddr bias, DevAddr cos_t,
+              DevAddr sin_t, DevAddr pos, DevAddr out) {
+  PackParams p{};
+  p.x = dev_ptr<const float>(x);
+  p.bias = dev_ptr<const float>(bias);
+  p.cos_t = dev_ptr<const float>(cos_t);
+  p.sin_t = dev_ptr<const float>(sin_t);
+  p.pos = dev_ptr<const int>(pos);
+  p.out = dev_ptr<unsigned short>(out);
+  p.rows = static_cast<int>(rows);
+  p.rows_pad = static_cast<int>(pad_rows(rows));
+  p.ld = static_cast<int>(ld);
+  dev.launch(d.name(), pack_launch(d, rows), &p, sizeof p);
+}
+
+void gpu_attention(Device& dev, const AttnDesc& d, DevAddr q, int64_t n_q, DevAddr k, DevAddr vt, int64_t n_kv,
+                   float scale, DevAddr out) {
+  AttnParams p{};
+  p.q = dev_ptr<const unsigned short>(q);
+  p.k = dev_ptr<const unsigned short>(k);
+  p.vt = dev_ptr<const unsigned short>(vt);
+  p.out = dev_ptr<float>(out);
+  p.n_q = static_cast<int>(n_q);
+  p.n_kv = static_cast<int>(n_kv);
+  p.q_pad = static_cast<int>(pad_rows(n_q));
+  p.kv_pad = static_cast<int>(pad_rows(n_kv));
+  p.scale_log2 = static_cast<float>(static_cast<double>(scale) * 1.4426950408889634);
+  dev.launch(d.name(), attn_launch(d, n_q), &p, sizeof p);
+}
+
+}  // namespace dllm::jit::cuda

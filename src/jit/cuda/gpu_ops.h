@@ -1,0 +1,62 @@
+// The GPU operations the executor and the whole-model forward pass are built from, each one kernel
+// launch with its parameter struct filled from device buffers: activation quantisation (optionally fused
+// with RMSNorm or SwiGLU), the int8 GEMM against an uploaded weight, packing a projection into per-head
+// f16 operands (bias + RoPE fused), and flash attention. Also the uploaded weight itself.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "jit/cuda/device.h"
+#include "jit/cuda/weight_pack.h"
+
+namespace dllm::jit::cuda {
+
+template <class T>
+T* dev_ptr(DevAddr a) {
+  return reinterpret_cast<T*>(static_cast<uintptr_t>(a));
+}
+
+// A weight matrix in device memory, packed for the GEMM (weight_pack.h).
+struct GpuWeight {
+  std::string name;
+  PackedLayout layout;
+  DeviceBuffer quants, scales, mins;
+  GemmDesc desc() const { return {layout.format, layout.n, layout.k}; }
+};
+
+// int8 activation fragments with their scales, for up to `rows` rows of k values (grown on demand).
+struct ActBuffers {
+  DeviceBuffer q, da, sa;
+  void ensure(Device& dev, int64_t rows, int64_t k);
+};
+
+// A growable f32/f16/int device scratch buffer.
+struct Scratch {
+  DeviceBuffer buf;
+  DevAddr get(Device& dev, size_t bytes);  // at least `bytes`, contents not preserved on growth
+};
+
+// act <- quantised rows: rows of x (row stride ld floats), through row_map when given. RmsNorm uses w
+// and eps; SwiGlu takes the gate from x and the up projection from x2.
+void gpu_quant(Device& dev, QuantMode mode, int64_t k, DevAddr x, DevAddr x2, DevAddr w, DevAddr row_map, int64_t rows,
+               int64_t ld, float eps, ActBuffers& act);
+
+// y[r][j] (+)= act[r] . W[j] for r < rows (y's row stride ldy floats).
+void gpu_gemm(Device& dev, const GpuWeight& w, const ActBuffers& act, int64_t rows, DevAddr y, int64_t ldy,
+              bool accumulate);
+
+// out <- f16 per-head layout of x ([rows][ld] f32) with bias and RoPE (tables [positions][n_rot/2],
+// positions per row in pos) as the descriptor says. out holds d.n_head * pad_rows(rows) * d.head_dim halves.
+void gpu_pack(Device& dev, const PackDesc& d, DevAddr x, int64_t rows, int64_t ld, DevAddr bias, DevAddr cos_t,
+              DevAddr sin_t, DevAddr pos, DevAddr out);
+
+// out[n_q][H*d] <- attention of packed queries over n_kv packed keys/values.
+void gpu_attention(Device& dev, const AttnDesc& d, DevAddr q, int64_t n_q, DevAddr k, DevAddr vt, int64_t n_kv,
+                   float scale, DevAddr out);
+
+// Bytes of the packed f16 operand of one projection (pack_heads output).
+inline size_t packed_heads_bytes(int64_t n_head, int64_t head_dim, int64_t rows) {
+  return static_cast<size_t>(n_head * head_dim * pad_rows(rows)) * 2;
+}
+
+}  // namespace dllm::jit::cuda

@@ -1,0 +1,119 @@
+// The GPU kernels dllm instantiates, described by small descriptor structs (the single source of truth:
+// a descriptor gives the kernel's name, its line in the generated source and its launch geometry), and
+// KernelSet, an ordered collection of them that generates one CUDA C++ translation unit: the embedded
+// device code (kernels/*.cuh) followed by one extern "C" entry point per descriptor, every shape a
+// compile-time constant. kernels_for_model() lists everything the GPU forward pass of a model needs.
+#pragma once
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "model/arch.h"
+#include "model/ggml_types.h"
+
+namespace dllm::jit::cuda {
+
+// Weight formats with int8 tensor-core kernels. Values match gemm.cuh's WT_* constants.
+enum class WeightFormat : int { Q8_0 = 0, Q4_K = 1, Q6_K = 2 };
+// The format for a GGUF type, or false when the GPU has no kernel for it.
+bool weight_format_of(GgmlType t, WeightFormat* out);
+const char* weight_format_name(WeightFormat f);  // "q8_0", "q4_k", "q6_k"
+
+// Activation quantiser modes (quant.cuh QR_*).
+enum class QuantMode : int { Plain = 0, RmsNorm = 1, SwiGlu = 2 };
+// RoPE styles of pack_heads (quant.cuh PK_*).
+enum class PackStyle : int { None = 0, Norm = 1, Neox = 2 };
+
+struct GemmDesc {
+  WeightFormat format;
+  int64_t n, k;
+  auto operator<=>(const GemmDesc&) const = default;
+  std::string name() const;  // dllm_gemm_q4_k_n4096_k4096
+};
+struct QuantDesc {
+  QuantMode mode;
+  int64_t k;
+  auto operator<=>(const QuantDesc&) const = default;
+  std::string name() const;  // dllm_quant_rmsnorm_k4096
+};
+struct PackDesc {
+  int64_t n_head, head_dim, n_rot;
+  PackStyle style;
+  bool transpose;
+  auto operator<=>(const PackDesc&) const = default;
+  std::string name() const;  // dllm_pack_h32_d128_r128_norm, ..._none_t
+};
+struct AttnDesc {
+  int64_t n_head, n_head_kv, head_dim;
+  auto operator<=>(const AttnDesc&) const = default;
+  std::string name() const;  // dllm_attn_h32_kv32_d128
+};
+
+// Launch geometry (grid x/y, block x) of each kernel for a given number of rows.
+struct Launch {
+  unsigned grid_x = 1, grid_y = 1, block_x = 1;
+};
+inline constexpr int64_t kRowPad = 64;  // activation rows are padded to a multiple of this
+inline int64_t pad_rows(int64_t rows) { return (rows + kRowPad - 1) / kRowPad * kRowPad; }
+// k-blocks of 32 per row, padded to a multiple of 4 (quant.cuh KBP).
+inline int64_t padded_kblocks(int64_t k) { return (k / 32 + 3) / 4 * 4; }
+// 8-column weight tiles, padded to a whole GEMM block (16 tiles).
+inline int64_t padded_ntiles(int64_t n) { return (n / 8 + 15) / 16 * 16; }
+
+Launch gemm_launch(const GemmDesc& d, int64_t rows);
+Launch quant_launch(int64_t rows);
+Launch pack_launch(const PackDesc& d, int64_t rows);
+Launch attn_launch(const AttnDesc& d, int64_t n_q);
+
+// Bytes of the int8 activation fragments and of each scale array for `rows` rows of k values.
+size_t act_bytes(int64_t rows, int64_t k);
+size_t act_scale_bytes(int64_t rows, int64_t k);
+
+class KernelSet {
+ public:
+  void add(const GemmDesc& d) { gemm_.insert(d); }
+  void add(const QuantDesc& d) { quant_.insert(d); }
+  void add(const PackDesc& d) { pack_.insert(d); }
+  void add(const AttnDesc& d) { attn_.insert(d); }
+  void add(const KernelSet& other);
+  bool contains(const std::string& kernel_name) const;
+  bool empty() const { return gemm_.empty() && quant_.empty() && pack_.empty() && attn_.empty(); }
+
+  // Every entry point, in source order.
+  std::vector<std::string> names() const;
+  // The complete translation unit (deterministic: the same set always gives the same text).
+  std::string source() const;
+  // A short name for the unit: "dllm_kernels_" + 16 hex digits of the source's hash.
+  std::string unit_name() const;
+
+  const std::set<GemmDesc>& gemms() const { return gemm_; }
+  const std::set<AttnDesc>& attns() const { return attn_; }
+
+ private:
+  std::set<GemmDesc> gemm_;
+  std::set<QuantDesc> quant_;
+  std::set<PackDesc> pack_;
+  std::set<AttnDesc> attn_;
+};
+
+// The pack descriptors of the forward pass: queries/keys with the model's RoPE, values transposed.
+PackDesc q_pack_desc(const model::HParams& hp);
+PackDesc k_pack_desc(const model::HParams& hp);
+PackDesc v_pack_desc(const model::HParams& hp);
+AttnDesc attn_desc(const model::HParams& hp);
+
+// Everything GpuForward launches for this model: a GEMM per distinct (format, N, K) of its matrices,
+// the activation quantisers, the head packers and attention. Throws dllm::Error naming the first matrix
+// whose type has no GPU kernel (see gpu_support_error()).
+KernelSet kernels_for_model(const model::HParams& hp, const model::ModelTensors& tensors);
+
+// "" when every matrix of the model has a GPU kernel, else the error for the first one that has not:
+// "tensor blk.0.attn_q.weight is F16: the GPU backend has matrix kernels for Q4_K, Q6_K and Q8_0
+//  (run with --device cpu)". Also rejects shapes the kernels cannot take (N not a multiple of 8).
+std::string gpu_support_error(const model::ModelTensors& tensors);
+
+// FNV-1a 64-bit hash of a byte string, as 16 hex digits.
+std::string hash_hex(const std::string& bytes);
+
+}  // namespace dllm::jit::cuda

@@ -1,0 +1,148 @@
+// The quantised matrix product on int8 tensor cores: y[r][j] (+)= sum_k act[r][k] * W[j][k].
+// Activations arrive as int8 fragments with per-(row, 32-block) scales (quant.cuh); weights as the
+// fragments weight_pack.cpp writes at load. Each mma.m16n8k32 (or two m16n8k16 for Q6_K's 16-value
+// sub-blocks) yields the exact int32 dot product of one 32-value block; the block scales are applied in
+// f32 right after it:
+//   Q8_0:  x_w = s*q                 acc += da*s * dot
+//   Q4_K:  x_w = s*q - m (q in 0..15) acc += da*s * dot - m * (da*sum(q_a))
+//   Q6_K:  x_w = s_h*q per 16 values  acc += da * (s_lo*dot_lo + s_hi*dot_hi)
+//
+// Tiling: a warp computes 32 rows x 32 columns (2 x 4 mma tiles), a block of 4 warps 32 rows x 128
+// columns; grid = (n_tiles_pad / 16, rows_pad / 32). Operands stream from global memory (L2/L1) straight
+// into registers as 16-byte loads whose layout is already the fragment layout, so no shared memory and
+// no block synchronisation are needed.
+//
+// Weight fragment layout, per 8-column tile nt and 16-byte lane record:
+//   byte formats (Q8_0, Q6_K as q-32): records [nt][kb/2][lane]; words {b0, b1} of kb even, then odd;
+//   nibble format (Q4_K): records [nt][kb/4][lane]; word j = k-block 4*(kb/4)+j, byte i = q(k=4t+i) |
+//   q(k=16+4t+i) << 4, so b0 = w & 0x0F0F0F0F and b1 = (w >> 4) & 0x0F0F0F0F.
+//   lane 4g+t of tile nt covers column 8*nt + g.
+// Scales: ws[(nt*KBP + kb)*8 + c] (Q6_K: ws[((nt*KBP + kb)*2 + half)*8 + c]), mins wm like ws.
+#ifndef DLLM_CUDA_GEMM_CUH
+#define DLLM_CUDA_GEMM_CUH
+
+enum { WT_Q8_0 = 0, WT_Q4_K = 1, WT_Q6_K = 2 };
+constexpr int kGemmWarps = 4;    // warps per block, side by side along N
+constexpr int kGemmMTiles = 2;   // 16-row tiles per warp
+constexpr int kGemmNTiles = 4;   // 8-column tiles per warp
+// Threads per block: 32 * kGemmWarps = 128; a block covers 16 * kGemmMTiles = 32 rows and
+// kGemmWarps * kGemmNTiles = 16 column tiles (128 columns). kernel_set.cpp launches accordingly.
+
+template <int WT, int N, int K>
+DEV void gemm_body(const GemmParams& p) {
+  static_assert(N % 8 == 0 && K % 32 == 0, "bad GEMM shape");
+  constexpr int KBP = (K / 32 + 3) / 4 * 4;
+  constexpr int KG = WT == WT_Q4_K ? 4 : 2;  // k-blocks per 16-byte weight record
+  constexpr int NKG = KBP / KG;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int nt0 = (blockIdx.x * kGemmWarps + warp) * kGemmNTiles;
+  const int mt0 = blockIdx.y * kGemmMTiles;
+
+  float acc[kGemmMTiles][kGemmNTiles][4];
+  UNROLL
+  for (int mt = 0; mt < kGemmMTiles; ++mt)
+    UNROLL
+    for (int nt = 0; nt < kGemmNTiles; ++nt)
+      UNROLL
+      for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.f;
+
+  UNROLL_1
+  for (int kg = 0; kg < NKG; ++kg) {
+    uint4 bq[kGemmNTiles];
+    UNROLL
+    for (int nt = 0; nt < kGemmNTiles; ++nt) {
+      bq[nt] = ld_u4(p.w + ((static_cast<long long>(nt0 + nt) * NKG + kg) * 32 + lane) * 16);
+    }
+    UNROLL
+    for (int j = 0; j < KG; ++j) {
+      const int kb = kg * KG + j;
+      uint4 a[kGemmMTiles];
+      float da0[kGemmMTiles], da1[kGemmMTiles], sa0[kGemmMTiles], sa1[kGemmMTiles];
+      UNROLL
+      for (int mt = 0; mt < kGemmMTiles; ++mt) {
+        a[mt] = ld_u4(p.a + ((static_cast<long long>(mt0 + mt) * KBP + kb) * 32 + lane) * 16);
+        const long long r0 = static_cast<long long>(mt0 + mt) * 16 + g;
+        da0[mt] = ld_f(p.da + r0 * KBP + kb);
+        da1[mt] = ld_f(p.da + (r0 + 8) * KBP + kb);
+        if (WT == WT_Q4_K) {
+          sa0[mt] = ld_f(p.sa + r0 * KBP + kb);
+          sa1[mt] = ld_f(p.sa + (r0 + 8) * KBP + kb);
+        }
+      }
+      UNROLL
+      for (int nt = 0; nt < kGemmNTiles; ++nt) {
+        u32 b0, b1;
+        if (WT == WT_Q4_K) {
+          const u32 w = u4_get(bq[nt], j);
+          b0 = w & 0x0F0F0F0Fu;
+          b1 = (w >> 4) & 0x0F0F0F0Fu;
+        } else {
+          b0 = u4_get(bq[nt], 2 * j);
+          b1 = u4_get(bq[nt], 2 * j + 1);
+        }
+        const long long sidx = static_cast<long long>(nt0 + nt) * KBP + kb;
+        if (WT == WT_Q6_K) {
+          const float2 slo = ld_f2(p.ws + (sidx * 2) * 8 + 2 * t);
+          const float2 shi = ld_f2(p.ws + (sidx * 2 + 1) * 8 + 2 * t);
+          UNROLL
+          for (int mt = 0; mt < kGemmMTiles; ++mt) {
+            int clo[4] = {0, 0, 0, 0}, chi[4] = {0, 0, 0, 0};
+            mma_s8_16816(clo, a[mt].x, a[mt].y, b0);
+            mma_s8_16816(chi, a[mt].z, a[mt].w, b1);
+            acc[mt][nt][0] += da0[mt] * (static_cast<float>(clo[0]) * slo.x + static_cast<float>(chi[0]) * shi.x);
+            acc[mt][nt][1] += da0[mt] * (static_cast<float>(clo[1]) * slo.y + static_cast<float>(chi[1]) * shi.y);
+            acc[mt][nt][2] += da1[mt] * (static_cast<float>(clo[2]) * slo.x + static_cast<float>(chi[2]) * shi.x);
+            acc[mt][nt][3] += da1[mt] * (static_cast<float>(clo[3]) * slo.y + static_cast<float>(chi[3]) * shi.y);
+          }
+        } else {
+          const float2 s = ld_f2(p.ws + sidx * 8 + 2 * t);
+          float2 m;
+          m.x = 0.f;
+          m.y = 0.f;
+          if (WT == WT_Q4_K) m = ld_f2(p.wm + sidx * 8 + 2 * t);
+          UNROLL
+          for (int mt = 0; mt < kGemmMTiles; ++mt) {
+            int c[4] = {0, 0, 0, 0};
+            mma_s8_16832(c, a[mt].x, a[mt].y, a[mt].z, a[mt].w, b0, b1);
+            acc[mt][nt][0] += static_cast<float>(c[0]) * (da0[mt] * s.x);
+            acc[mt][nt][1] += static_cast<float>(c[1]) * (da0[mt] * s.y);
+            acc[mt][nt][2] += static_cast<float>(c[2]) * (da1[mt] * s.x);
+            acc[mt][nt][3] += static_cast<float>(c[3]) * (da1[mt] * s.y);
+            if (WT == WT_Q4_K) {
+              acc[mt][nt][0] -= sa0[mt] * m.x;
+              acc[mt][nt][1] -= sa0[mt] * m.y;
+              acc[mt][nt][2] -= sa1[mt] * m.x;
+              acc[mt][nt][3] -= sa1[mt] * m.y;
+            }
+          }
+        }
+      }
+    }
+  }
+
+  // Epilogue: d0/d1 are row g, columns 2t and 2t+1; d2/d3 the same columns of row g+8.
+  UNROLL
+  for (int mt = 0; mt < kGemmMTiles; ++mt) {
+    UNROLL
+    for (int nt = 0; nt < kGemmNTiles; ++nt) {
+      const int col = (nt0 + nt) * 8 + 2 * t;
+      if (col >= N) continue;
+      UNROLL
+      for (int hr = 0; hr < 2; ++hr) {
+        const int row = (mt0 + mt) * 16 + g + 8 * hr;
+        if (row >= p.rows) continue;
+        float* y = p.y + static_cast<long long>(row) * p.ldy + col;
+        if (p.accumulate) {
+          y[0] += acc[mt][nt][2 * hr];
+          y[1] += acc[mt][nt][2 * hr + 1];
+        } else {
+          y[0] = acc[mt][nt][2 * hr];
+          y[1] = acc[mt][nt][2 * hr + 1];
+        }
+      }
+    }
+  }
+}
+
+#endif

@@ -1,0 +1,62 @@
+// Kernel parameter blocks of dllm's GPU kernels. Every kernel takes one of these structs by value, so the
+// host fills the same struct that the device reads. This file is valid C++ for both g++ (host code
+// includes it) and NVRTC (it is embedded at the top of every generated unit): plain types only.
+#ifndef DLLM_CUDA_PARAMS_CUH
+#define DLLM_CUDA_PARAMS_CUH
+
+// int8 activation fragments (see quant.cuh): rows_pad / 16 row tiles x KBP k-blocks x 32 lanes x 16 bytes,
+// with per (row, k-block) scales da and sums sa = da * sum(q).
+struct QuantRowsParams {
+  const float* x;      // input rows [.., ld]: the activations (MODE plain / rmsnorm) or the gate (swiglu)
+  const float* x2;     // swiglu: the up projection [.., ld]; otherwise unused
+  const float* w;      // rmsnorm: the norm weight [K]; otherwise unused
+  const int* row_map;  // output row r reads input row row_map[r]; null: row r
+  unsigned char* q;    // out: int8 fragments
+  float* da;           // out: [rows_pad][KBP] block scales
+  float* sa;           // out: [rows_pad][KBP] da * sum of the block's quants
+  int rows;            // valid output rows (rows_pad = gridDim.x; padding rows are written as zeros)
+  int ld;              // row stride of x and x2, in floats
+  float eps;           // rmsnorm epsilon
+};
+
+// y[r][j] (+)= sum_k act[r][k] * W[j][k] for r < rows, j < N.
+struct GemmParams {
+  const unsigned char* a;  // activation fragments (QuantRowsParams::q)
+  const float* da;         // activation block scales
+  const float* sa;         // activation block sums (Q4_K's min term)
+  const unsigned char* w;  // weight fragments (weight_pack.h)
+  const float* ws;         // weight block scales
+  const float* wm;         // Q4_K: weight block mins; otherwise unused
+  float* y;                // out: [rows][ldy] f32
+  int rows;                // valid rows
+  int ldy;                 // row stride of y, in floats
+  int accumulate;          // 1: y += result (residual connection); 0: y = result
+};
+
+// Bias, RoPE and conversion to f16 of one projection's output, rearranged per head for attention.
+struct PackParams {
+  const float* x;      // [rows][ld] f32 projection output (heads concatenated)
+  const float* bias;   // [NH * D] or null
+  const float* cos_t;  // RoPE: [positions][NROT / 2]
+  const float* sin_t;
+  const int* pos;      // RoPE: position of each row
+  unsigned short* out; // f16: [NH][rows_pad][D], or [NH][D][rows_pad] when transposed (values)
+  int rows;            // valid rows (padding rows up to rows_pad are written as zeros)
+  int rows_pad;
+  int ld;              // row stride of x, in floats
+};
+
+// Flash attention over f16 operands packed by PackParams kernels.
+struct AttnParams {
+  const unsigned short* q;   // [H][q_pad][D]
+  const unsigned short* k;   // [HKV][kv_pad][D]
+  const unsigned short* vt;  // [HKV][D][kv_pad]
+  float* out;                // [n_q][H * D] f32
+  int n_q;
+  int n_kv;
+  int q_pad;                 // multiple of 64
+  int kv_pad;                // multiple of 64
+  float scale_log2;          // softmax scale * log2(e)
+};
+
+#endif

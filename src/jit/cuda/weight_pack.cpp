@@ -1,0 +1,153 @@
+// Weight repacking for the GPU GEMM (weight_pack.h). The fragment addressing here is the mirror image of
+// the loads in kernels/gemm.cuh: lane 4g+t of an 8-column tile holds column g's values k = 4t..4t+3
+// (first word) and 16+4t..16+4t+3 (second word) of a 32-value block.
+#include "jit/cuda/weight_pack.h"
+
+#include <cstring>
+
+#include "model/error.h"
+#include "model/quant.h"
+
+namespace dllm::jit::cuda {
+
+namespace {
+
+// Byte formats (Q8_0, Q6_K): records [kb/2][lane] of 16 bytes, words (kb%2)*2 + (kk>=16).
+size_t byte_offset(int64_t kb, int col, int kk) {
+  const int lane = col * 4 + (kk % 16) / 4;
+  const int word = static_cast<int>(kb % 2) * 2 + kk / 16;
+  return (static_cast<size_t>(kb / 2) * 32 + static_cast<size_t>(lane)) * 16 + static_cast<size_t>(word) * 4 +
+         static_cast<size_t>(kk % 4);
+}
+
+// Nibble format (Q4_K): records [kb/4][lane], word kb%4, low nibble for kk < 16, high nibble otherwise.
+size_t nibble_offset(int64_t kb, int col, int kk) {
+  const int lane = col * 4 + (kk % 16) / 4;
+  return (static_cast<size_t>(kb / 4) * 32 + static_cast<size_t>(lane)) * 16 + static_cast<size_t>(kb % 4) * 4 +
+         static_cast<size_t>(kk % 4);
+}
+
+template <class Block>
+Block block_at(const uint8_t* row, int64_t i) {
+  Block b;
+  std::memcpy(&b, row + static_cast<size_t>(i) * sizeof(Block), sizeof(Block));
+  return b;
+}
+
+void pack_column(const gguf::TensorInfo& t, const PackedLayout& L, const uint8_t* row, int col, uint8_t* tq,
+                 float* ts, float* tm) {
+  switch (L.format) {
+    case WeightFormat::Q8_0:
+      for (int64_t kb = 0; kb < L.k / 32; ++kb) {
+        const auto b = block_at<quant::BlockQ8_0>(row, kb);
+        ts[kb * 8 + col] = quant::fp16_to_f32(b.d);
+        for (int kk = 0; kk < 32; ++kk) tq[byte_offset(kb, col, kk)] = static_cast<uint8_t>(b.qs[kk]);
+      }
+      break;
+    case WeightFormat::Q6_K:
+      for (int64_t sb = 0; sb < L.k / 256; ++sb) {
+        const auto b = block_at<quant::BlockQ6_K>(row, sb);
+        const float d = quant::fp16_to_f32(b.d);
+        for (int h = 0; h < 16; ++h) {
+          const int64_t kb = sb * 8 + h / 2;
+          ts[(kb * 2 + h % 2) * 8 + col] = d * static_cast<float>(b.scales[h]);
+        }
+        for (int e = 0; e < 256; ++e) {
+          const int v = quant::q6_k_quant(b, e);
+          tq[byte_offset(sb * 8 + e / 32, col, e % 32)] = static_cast<uint8_t>(static_cast<int8_t>(v));
+        }
+      }
+      break;
+    case WeightFormat::Q4_K:
+      for (int64_t sb = 0; sb < L.k / 256; ++sb) {
+        const auto b = block_at<quant::BlockQ4_K>(row, sb);
+        const float d = quant::fp16_to_f32(b.d), dmin = quant::fp16_to_f32(b.dmin);
+        for (int j = 0; j < 8; ++j) {
+          uint8_t sc = 0, mn = 0;
+          quant::scale_min_k4(j, b.scales, &sc, &mn);
+          ts[(sb * 8 + j) * 8 + col] = d * static_cast<float>(sc);
+          tm[(sb * 8 + j) * 8 + col] = dmin * static_cast<float>(mn);
+        }
+        // Chunk c holds sub-blocks 2c (low nibbles) and 2c+1 (high nibbles) in 32 bytes.
+        for (int c = 0; c < 4; ++c) {
+          for (int l = 0; l < 32; ++l) {
+            const uint8_t byte = b.qs[32 * c + l];
+            const int64_t kb_lo = sb * 8 + 2 * c, kb_hi = kb_lo + 1;
+            tq[nibble_offset(kb_lo, col, l)] |= static_cast<uint8_t>((byte & 0xf) << (l >= 16 ? 4 : 0));
+            tq[nibble_offset(kb_hi, col, l)] |= static_cast<uint8_t>((byte >> 4) << (l >= 16 ? 4 : 0));
+          }
+        }
+      }
+      break;
+  }
+  (void)t;
+}
+
+}  // namespace
+
+size_t PackedLayout::quant_bytes_per_tile() const {
+  return static_cast<size_t>(kbp) * (format == WeightFormat::Q4_K ? 128 : 256);
+}
+
+size_t PackedLayout::scales_per_tile() const {
+  return static_cast<size_t>(kbp) * 8 * (format == WeightFormat::Q6_K ? 2 : 1);
+}
+
+PackedLayout packed_layout(const gguf::TensorInfo& t) {
+  PackedLayout L;
+  if (t.n_dims != 2) throw Error("tensor " + std::string(t.name) + " is not a matrix");
+  if (!weight_format_of(t.type(), &L.format)) {
+    throw Error("tensor " + std::string(t.name) + " is " + ggml_type_name(t.type_id) +
+                ": the GPU backend has matrix kernels for Q4_K, Q6_K and Q8_0 (run with --device cpu)");
+  }
+  L.n = t.ne[1];
+  L.k = t.ne[0];
+  if (L.n % 8 != 0) {
+    throw Error("tensor " + std::string(t.name) + " has " + std::to_string(L.n) +
+                " rows: the GPU matrix kernels need a multiple of 8 (run with --device cpu)");
+  }
+  L.ntiles = padded_ntiles(L.n);
+  L.kbp = padded_kblocks(L.k);
+  return L;
+}
+
+void pack_tiles(const gguf::TensorInfo& t, const PackedLayout& L, int64_t tile0, int64_t tile1, uint8_t* quants,
+                float* scales, float* mins) {
+  const size_t qpt = L.quant_bytes_per_tile(), spt = L.scales_per_tile();
+  const size_t tiles = static_cast<size_t>(tile1 - tile0);
+  std::memset(quants, 0, qpt * tiles);
+  std::memset(scales, 0, spt * tiles * sizeof(float));
+  if (L.has_mins()) std::memset(mins, 0, spt * tiles * sizeof(float));
+  const uint64_t row_bytes = t.row_bytes();
+  for (int64_t tile = tile0; tile < tile1; ++tile) {
+    const size_t i = static_cast<size_t>(tile - tile0);
+    for (int col = 0; col < 8; ++col) {
+      const int64_t j = tile * 8 + col;
+      if (j >= L.n) break;
+      pack_column(t, L, t.data + static_cast<uint64_t>(j) * row_bytes, col, quants + i * qpt, scales + i * spt,
+                  L.has_mins() ? mins + i * spt : nullptr);
+    }
+  }
+}
+
+float packed_value(const PackedLayout& L, const uint8_t* quants, const float* scales, const float* mins, int64_t j,
+                   int64_t c) {
+  const int64_t tile = j / 8, kb = c / 32;
+  const int col = static_cast<int>(j % 8), kk = static_cast<int>(c % 32);
+  const uint8_t* tq = quants + static_cast<size_t>(tile) * L.quant_bytes_per_tile();
+  const float* ts = scales + static_cast<size_t>(tile) * L.scales_per_tile();
+  switch (L.format) {
+    case WeightFormat::Q8_0:
+      return ts[kb * 8 + col] * static_cast<float>(static_cast<int8_t>(tq[byte_offset(kb, col, kk)]));
+    case WeightFormat::Q6_K:
+      return ts[(kb * 2 + kk / 16) * 8 + col] * static_cast<float>(static_cast<int8_t>(tq[byte_offset(kb, col, kk)]));
+    case WeightFormat::Q4_K: {
+      const int q = (tq[nibble_offset(kb, col, kk)] >> (kk >= 16 ? 4 : 0)) & 0xf;
+      const float* tm = mins + static_cast<size_t>(tile) * L.scales_per_tile();
+      return ts[kb * 8 + col] * static_cast<float>(q) - tm[kb * 8 + col];
+    }
+  }
+  return 0.f;
+}
+
+}  // namespace dllm::jit::cuda

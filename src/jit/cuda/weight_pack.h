@@ -1,0 +1,47 @@
+// Repacking of Q4_K / Q6_K / Q8_0 weight matrices into the layout the int8 tensor-core GEMM reads
+// (kernels/gemm.cuh): quants as ready-made mma B fragments (Q4_K kept at 4 bits, two per byte; Q6_K and
+// Q8_0 as int8), and one f32 scale (plus one f32 min for Q4_K) per 32 values and column (per 16 values
+// for Q6_K). Scales are computed exactly as the reference decoder computes them (d*sc, dmin*m in f32),
+// so the packed weights decode to the reference values bit for bit. Columns are processed in ranges of
+// 8-column tiles so a large matrix can be packed and uploaded piece by piece.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "jit/cuda/kernel_set.h"
+#include "model/gguf.h"
+
+namespace dllm::jit::cuda {
+
+// Sizes of one packed matrix of n rows (output columns) and k values per row.
+struct PackedLayout {
+  WeightFormat format = WeightFormat::Q8_0;
+  int64_t n = 0, k = 0;
+  int64_t ntiles = 0;  // 8-column tiles, padded to a whole GEMM block
+  int64_t kbp = 0;     // 32-value blocks per row, padded to a multiple of 4
+  size_t quant_bytes_per_tile() const;
+  size_t scales_per_tile() const;  // f32 values of ws per tile (and of wm for Q4_K)
+  size_t quant_bytes() const { return quant_bytes_per_tile() * static_cast<size_t>(ntiles); }
+  size_t scale_count() const { return scales_per_tile() * static_cast<size_t>(ntiles); }
+  bool has_mins() const { return format == WeightFormat::Q4_K; }
+  size_t device_bytes() const {
+    return quant_bytes() + scale_count() * sizeof(float) * (has_mins() ? 2 : 1);
+  }
+};
+
+// Throws dllm::Error naming the tensor when its type has no GPU kernel or its shape does not fit.
+PackedLayout packed_layout(const gguf::TensorInfo& t);
+
+// Packs column tiles [tile0, tile1) of t into the given buffers, which hold exactly that range
+// (quants: (tile1-tile0) * quant_bytes_per_tile(); scales and mins: (tile1-tile0) * scales_per_tile()).
+// Padding columns and k-blocks are written as zeros. mins may be null unless has_mins().
+void pack_tiles(const gguf::TensorInfo& t, const PackedLayout& layout, int64_t tile0, int64_t tile1, uint8_t* quants,
+                float* scales, float* mins);
+
+// The value the packed weight represents at (column j, position c), decoded back from the packed
+// buffers of the whole matrix: used by tests to check a packing against the reference decoder.
+float packed_value(const PackedLayout& layout, const uint8_t* quants, const float* scales, const float* mins,
+                   int64_t j, int64_t c);
+
+}  // namespace dllm::jit::cuda

@@ -1,0 +1,182 @@
+// jit::cuda::Device on the CPU emulator (emulator.h): device memory is host memory (poisoned with 0xff
+// bytes when allocated, so anything a kernel reads without it having been written shows up as NaN or
+// garbage, and guarded by a canary zone checked on free to catch writes past the end), and each kernel
+// name maps to a host instantiation of the kernel template. Only the instantiations registered here
+// exist: the shapes of the tiny fixture models and of the kernel unit tests.
+#pragma once
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <string>
+
+#include "emulator.h"
+#include "jit/cuda/device.h"
+
+namespace dllm::test {
+
+using jit::cuda::Launch;
+using Launcher = std::function<void(const Launch&, const void*)>;
+
+template <class P, class Body>
+Launcher make_launcher(Body body) {
+  return [body](const Launch& l, const void* params) {
+    P p;
+    std::memcpy(&p, params, sizeof p);
+    dllm_emu::Emulator::get().run(l.grid_x, l.grid_y, l.block_x, [&] { body(p); });
+  };
+}
+
+template <int WT, int N, int K>
+void add_gemm(std::map<std::string, Launcher>& r) {
+  const jit::cuda::GemmDesc d{static_cast<jit::cuda::WeightFormat>(WT), N, K};
+  r[d.name()] = make_launcher<GemmParams>([](const GemmParams& p) { gemm_body<WT, N, K>(p); });
+}
+template <int N, int K>
+void add_gemm_all_formats(std::map<std::string, Launcher>& r) {
+  add_gemm<WT_Q8_0, N, K>(r);
+  add_gemm<WT_Q4_K, N, K>(r);
+  add_gemm<WT_Q6_K, N, K>(r);
+}
+template <int MODE, int K>
+void add_quant(std::map<std::string, Launcher>& r) {
+  const jit::cuda::QuantDesc d{static_cast<jit::cuda::QuantMode>(MODE), K};
+  r[d.name()] = make_launcher<QuantRowsParams>([](const QuantRowsParams& p) { quant_rows_body<MODE, K>(p); });
+}
+template <int NH, int D, int NROT, int STYLE, int T>
+void add_pack(std::map<std::string, Launcher>& r) {
+  const jit::cuda::PackDesc d{NH, D, NROT, static_cast<jit::cuda::PackStyle>(STYLE), T != 0};
+  r[d.name()] = make_launcher<PackParams>([](const PackParams& p) { pack_heads_body<NH, D, NROT, STYLE, T>(p); });
+}
+template <int H, int HKV, int D>
+void add_attn(std::map<std::string, Launcher>& r) {
+  const jit::cuda::AttnDesc d{H, HKV, D};
+  r[d.name()] = make_launcher<AttnParams>([](const AttnParams& p) { attention_body<H, HKV, D>(p); });
+}
+
+// Every kernel the tiny fixture models (llada: 4 heads of 64, dream: 4/2 heads of 64, D 256, F 768,
+// vocabulary 1024) and the unit tests launch.
+inline const std::map<std::string, Launcher>& emulated_kernels() {
+  static const std::map<std::string, Launcher> r = [] {
+    std::map<std::string, Launcher> m;
+    add_gemm_all_formats<256, 256>(m);
+    add_gemm_all_formats<128, 256>(m);
+    add_gemm_all_formats<768, 256>(m);
+    add_gemm_all_formats<256, 768>(m);
+    add_gemm_all_formats<1024, 256>(m);
+    add_gemm_all_formats<24, 512>(m);  // unit tests: a partial block of columns
+    add_gemm_all_formats<136, 96>(m);  // Q8_0 unit test: k-blocks padded (3 -> 4)
+    for (auto* f : {&add_quant<QR_PLAIN, 256>, &add_quant<QR_PLAIN, 768>, &add_quant<QR_RMSNORM, 256>,
+                    &add_quant<QR_SWIGLU, 768>, &add_quant<QR_PLAIN, 512>, &add_quant<QR_PLAIN, 96>}) {
+      f(m);
+    }
+    add_pack<4, 64, 64, PK_NORM, 0>(m);  // llada q, k
+    add_pack<4, 64, 64, PK_NONE, 1>(m);  // llada v
+    add_pack<4, 64, 64, PK_NEOX, 0>(m);  // dream q
+    add_pack<2, 64, 64, PK_NEOX, 0>(m);  // dream k
+    add_pack<2, 64, 64, PK_NONE, 1>(m);  // dream v
+    add_pack<4, 64, 64, PK_NONE, 0>(m);  // executor path: q (and llada k)
+    add_pack<2, 64, 64, PK_NONE, 0>(m);  // executor path: dream k
+    add_pack<2, 128, 128, PK_NONE, 0>(m);
+    add_pack<1, 128, 128, PK_NONE, 0>(m);
+    add_pack<1, 128, 128, PK_NONE, 1>(m);
+    add_pack<2, 64, 32, PK_NORM, 0>(m);  // partial rotation
+    add_pack<2, 64, 32, PK_NEOX, 0>(m);
+    add_attn<4, 4, 64>(m);
+    add_attn<4, 2, 64>(m);
+    add_attn<2, 1, 128>(m);
+    return m;
+  }();
+  return r;
+}
+
+class EmulatorDevice : public jit::cuda::Device {
+ public:
+  ~EmulatorDevice() override {
+    for (auto& [addr, size] : allocs_) std::free(reinterpret_cast<void*>(addr));
+  }
+  std::string describe() const override { return "CPU emulator"; }
+
+  jit::cuda::DevAddr alloc(size_t bytes) override {
+    void* p = std::aligned_alloc(256, (bytes + kRedZone + 255) / 256 * 256);
+    if (!p) throw std::bad_alloc();
+    std::memset(p, 0xff, bytes);
+    std::memset(static_cast<char*>(p) + bytes, kCanary, kRedZone);
+    const auto a = reinterpret_cast<jit::cuda::DevAddr>(p);
+    allocs_[a] = bytes;
+    return a;
+  }
+  void free(jit::cuda::DevAddr a) noexcept override {
+    auto it = allocs_.find(a);
+    if (it == allocs_.end()) {
+      ++bad_frees_;
+      return;
+    }
+    const unsigned char* z = reinterpret_cast<const unsigned char*>(a) + it->second;
+    for (size_t i = 0; i < kRedZone; ++i) overruns_ += z[i] != kCanary;
+    std::free(reinterpret_cast<void*>(a));
+    allocs_.erase(it);
+  }
+  void upload(jit::cuda::DevAddr dst, const void* src, size_t bytes) override {
+    check_range(dst, bytes);
+    std::memcpy(reinterpret_cast<void*>(dst), src, bytes);
+  }
+  void download(void* dst, jit::cuda::DevAddr src, size_t bytes) override {
+    check_range(src, bytes);
+    std::memcpy(dst, reinterpret_cast<const void*>(src), bytes);
+  }
+  void zero(jit::cuda::DevAddr dst, size_t bytes) override {
+    check_range(dst, bytes);
+    std::memset(reinterpret_cast<void*>(dst), 0, bytes);
+  }
+  void synchronize() override {}
+
+  void load_kernels(const jit::cuda::KernelSet& set) override {
+    bool added = false;
+    for (const std::string& n : set.names()) {
+      if (!emulated_kernels().count(n)) throw std::runtime_error("the emulator has no instantiation of " + n);
+      added = loaded_.insert(n).second || added;
+    }
+    if (added) ++stats_.units_compiled;
+  }
+  bool has_kernel(const std::string& name) const override { return loaded_.count(name) != 0; }
+  void launch(const std::string& name, const Launch& dims, const void* params, size_t) override {
+    if (!loaded_.count(name)) throw std::runtime_error("kernel " + name + " launched before load_kernels()");
+    ++launches_;
+    emulated_kernels().at(name)(dims, params);
+  }
+  const jit::cuda::KernelLoadStats& load_stats() const override { return stats_; }
+
+  // Checks for tests: writes past an allocation (seen when it is freed) and frees of unknown addresses.
+  size_t overruns() const { return overruns_; }
+  size_t bad_frees() const { return bad_frees_; }
+  size_t live_allocations() const { return allocs_.size(); }
+  size_t launches() const { return launches_; }
+  // Checks every live allocation's canary zone.
+  size_t live_overruns() const {
+    size_t n = 0;
+    for (const auto& [a, size] : allocs_) {
+      const unsigned char* z = reinterpret_cast<const unsigned char*>(a) + size;
+      for (size_t i = 0; i < kRedZone; ++i) n += z[i] != kCanary;
+    }
+    return n;
+  }
+
+ private:
+  static constexpr size_t kRedZone = 256;
+  static constexpr unsigned char kCanary = 0xa5;
+  void check_range(jit::cuda::DevAddr a, size_t bytes) const {
+    auto it = allocs_.upper_bound(a);
+    if (it == allocs_.begin()) throw std::runtime_error("emulator: copy outside any allocation");
+    --it;
+    if (a + bytes > it->first + it->second) throw std::runtime_error("emulator: copy past the end of an allocation");
+  }
+
+  std::map<jit::cuda::DevAddr, size_t> allocs_;
+  std::set<std::string> loaded_;
+  jit::cuda::KernelLoadStats stats_;
+  size_t overruns_ = 0, bad_frees_ = 0, launches_ = 0;
+};
+
+}  // namespace dllm::test
