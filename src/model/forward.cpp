@@ -235,9 +235,16 @@ void forward(const HParams& hp, const ForwardWeights& w, Executor& ex, ThreadPoo
     float* k = k_of(l) + r0 * KV;
     float* v = v_of(l) + r0 * KV;
     rmsnorm(pool, x.data(), nr, D, L.attn_norm, hp.rms_eps, a.data());
-    ex.matmul(L.wk, a.data(), nr, k);
+    if (!last) {  // Q, K and V read the same rows: one shared product (activations quantised once)
+      const WeightHandle ws[3] = {L.wq, L.wk, L.wv};
+      float* const ys[3] = {q.data(), k, v};
+      ex.matmul_shared(ws, ys, 3, a.data(), nr);
+    } else {
+      const WeightHandle ws[2] = {L.wk, L.wv};
+      float* const ys[2] = {k, v};
+      ex.matmul_shared(ws, ys, 2, a.data(), nr);
+    }
     add_bias(pool, k, nr, KV, L.bk);
-    ex.matmul(L.wv, a.data(), nr, v);
     add_bias(pool, v, nr, KV, L.bv);
     rope(pool, rope_table, hp.rope_style, k, nr, positions, hp.n_head_kv, hp.head_dim);
 
@@ -253,7 +260,7 @@ void forward(const HParams& hp, const ForwardWeights& w, Executor& ex, ThreadPoo
       std::copy(xs.begin(), xs.end(), x.begin());
       rows = m;
     }
-    ex.matmul(L.wq, q_in, rows, q.data());
+    if (last) ex.matmul(L.wq, q_in, rows, q.data());
     add_bias(pool, q.data(), rows, Q, L.bq);
     rope(pool, rope_table, hp.rope_style, q.data(), rows, q_pos, hp.n_head, hp.head_dim);
 
@@ -263,8 +270,11 @@ void forward(const HParams& hp, const ForwardWeights& w, Executor& ex, ThreadPoo
 
     // --- feed-forward block (SwiGLU) ---
     rmsnorm(pool, x.data(), rows, D, L.ffn_norm, hp.rms_eps, a.data());
-    ex.matmul(L.ffn_gate, a.data(), rows, gate.data());
-    ex.matmul(L.ffn_up, a.data(), rows, up.data());
+    {
+      const WeightHandle ws[2] = {L.ffn_gate, L.ffn_up};
+      float* const ys[2] = {gate.data(), up.data()};
+      ex.matmul_shared(ws, ys, 2, a.data(), rows);
+    }
     swiglu(pool, gate.data(), up.data(), rows, F);
     ex.matmul(L.ffn_down, gate.data(), rows, o.data());
     add_rows(pool, x.data(), o.data(), rows, D);
