@@ -22,7 +22,7 @@ namespace {
 const char* kPeakSynopsis = "bench peak [--threads N] [--isa F] [--json]";
 const char* kGemmSynopsis =
     "bench gemm --type Q4_K|Q6_K|Q8_0 --n N --k K --rows M[,M...] [--threads N] [--isa F] [--warm] "
-    "[--min-seconds S] [--json]";
+    "[--min-seconds S] [--no-peak] [--json]";
 
 const char* kGemmHelp =
     "  --type T         weight type: Q4_K, Q6_K or Q8_0\n"
@@ -35,6 +35,7 @@ const char* kGemmHelp =
     "  --warm           reuse one weight copy (cache-warm) instead of cycling through copies that together\n"
     "                   exceed twice the last-level cache (each call then streams its weights from memory)\n"
     "  --min-seconds S  time each shape for at least S seconds (default 0.5; at least 5 runs)\n"
+    "  --no-peak        skip measuring the peak and bandwidth first (no fractions are printed)\n"
     "  --json           print one JSON object\n";
 
 // Parses args with cxxopts; usage errors for unknown flags and stray words. cxxopts cannot declare
@@ -124,6 +125,7 @@ int bench_gemm(const std::vector<std::string>& args) {
       "isa", "kernel family (default: the best this CPU has, capped by DLLM_ISA)", cxxopts::value<std::string>())(
       "warm", "reuse one weight copy (cache-warm) instead of cycling through copies larger than the cache")(
       "min-seconds", "time each shape for at least this long (default 0.5)", cxxopts::value<double>())(
+      "no-peak", "skip the peak and bandwidth measurement")(
       "json", "print one JSON object")("h,help", "this help");
   const auto res = parse(opts, args, "bench gemm");
   if (res.count("help")) {
@@ -152,9 +154,10 @@ int bench_gemm(const std::vector<std::string>& args) {
   ThreadPool pool(threads_from(res));
   const jit::Isa peak_isa = isa == jit::Isa::Portable ? jit::cpu_features().best() : isa;
   jit::PeakResult peak;
-  if (peak_isa != jit::Isa::Portable) peak = jit::measure_peak(peak_isa, pool);
-  nlohmann::json out = {{"peak", peak_json(peak)}, {"results", nlohmann::json::array()}};
-  if (!json) std::cout << peak_text(peak);
+  const bool with_peak = peak_isa != jit::Isa::Portable && !res.count("no-peak");
+  if (with_peak) peak = jit::measure_peak(peak_isa, pool);
+  nlohmann::json out = {{"peak", with_peak ? peak_json(peak) : nlohmann::json()}, {"results", nlohmann::json::array()}};
+  if (!json && with_peak) std::cout << peak_text(peak);
   for (int64_t m : rows) {
     const jit::GemmBenchResult r = jit::bench_gemm(type, n, k, m, isa, pool, !res.count("warm"), min_s);
     const double fpeak = peak.int8_gops > 0 ? r.gops / peak.int8_gops : 0;
@@ -165,17 +168,19 @@ int bench_gemm(const std::vector<std::string>& args) {
                                 {"isa", jit::isa_name(isa)}, {"threads", r.threads},
                                 {"kernel", r.kernel},     {"reps", r.reps},
                                 {"median_s", r.median_s}, {"min_s", r.min_s},
-                                {"gops", r.gops},         {"fraction_of_int8_peak", fpeak},
-                                {"weight_gbs", r.weight_gbs}, {"fraction_of_read_bandwidth", fbw},
+                                {"gops", r.gops},         {"fraction_of_int8_peak", with_peak ? nlohmann::json(fpeak) : nlohmann::json()},
+                                {"weight_gbs", r.weight_gbs},
+                                {"fraction_of_read_bandwidth", with_peak ? nlohmann::json(fbw) : nlohmann::json()},
                                 {"packed_bytes", r.packed_bytes}, {"gguf_bytes", r.gguf_bytes},
                                 {"weight_copies", r.copies}, {"quantize_s", r.quant_s},
                                 {"repack_s", r.repack_s}});
     } else {
       std::cout << tname << " n=" << n << " k=" << k << " rows=" << m << " (" << (r.kernel.empty() ? "portable" : r.kernel)
                 << ", " << r.threads << " threads): " << fmt(r.median_s * 1e3, 3) << " ms median of " << r.reps
-                << " (min " << fmt(r.min_s * 1e3, 3) << "), " << fmt(r.gops, 1) << " GOPS = " << fmt(100 * fpeak, 1)
-                << "% of int8 peak, weights " << fmt(r.weight_gbs, 2) << " GB/s = " << fmt(100 * fbw, 1)
-                << "% of read bandwidth; quantise " << fmt(r.quant_s * 1e3, 3) << " ms, repack "
+                << " (min " << fmt(r.min_s * 1e3, 3) << "), " << fmt(r.gops, 1) << " GOPS"
+                << (with_peak ? " = " + fmt(100 * fpeak, 1) + "% of int8 peak" : "") << ", weights "
+                << fmt(r.weight_gbs, 2) << " GB/s" << (with_peak ? " = " + fmt(100 * fbw, 1) + "% of read bandwidth" : "")
+                << "; quantise " << fmt(r.quant_s * 1e3, 3) << " ms, repack "
                 << fmt(r.repack_s * 1e3, 1) << " ms" << (r.copies > 1 ? ", " + std::to_string(r.copies) + " weight copies" : "")
                 << "\n";
     }
@@ -191,7 +196,13 @@ std::string bench_usage() {
          "\n\n  peak   the int8 multiply-accumulate peak (JIT'd vpdpbusd chains on every thread) and the\n"
          "         streaming read bandwidth: the ceilings GEMM throughput is measured against\n"
          "  gemm   the JIT GEMM on random repacked weights of one shape: median time, GOPS, and the\n"
-         "         fractions of the measured peak and bandwidth\n";
+         "         fractions of the measured peak and bandwidth\n\n"
+         "bench peak:\n"
+         "  --threads N      worker threads (default: all logical CPUs)\n"
+         "  --isa F          kernel family (default: the best this CPU has, capped by DLLM_ISA)\n"
+         "  --json           print one JSON object\n\n"
+         "bench gemm:\n" +
+         kGemmHelp;
 }
 
 jit::Isa isa_from_flag(const std::string& flag, const char* command) {

@@ -1,0 +1,166 @@
+// `dllm bench` and `dllm kernels` end to end through the binary: JSON fields, every flag reaching the
+// run (rows list, --isa, --rows), the kernel dump of a tiny model (every matrix covered, .bin sizes,
+// listings, manifest), and the usage errors (exit 2) and runtime errors (exit 1).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+
+#include "jit/cpu_features.h"
+#include "jit/gemm_desc.h"
+#include "model/gguf.h"
+#include "support.h"
+
+using dllm::test::run_dllm;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string temp_dir(const std::string& name) {
+  const fs::path p = fs::path(::testing::TempDir()) / ("dllm_jit_cli_" + name + "_" + std::to_string(getpid()));
+  fs::remove_all(p);
+  return p.string();
+}
+
+}  // namespace
+
+TEST(JitCli, BenchGemmJsonReportsEveryRowCount) {
+  const auto r = run_dllm({"bench", "gemm", "--type", "Q4_K", "--n", "40", "--k", "512", "--rows", "1,9", "--threads",
+                           "2", "--warm", "--min-seconds", "0", "--no-peak", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(r.out);
+  EXPECT_TRUE(j["peak"].is_null());
+  ASSERT_EQ(j["results"].size(), 2u);
+  const dllm::jit::Isa best = dllm::jit::default_isa();
+  for (size_t i = 0; i < 2; ++i) {
+    const json& res = j["results"][i];
+    EXPECT_EQ(res["type"], "Q4_K");
+    EXPECT_EQ(res["n"], 40);
+    EXPECT_EQ(res["k"], 512);
+    EXPECT_EQ(res["rows"], i == 0 ? 1 : 9);
+    EXPECT_EQ(res["threads"], 2);
+    EXPECT_EQ(res["isa"], dllm::jit::isa_name(best));
+    EXPECT_EQ(res["weight_copies"], 1);
+    EXPECT_GE(res["reps"].get<int>(), 5);
+    EXPECT_GT(res["gops"].get<double>(), 0);
+    EXPECT_GT(res["median_s"].get<double>(), 0);
+    EXPECT_EQ(res["gguf_bytes"], 40 * 2 * 144);
+    if (best != dllm::jit::Isa::Portable) {
+      const int mmax = dllm::jit::max_row_tile(best, dllm::GgmlType::Q4_K);
+      const std::string tile = std::to_string(i == 0 ? 1 : std::min(9, mmax)) + "x" +
+                               std::to_string(dllm::jit::panel_rows(best));
+      EXPECT_EQ(res["kernel"], "q4k_q8k_gemm_" + tile + "__" + dllm::jit::isa_short_name(best) + "_k512_n40");
+    }
+  }
+}
+
+TEST(JitCli, BenchGemmHonoursIsa) {
+  for (dllm::jit::Isa isa : dllm::jit::cpu_features().supported()) {
+    const auto r = run_dllm({"bench", "gemm", "--type", "Q8_0", "--n", "24", "--k", "96", "--rows", "2", "--isa",
+                             dllm::jit::isa_name(isa), "--warm", "--min-seconds", "0", "--no-peak", "--json"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const json res = json::parse(r.out)["results"][0];
+    EXPECT_EQ(res["isa"], dllm::jit::isa_name(isa));
+    if (isa == dllm::jit::Isa::Portable) {
+      EXPECT_EQ(res["kernel"], "");
+    } else {
+      EXPECT_NE(res["kernel"].get<std::string>().find(std::string("__") + dllm::jit::isa_short_name(isa)),
+                std::string::npos);
+    }
+  }
+}
+
+TEST(JitCli, BenchUsageErrors) {
+  const std::vector<std::vector<std::string>> bad = {
+      {"bench"},
+      {"bench", "fast"},
+      {"bench", "gemm", "--type", "Q4_K", "--k", "256", "--rows", "1"},
+      {"bench", "gemm", "--type", "Q5_K", "--n", "4", "--k", "256", "--rows", "1"},
+      {"bench", "gemm", "--type", "Q4_K", "--n", "4", "--k", "100", "--rows", "1"},
+      {"bench", "gemm", "--type", "Q4_K", "--n", "4", "--k", "256", "--rows", "1,x"},
+      {"bench", "gemm", "--type", "Q4_K", "--n", "4", "--k", "256", "--rows", "1", "--isa", "sse2"},
+      {"bench", "gemm", "--type", "Q4_K", "--n", "4", "--k", "256", "--rows", "1", "--threads", "0"},
+      {"bench", "gemm", "--type", "Q4_K", "--n", "4", "--k", "256", "--rows", "1", "--frobnicate"},
+      {"bench", "peak", "--threads", "0"},
+      {"bench", "peak", "--isa", "portable"},
+  };
+  for (const auto& args : bad) {
+    const auto r = run_dllm(args);
+    std::string line;
+    for (const auto& a : args) line += a + " ";
+    EXPECT_EQ(r.exit_code, 2) << line << "\n" << r.err;
+    EXPECT_EQ(r.err.rfind("ERROR: ", 0), 0u) << line << "\n" << r.err;
+    EXPECT_TRUE(r.out.empty()) << line;
+  }
+}
+
+TEST(JitCli, KernelsDumpCoversEveryMatrix) {
+  const dllm::jit::Isa isa = dllm::jit::default_isa();
+  if (isa == dllm::jit::Isa::Portable) GTEST_SKIP() << "no JIT family on this CPU";
+  const std::string model = dllm::test::data_path("models/tiny-llada-Q8_0.gguf");
+  const std::string out = temp_dir("kernels");
+  const auto r = run_dllm({"kernels", "--model", model, "--out", out, "--rows", "10"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("wrote "), std::string::npos);
+  const json m = json::parse(dllm::test::read_file(out + "/manifest.json"));
+  EXPECT_EQ(m["isa"], dllm::jit::isa_name(isa));
+  // Every 2-D matrix the forward pass multiplies by, of a type with kernels, is listed.
+  const auto file = dllm::gguf::File::open(model);
+  std::set<std::string> want, listed;
+  for (const auto& t : file->tensors())
+    if (t.n_dims == 2 && t.name != "token_embd.weight" && dllm::jit::jit_supports_type(t.type()))
+      want.insert(std::string(t.name));
+  ASSERT_FALSE(want.empty());
+  const int mmax = dllm::jit::max_row_tile(isa, dllm::GgmlType::Q8_0);
+  std::set<int> tiles;
+  for (const json& k : m["kernels"]) {
+    for (const auto& t : k["tensors"]) listed.insert(t.get<std::string>());
+    tiles.insert(k["row_tile"].get<int>());
+    EXPECT_EQ(k["family"], dllm::jit::isa_name(isa));
+    const fs::path bin = fs::path(out) / k["bin"].get<std::string>();
+    ASSERT_TRUE(fs::exists(bin)) << bin;
+    EXPECT_EQ(fs::file_size(bin), k["code_bytes"].get<size_t>());
+    const std::string listing = dllm::test::read_file((fs::path(out) / k["listing"].get<std::string>()).string());
+    EXPECT_GT(listing.size(), 100u);
+    if (k["listing_kind"] == "objdump") {
+      EXPECT_NE(listing.find("vpdpbusd"), std::string::npos) << k["name"];
+    }
+    const std::string name = k["name"];
+    EXPECT_NE(name.find("_k" + std::to_string(k["k"].get<int64_t>()) + "_n" + std::to_string(k["n"].get<int64_t>())),
+              std::string::npos);
+  }
+  EXPECT_EQ(listed, want);
+  // 10 rows: one full tile and the remainder (or a single tile when 10 fits).
+  const std::set<int> expect_tiles = mmax >= 10 ? std::set<int>{10} : std::set<int>{mmax, 10 % mmax};
+  EXPECT_EQ(tiles, expect_tiles);
+  fs::remove_all(out);
+}
+
+TEST(JitCli, KernelsHonoursIsaAndReportsErrors) {
+  const std::string model = dllm::test::data_path("models/tiny-dream-Q4_K_M.gguf");
+  if (dllm::jit::cpu_features().supports(dllm::jit::Isa::Avx2)) {
+    const std::string out = temp_dir("kernels_avx2");
+    const auto r = run_dllm({"kernels", "--model", model, "--out", out, "--isa", "avx2", "--rows", "1"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const json m = json::parse(dllm::test::read_file(out + "/manifest.json"));
+    ASSERT_FALSE(m["kernels"].empty());
+    for (const json& k : m["kernels"]) {
+      EXPECT_NE(k["name"].get<std::string>().find("1x8__avx2_"), std::string::npos) << k["name"];
+      EXPECT_EQ(k["panel_rows"], 8);
+    }
+    fs::remove_all(out);
+  }
+  auto r = run_dllm({"kernels", "--out", temp_dir("x")});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  r = run_dllm({"kernels", "--model", model, "--out", temp_dir("y"), "--isa", "neon"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  r = run_dllm({"kernels", "--model", model, "--out", temp_dir("z"), "--isa", "portable"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  r = run_dllm({"kernels", "--model", "/nonexistent/model.gguf", "--out", temp_dir("w")});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("/nonexistent/model.gguf"), std::string::npos) << r.err;
+}
