@@ -28,12 +28,23 @@ constexpr int kMaxArrayDepth = 8;         // nested arrays deeper than this are 
 constexpr uint64_t kMinKvBytes = 8 + 4 + 1;          // key length, value type, smallest value
 constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 4 + 8;  // name length, n_dims, type, offset
 
+// A name from the file for an error message: in single quotes, control bytes as \xNN, cut after 120 bytes.
 std::string quoted(std::string_view s) {
-  std::string r;
-  r.reserve(s.size() + 2);
-  r.push_back('\'');
-  r.append(s);
-  r.push_back('\'');
+  constexpr size_t kMax = 120;
+  std::string r(1, '\'');
+  for (size_t i = 0; i < s.size() && i < kMax; ++i) {
+    auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7f) {
+      const char* hex = "0123456789abcdef";
+      r += "\\x";
+      r += hex[c >> 4];
+      r += hex[c & 15];
+    } else {
+      r += static_cast<char>(c);
+    }
+  }
+  if (s.size() > kMax) r += "...";
+  r += '\'';
   return r;
 }
 
@@ -209,11 +220,10 @@ std::unique_ptr<File> File::open(const std::string& path) {
 
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) cannot_open(errno);
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    int err = errno;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {  // failed, or replaced between stat and open
+    int err = S_ISREG(st.st_mode) ? errno : EINVAL;
     ::close(fd);
-    if (S_ISDIR(st.st_mode)) throw Error("is a directory: " + path);
-    cannot_open(err ? err : EINVAL);
+    cannot_open(err);
   }
 
   std::unique_ptr<File> f(new File());
@@ -251,7 +261,7 @@ File::~File() {
 
 void File::parse() {
   static const char kBadMagicHint[] =
-      "a failed download leaves an HTML error page with a .gguf name: delete the file and run ./dllm pull again";
+      "A failed download leaves an HTML error page with a .gguf name. Delete the file and run ./dllm pull again";
   if (size_ == 0) throw Error(path_ + " is not a GGUF file: it is empty (0 bytes, no magic).", Error::kRuntime, kBadMagicHint);
   if (size_ < 4 ? std::memcmp(base_, "GGUF", size_) != 0 : std::memcmp(base_, "GGUF", 4) != 0)
     throw Error(path_ + " is not a GGUF file (bad magic).", Error::kRuntime, kBadMagicHint);
