@@ -38,7 +38,11 @@ std::string escape_controls(const std::string& s) {
     if (c == '\n') out += "\\n";
     else if (c == '\r') out += "\\r";
     else if (c == '\t') out += "\\t";
-    else if (c < 0x20 || c == 0x7f) out += fmt("\\x%02x", c);
+    else if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(c));
+      out += buf;
+    }
     else out += static_cast<char>(c);
   }
   return out;

@@ -1,0 +1,384 @@
+// `dllm run`: every run flag of the spec's table reaches the generation loop (settings -> config in one
+// function), and end-to-end runs of the binary on the tiny models: --json against the reference
+// generations, plain text, --verbose, --dump-step-stats, --visual, --prompt-tokens, the architecture's
+// usage errors, --device gpu, and Ctrl-C with the partial canvas and exit status 130.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "cli/args.h"
+#include "cli/run_config.h"
+#include "cli/run_output.h"
+#include "model/error.h"
+#include "model/gguf.h"
+#include "support.h"
+
+extern char** environ;
+
+namespace dllm::cli {
+namespace {
+
+using nlohmann::json;
+using test::data_path;
+using test::run_dllm;
+
+const std::string kLlada = data_path("models/tiny-llada-F32.gguf");
+const std::string kDream = data_path("models/tiny-dream-F32.gguf");
+
+// The reference executor for every binary run: the outputs are compared with reference generations.
+class ReferenceExecutorEnv : public ::testing::Environment {
+ public:
+  void SetUp() override { setenv("DLLM_EXECUTOR", "reference", 1); }
+};
+const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new ReferenceExecutorEnv);
+
+json reference(const std::string& name) { return json::parse(test::read_file(data_path("generations/" + name))); }
+
+std::string hex_bytes(const std::string& hex) {
+  std::string out;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) out += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+  return out;
+}
+
+// --- settings -> generation config ---
+
+model::HParams hparams_of(const std::string& path) { return model::read_hparams(*gguf::File::open(path)); }
+
+model::GenerateConfig config_for(std::vector<std::string> args, const std::string& model_path) {
+  std::vector<std::string> argv = {"run", "--model", model_path, "--prompt", "hi"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::string help;
+  const Settings s = parse_command_line(argv, &help);
+  return generation_config(s, hparams_of(model_path), {7, 8});
+}
+
+TEST(RunConfig, DefaultsOfTheSpec) {
+  const auto l = config_for({}, kLlada);
+  EXPECT_EQ(l.arch, model::Arch::LLaDA);
+  EXPECT_EQ(l.max_tokens, 128);
+  EXPECT_EQ(l.steps, 128);  // --steps defaults to --max-tokens
+  EXPECT_EQ(l.block_length, 32);
+  EXPECT_EQ(l.temperature, 0.0);
+  EXPECT_EQ(l.remasking, model::Remasking::LowConfidence);
+  EXPECT_EQ(l.threshold, 0.0);
+  EXPECT_FALSE(l.dual_cache);
+  EXPECT_EQ(l.seed, 42u);
+  EXPECT_FALSE(l.full_logits);
+  EXPECT_TRUE(l.early_stop);
+  EXPECT_EQ(l.mask_id, 1014);
+  EXPECT_EQ(l.stop_ids, (std::vector<int32_t>{7, 8}));
+  EXPECT_EQ(l.context_length, 4096);
+  const auto d = config_for({"--max-tokens", "64"}, kDream);
+  EXPECT_EQ(d.arch, model::Arch::Dream);
+  EXPECT_EQ(d.remasking, model::Remasking::Entropy);
+  EXPECT_EQ(d.steps, 64);
+  EXPECT_EQ(d.mask_id, 1019);
+}
+
+TEST(RunConfig, EveryGenerationFlagReachesTheLoop) {
+  const auto c = config_for({"--max-tokens", "64", "--steps", "16", "--block-length", "16", "--temperature", "0.7",
+                             "--remasking", "random", "--threshold", "0.9", "--dual-cache", "--seed", "7",
+                             "--no-early-stop"},
+                            kLlada);
+  EXPECT_EQ(c.max_tokens, 64);
+  EXPECT_EQ(c.steps, 16);
+  EXPECT_EQ(c.block_length, 16);
+  EXPECT_EQ(c.temperature, 0.7);
+  EXPECT_EQ(c.remasking, model::Remasking::Random);
+  EXPECT_EQ(c.threshold, 0.9);
+  EXPECT_TRUE(c.dual_cache);
+  EXPECT_EQ(c.seed, 7u);
+  EXPECT_FALSE(c.early_stop);
+  EXPECT_TRUE(config_for({"--full-logits"}, kLlada).full_logits);
+  for (const char* r : {"entropy", "maskgit_plus", "topk_margin"})
+    EXPECT_EQ(model::remasking_name(config_for({"--remasking", r}, kDream).remasking), std::string(r));
+}
+
+TEST(RunConfig, StopIdsAreTheVocabularysEndOfTextAndEndOfTurn) {
+  for (auto [path, eos, eot] : {std::tuple{kLlada, 1013, 1017}, std::tuple{kDream, 1016, 1018}}) {
+    const auto f = gguf::File::open(path);
+    const model::Tokenizer tok(*f);
+    EXPECT_EQ(stop_ids(tok), (std::vector<int32_t>{eos, eot}));
+  }
+}
+
+TEST(RunConfig, PromptIdsFromTextChatTemplateOrVerbatimTokens) {
+  const auto f = gguf::File::open(kLlada);
+  const model::HParams hp = model::read_hparams(*f);
+  const model::Tokenizer tok(*f);
+  std::string help;
+  const json ref = reference("llada_b8_L32_N16_writeahaikuabout__tiny-llada-F32__greedy.json");
+  Settings s = parse_command_line({"run", "--model", kLlada, "--prompt", ref["prompt"]}, &help);
+  EXPECT_EQ(prompt_ids(s, hp, tok), ref["prompt_ids"].get<std::vector<int32_t>>());
+  s = parse_command_line({"run", "--model", kLlada, "--prompt", "Hello there", "--no-chat"}, &help);
+  EXPECT_EQ(prompt_ids(s, hp, tok), tok.encode("Hello there"));
+  s = parse_command_line({"run", "--model", kLlada, "--prompt-tokens", "5,1012,9"}, &help);
+  EXPECT_EQ(prompt_ids(s, hp, tok), (std::vector<int32_t>{5, 1012, 9}));
+  s = parse_command_line({"run", "--model", kLlada, "--prompt-tokens", "5,1024"}, &help);
+  try {
+    prompt_ids(s, hp, tok);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "--prompt-tokens: id 1024 at position 1 is out of range: the model's vocabulary has 1024 tokens (ids "
+              "0..1023)");
+  }
+}
+
+// --- the binary ---
+
+std::vector<std::string> run_args(const std::string& model, std::vector<std::string> extra) {
+  std::vector<std::string> a = {"run", "--model", model};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+TEST(RunBinary, JsonMatchesTheLladaReferenceGeneration) {
+  const json ref = reference("llada_b8_L32_N16_writeahaikuabout__tiny-llada-F32__greedy.json");
+  auto r = run_dllm(run_args(kLlada, {"--prompt", ref["prompt"], "--max-tokens", "32", "--block-length", "8",
+                                      "--steps", "16", "--no-early-stop", "--json"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(r.out);  // exactly one JSON object on stdout
+  EXPECT_EQ(j["prompt_ids"], ref["prompt_ids"]);
+  EXPECT_EQ(j["output_ids"], ref["generated_ids"]);
+  EXPECT_EQ(j["steps_run"], 16);
+  EXPECT_EQ(j["forward_passes"], 16);
+  EXPECT_EQ(j["stopped_early"], false);
+  EXPECT_EQ(j["interrupted"], false);
+  for (const char* k : {"load_ms", "step_mean_ms", "total_ms"}) EXPECT_GT(j["timings"][k].get<double>(), 0) << k;
+  EXPECT_GT(j["tokens_per_s"].get<double>(), 0);
+  EXPECT_GT(j["peak_rss_bytes"].get<uint64_t>(), 1u << 20);
+  const json& s = j["settings"];
+  EXPECT_EQ(s["max_tokens"], 32);
+  EXPECT_EQ(s["steps"], 16);
+  EXPECT_EQ(s["block_length"], 8);
+  EXPECT_EQ(s["remasking"], "low_confidence");
+  EXPECT_EQ(s["temperature"], 0.0);
+  EXPECT_EQ(s["threshold"], 0.0);
+  EXPECT_EQ(s["seed"], 42);
+  EXPECT_EQ(s["dual_cache"], false);
+  EXPECT_EQ(s["full_logits"], false);
+  EXPECT_EQ(s["early_stop"], false);
+  EXPECT_EQ(s["chat_template"], true);
+  EXPECT_EQ(s["device"], "cpu");
+  EXPECT_GE(s["threads"].get<int>(), 1);
+  EXPECT_EQ(j["model"]["architecture"], "llada");
+  EXPECT_EQ(j["device"]["executor"], "reference");
+  // Plain mode prints the same answer's bytes (here invalid UTF-8 from a random model), then a newline.
+  auto plain = run_dllm(run_args(kLlada, {"--prompt", ref["prompt"], "--max-tokens", "32", "--block-length", "8",
+                                          "--steps", "16", "--no-early-stop"}));
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_EQ(plain.out, hex_bytes(ref["generated_text_hex"]) + "\n");
+  EXPECT_EQ(plain.err, "");
+}
+
+TEST(RunBinary, JsonMatchesTheDreamReferenceGeneration) {
+  const json ref = reference("dream_L32_N16_whatisthecapital__tiny-dream-F32__greedy__confidence.json");
+  auto r = run_dllm(run_args(kDream, {"--prompt", ref["prompt"], "--max-tokens", "32", "--steps", "16",
+                                      "--remasking", "maskgit_plus", "--json"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(j["prompt_ids"], ref["prompt_ids"]);
+  EXPECT_EQ(j["output_ids"], ref["generated_ids"]);
+  EXPECT_EQ(j["settings"]["remasking"], "maskgit_plus");
+  EXPECT_EQ(j["settings"]["block_length"], nullptr);  // Dream ignores it
+  EXPECT_EQ(j["settings"]["block_length_ignored"], 32);
+  EXPECT_EQ(j["model"]["architecture"], "dream");
+}
+
+TEST(RunBinary, PromptTokensAreUsedVerbatim) {
+  const json ref = reference("llada_b16_L32_N16_hi__tiny-llada-F32__greedy.json");
+  std::string ids;
+  for (const auto& id : ref["prompt_ids"]) {
+    if (!ids.empty()) ids += ',';
+    ids += std::to_string(id.get<int>());
+  }
+  auto r = run_dllm(run_args(kLlada, {"--prompt-tokens", ids, "--max-tokens", "32", "--block-length", "16",
+                                      "--steps", "16", "--no-early-stop", "--json"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(j["prompt_ids"], ref["prompt_ids"]);
+  EXPECT_EQ(j["output_ids"], ref["generated_ids"]);
+  EXPECT_EQ(j["settings"]["chat_template"], false);
+  auto bad = run_dllm(run_args(kLlada, {"--prompt-tokens", "1,2,99999"}));
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_EQ(bad.err,
+            "ERROR: --prompt-tokens: id 99999 at position 2 is out of range: the model's vocabulary has 1024 tokens "
+            "(ids 0..1023)\n");
+}
+
+TEST(RunBinary, VerboseStepStatsAndVisualGoWhereTheyBelong) {
+  auto r = run_dllm(run_args(kDream, {"--prompt", "Hi", "--max-tokens", "8", "--steps", "4", "--verbose",
+                                      "--dump-step-stats", "--visual", "--no-early-stop"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // stderr: one stats line per step, then the verbose report with Dream's note.
+  size_t lines = 0;
+  for (size_t p = r.err.find("step="); p != std::string::npos; p = r.err.find("step=", p + 1)) ++lines;
+  EXPECT_EQ(lines, 4u);
+  EXPECT_NE(r.err.find("step=0/4 block=0 scheduled=1 committed=1 masked=7 ms="), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("note: --block-length is ignored for Dream models"), std::string::npos);
+  EXPECT_NE(r.err.find("timings: load "), std::string::npos);
+  EXPECT_NE(r.err.find("peak resident memory: "), std::string::npos);
+  EXPECT_NE(r.err.find("steps: 4 of 4 run, 4 forward passes"), std::string::npos) << r.err;
+  // stdout (not a terminal): one plain frame per step, a blank line, then the answer.
+  EXPECT_EQ(r.out.find("step 1/4, 1 committed, 7 masked: "), 0u) << r.out;  // Dream's schedule: 1, 2, 2, 3
+  EXPECT_NE(r.out.find("\nstep 4/4, 3 committed, 0 masked: "), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("\x1b["), std::string::npos);  // no ANSI sequences in plain lines
+  auto json_run = run_dllm(run_args(kDream, {"--prompt", "Hi", "--max-tokens", "8", "--steps", "4", "--json",
+                                             "--no-early-stop"}));
+  const std::string text = json::parse(json_run.out)["text"];  // the answer, invalid UTF-8 replaced
+  const std::string last = r.out.substr(r.out.rfind("\n\n") + 2);
+  EXPECT_EQ(sanitize_utf8(last), text + "\n");
+}
+
+TEST(RunBinary, ArchitectureChecksAreUsageErrorsNamingBothFlags) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {run_args(kLlada, {"--prompt", "x", "--max-tokens", "128", "--block-length", "24"}),
+       "ERROR: --block-length 24 must divide --max-tokens 128\n"},
+      {run_args(kLlada, {"--prompt", "x", "--steps", "10"}),
+       "ERROR: --steps 10 must be a multiple of the block count 4 (--max-tokens 128 / --block-length 32)\n"},
+      {run_args(kLlada, {"--prompt", "x", "--remasking", "entropy"}),
+       "ERROR: --remasking entropy is not available for LLaDA models (use low_confidence or random)\n"},
+      {run_args(kDream, {"--prompt", "x", "--remasking", "random"}),
+       "ERROR: --remasking random is not available for Dream models (use entropy, maskgit_plus or topk_margin)\n"},
+      {run_args(kDream, {"--prompt", "x", "--threshold", "0.9"}),
+       "ERROR: --threshold is for LLaDA models only (this model is Dream)\n"},
+      {run_args(kDream, {"--prompt", "x", "--dual-cache"}),
+       "ERROR: --dual-cache is for LLaDA models only (this model is Dream)\n"},
+      {run_args(kLlada, {"--prompt", "x", "--max-tokens", "4096"}),
+       "ERROR: the canvas of 15 prompt tokens + --max-tokens 4096 is longer than the model's context length 4096\n"},
+  };
+  for (const auto& [args, err] : cases) {
+    auto r = run_dllm(args);
+    EXPECT_EQ(r.exit_code, 2) << err;
+    EXPECT_EQ(r.err, err);
+    EXPECT_EQ(r.out, "");
+  }
+  // Dream ignores --block-length, so it needs neither to divide nor a step multiple.
+  auto ok = run_dllm(run_args(kDream, {"--prompt", "x", "--max-tokens", "6", "--steps", "5", "--block-length", "4"}));
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+}
+
+TEST(RunBinary, GpuWithoutAGpuIsTheSpecsError) {
+  auto r = run_dllm(run_args(kLlada, {"--prompt", "x", "--device", "gpu"}));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err,
+            "ERROR: no GPU found: the GPU backend needs an NVIDIA GPU with compute capability 8.0 or newer (run with "
+            "--device cpu)\n");
+}
+
+TEST(RunBinary, SameAnswerWhateverTheThreadsFullLogitsAndEarlyStop) {
+  const std::vector<std::string> base = {"--prompt", "Tell me a story", "--max-tokens", "16", "--block-length", "8",
+                                         "--steps", "8", "--temperature", "0.9", "--json"};
+  auto run = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = base;
+    a.insert(a.end(), extra.begin(), extra.end());
+    auto r = run_dllm(run_args(kLlada, a));
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return json::parse(r.out);
+  };
+  const json one = run({"--seed", "5", "--threads", "1", "--no-early-stop"});
+  EXPECT_EQ(one["settings"]["threads"], 1);
+  const json two = run({"--seed", "5", "--threads", "2", "--no-early-stop", "--full-logits"});
+  EXPECT_EQ(two["output_ids"], one["output_ids"]);
+  EXPECT_EQ(two["settings"]["full_logits"], true);
+  const json early = run({"--seed", "5"});
+  EXPECT_EQ(early["text"], one["text"]);
+  const json other_seed = run({"--seed", "6", "--no-early-stop"});
+  EXPECT_NE(other_seed["output_ids"], one["output_ids"]);
+}
+
+TEST(RunBinary, ThresholdAndDualCacheRun) {
+  auto r = run_dllm(run_args(kLlada, {"--prompt", "x", "--max-tokens", "16", "--block-length", "8", "--steps", "16",
+                                      "--threshold", "0.5", "--dual-cache", "--no-early-stop", "--json"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(j["settings"]["threshold"], 0.5);
+  EXPECT_EQ(j["settings"]["dual_cache"], true);
+  EXPECT_LE(j["forward_passes"].get<int>(), 16);
+  EXPECT_GE(j["forward_passes"].get<int>(), 2);  // at least one refresh per block
+  for (const auto& id : j["output_ids"]) EXPECT_NE(id, 1014);  // every mask filled
+}
+
+// --- Ctrl-C ---
+
+TEST(RunBinary, InterruptStopsBetweenStepsWithThePartialCanvasAndStatus130) {
+  char out_tpl[] = "/tmp/dllm-run-out-XXXXXX", err_tpl[] = "/tmp/dllm-run-err-XXXXXX";
+  const int out_fd = mkstemp(out_tpl), err_fd = mkstemp(err_tpl);
+  ASSERT_GE(out_fd, 0);
+  ASSERT_GE(err_fd, 0);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
+  posix_spawn_file_actions_adddup2(&fa, err_fd, 2);
+  std::vector<std::string> args = {DLLM_BINARY, "run",        "--model", kLlada, "--prompt", "x", "--max-tokens",
+                                   "512",       "--steps",    "512",     "--json", "--dump-step-stats"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, DLLM_BINARY, &fa, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  // Wait for the first step (the handler is installed by then), then press Ctrl-C.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (test::read_file(err_tpl).find("step=") == std::string::npos && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  kill(pid, SIGINT);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  close(out_fd);
+  close(err_fd);
+  const std::string out = test::read_file(out_tpl), err = test::read_file(err_tpl);
+  unlink(out_tpl);
+  unlink(err_tpl);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by a signal: the handler did not run";
+  EXPECT_EQ(WEXITSTATUS(status), 130);
+  const json j = json::parse(out);
+  EXPECT_EQ(j["interrupted"], true);
+  EXPECT_GE(j["steps_run"].get<int>(), 1);
+  EXPECT_LT(j["steps_run"].get<int>(), 512);
+  const auto ids = j["output_ids"].get<std::vector<int32_t>>();
+  EXPECT_EQ(ids.size(), 512u);
+  EXPECT_GT(std::count(ids.begin(), ids.end(), 1014), 0);  // the masks left are reported
+  EXPECT_NE(err.find("interrupted: stopped after "), std::string::npos) << err;
+}
+
+// --- renderers ---
+
+TEST(RunOutput, SanitizeReplacesEveryInvalidByte) {
+  EXPECT_EQ(sanitize_utf8("ok \xc3\xa9"), "ok \xc3\xa9");
+  EXPECT_EQ(sanitize_utf8("a\xb2z"), "a\xef\xbf\xbdz");
+  EXPECT_EQ(sanitize_utf8("\xe2\x82"), "\xef\xbf\xbd\xef\xbf\xbd");       // truncated sequence
+  EXPECT_EQ(sanitize_utf8("\xed\xa0\x80"), "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");  // surrogate
+  EXPECT_EQ(sanitize_utf8("\xf0\x9f\x98\x80"), "\xf0\x9f\x98\x80");
+}
+
+TEST(RunOutput, CanvasRendering) {
+  const auto f = gguf::File::open(kLlada);
+  const model::Tokenizer tok(*f);
+  const int32_t a = tok.encode("Hi")[0], nl = tok.encode("\n")[0];
+  std::vector<int32_t> canvas = {1012, a, nl, 1014, 1017};
+  std::vector<int64_t> committed = {2};
+  model::StepEvent ev;
+  ev.canvas = canvas;
+  ev.prompt_length = 1;
+  ev.committed = committed;
+  const std::string piece = tok.token_piece(a);
+  EXPECT_EQ(render_canvas(ev, tok, 1014, false), piece + "\\n\xe2\x96\x88<|eot_id|>");
+  EXPECT_EQ(render_canvas(ev, tok, 1014, true), piece +
+                                                    "\x1b[1;38;5;208m\n\x1b[0m"
+                                                    "\x1b[38;5;30m\xe2\x96\x88\x1b[0m"
+                                                    "\x1b[2m<|eot_id|>\x1b[0m");
+  EXPECT_EQ(step_stats_line(ev), "step=0/0 block=0 scheduled=0 committed=1 masked=0 ms=0.000");
+}
+
+}  // namespace
+}  // namespace dllm::cli
