@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <random>
 #include <string>
@@ -49,6 +50,57 @@ TEST(JitRepack, UnpackedQuantsEqualReferenceDecoders) {
     }
   }
   EXPECT_GE(checked, 10);
+}
+
+// quantize_acts (vectorised where the CPU allows) against the reference quantizers, byte for byte, on
+// rows built to hit the edge cases: ties of the largest magnitude with both signs, products landing on
+// .5 exactly, all-zero and tiny blocks, huge values, a NaN/inf block (handed to the reference code).
+TEST(JitActs, QuantisationEqualsReferenceQuantizers) {
+  std::mt19937 rng(21);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const int64_t k = 1024, rows = 40;
+  std::vector<float> x(rows * k);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = x.data() + r * k;
+    for (int64_t i = 0; i < k; ++i) row[i] = nd(rng);
+    switch (r % 8) {
+      case 1:  // ties of the largest magnitude, negative first
+        row[5] = -9.f, row[77] = 9.f, row[300] = 9.f, row[301] = -9.f;
+        break;
+      case 2:  // multiples of 1/254 so that x * 127 / amax lands on .5
+        for (int64_t i = 0; i < k; ++i) row[i] = static_cast<float>(static_cast<int>(rng() % 255) - 127) / 2.f;
+        break;
+      case 3:  // zero and tiny blocks
+        for (int64_t i = 0; i < 256; ++i) row[i] = 0.f;
+        for (int64_t i = 256; i < 512; ++i) row[i] *= 1e-30f;
+        break;
+      case 4:
+        for (int64_t i = 0; i < k; ++i) row[i] *= 1e30f;
+        break;
+      case 5:
+        row[3] = std::numeric_limits<float>::infinity();
+        row[600] = std::nanf("");
+        break;
+      default:
+        break;
+    }
+  }
+  ThreadPool pool(2);
+  for (ActFormat fmt : {ActFormat::Q8_K, ActFormat::Q8_0}) {
+    QuantizedActs a;
+    quantize_acts(fmt, x.data(), rows, k, a, pool);
+    std::vector<uint8_t> ref(a.blocks.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      uint8_t* dst = ref.data() + r * a.blocks_per_row() * a.block_bytes();
+      if (fmt == ActFormat::Q8_K) quant::quantize_row_q8_K(x.data() + r * k, reinterpret_cast<quant::BlockQ8_K*>(dst), k);
+      else quant::quantize_row_q8_0(x.data() + r * k, reinterpret_cast<quant::BlockQ8_0*>(dst), k);
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      const size_t row_bytes = a.blocks_per_row() * a.block_bytes();
+      EXPECT_EQ(std::memcmp(a.blocks.data() + r * row_bytes, ref.data() + r * row_bytes, row_bytes), 0)
+          << (fmt == ActFormat::Q8_K ? "Q8_K" : "Q8_0") << " row " << r;
+    }
+  }
 }
 
 TEST(JitRepack, LayoutSizes) {

@@ -1,5 +1,6 @@
-// Activation quantisation: ggml's reference quantizers per row (the values), then the kernels'
-// struct-of-arrays form and block sums, rows in parallel.
+// Activation quantisation: per row the vectorised quantizers (quant_act_simd.h) where the CPU has
+// AVX-512, else ggml's reference quantizers, then the kernels' struct-of-arrays form and block sums;
+// rows in parallel.
 #include "jit/quant_act.h"
 
 #include <cstdlib>
@@ -7,6 +8,8 @@
 #include <new>
 #include <string>
 
+#include "jit/cpu_features.h"
+#include "jit/quant_act_simd.h"
 #include "model/error.h"
 #include "model/quant.h"
 #include "model/thread_pool.h"
@@ -97,12 +100,18 @@ void derive_row(QuantizedActs& a, int64_t r) {
 void quantize_acts(ActFormat fmt, const float* x, int64_t rows, int64_t k, QuantizedActs& out, ThreadPool& pool) {
   check(fmt, rows, k);
   shape(fmt, rows, k, out);
+  const bool simd = cpu_features().avx512bw;
   pool.parallel_for(rows, [&](int64_t r, int) {
     void* blocks = out.blocks.data() + r * out.blocks_per_row() * out.block_bytes();
-    if (fmt == ActFormat::Q8_K)
-      quant::quantize_row_q8_K(x + r * k, static_cast<quant::BlockQ8_K*>(blocks), k);
-    else
-      quant::quantize_row_q8_0(x + r * k, static_cast<quant::BlockQ8_0*>(blocks), k);
+    if (fmt == ActFormat::Q8_K) {
+      auto* y = static_cast<quant::BlockQ8_K*>(blocks);
+      if (simd) quantize_row_q8_K_avx512(x + r * k, y, k);
+      else quant::quantize_row_q8_K(x + r * k, y, k);
+    } else {
+      auto* y = static_cast<quant::BlockQ8_0*>(blocks);
+      if (simd) quantize_row_q8_0_avx512(x + r * k, y, k);
+      else quant::quantize_row_q8_0(x + r * k, y, k);
+    }
     derive_row(out, r);
   });
 }
