@@ -239,6 +239,23 @@ TEST(RunBinary, VerboseStepStatsAndVisualGoWhereTheyBelong) {
   EXPECT_EQ(sanitize_utf8(last), text + "\n");
 }
 
+TEST(RunBinary, JsonKeepsStdoutToItselfWhateverElseIsOn) {
+  for (const char* device : {"cpu", "auto"}) {
+    auto r = run_dllm(run_args(kLlada, {"--prompt", "Hi", "--max-tokens", "8", "--block-length", "4", "--steps", "4",
+                                        "--json", "--visual", "--verbose", "--dump-step-stats", "--device", device}));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const json j = json::parse(r.out);  // throws unless stdout is exactly one JSON value
+    EXPECT_EQ(j["settings"]["device"], "cpu");
+    EXPECT_EQ(j["settings"]["visual"], true);
+    EXPECT_EQ(j["settings"]["verbose"], true);
+    EXPECT_EQ(j["settings"]["dump_step_stats"], true);
+    // The frames, the step lines and the report went to stderr.
+    EXPECT_NE(r.err.find("step 1/4, "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("step=0/4 block=0 scheduled=2 committed=2 masked=6"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("timings: load "), std::string::npos) << r.err;
+  }
+}
+
 TEST(RunBinary, ArchitectureChecksAreUsageErrorsNamingBothFlags) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {run_args(kLlada, {"--prompt", "x", "--max-tokens", "128", "--block-length", "24"}),

@@ -4,6 +4,8 @@
 // norm and the LM head for the requested rows only. Activations are f32; element-wise work accumulates
 // in double. Rows whose logits are not requested skip the last layer's attention output, FFN, final norm
 // and LM head (they cannot influence any requested row after the last layer's keys and values).
+// For LLaDA's dual cache a pass can also keep every layer's keys/values (KVCache) and a later pass can
+// recompute only a block of positions against them (CacheMode).
 #pragma once
 #include <cstdint>
 #include <span>
