@@ -80,16 +80,27 @@ const GpuWeight& GpuExecutor::weight(model::WeightHandle h) const {
 }
 
 void GpuExecutor::matmul(model::WeightHandle h, const float* x, int64_t rows, float* y) {
-  const GpuWeight& w = weight(h);
-  if (rows <= 0) return;
+  matmul_shared(&h, &y, 1, x, rows);
+}
+
+void GpuExecutor::matmul_shared(const model::WeightHandle* ws, float* const* ys, int n, const float* x,
+                                int64_t rows) {
+  if (rows <= 0 || n <= 0) return;
+  const int64_t k = weight(ws[0]).layout.k;
+  for (int i = 1; i < n; ++i) {
+    if (weight(ws[i]).layout.k != k) throw Error("internal error: matmul_shared over matrices of different widths");
+  }
   dev_->load_kernels(matmul_kernels_);  // one unit for every prepared weight; a no-op once loaded
-  const int64_t n = w.layout.n, k = w.layout.k;
   const DevAddr xd = x_.get(*dev_, static_cast<size_t>(rows * k) * sizeof(float));
-  const DevAddr yd = y_.get(*dev_, static_cast<size_t>(rows * n) * sizeof(float));
   dev_->upload(xd, x, static_cast<size_t>(rows * k) * sizeof(float));
   gpu_quant(*dev_, QuantMode::Plain, k, xd, 0, 0, 0, rows, k, 0.f, act_);
-  gpu_gemm(*dev_, w, act_, rows, yd, n, false);
-  dev_->download(y, yd, static_cast<size_t>(rows * n) * sizeof(float));
+  for (int i = 0; i < n; ++i) {
+    const GpuWeight& w = weight(ws[i]);
+    const size_t bytes = static_cast<size_t>(rows * w.layout.n) * sizeof(float);
+    const DevAddr yd = y_.get(*dev_, bytes);
+    gpu_gemm(*dev_, w, act_, rows, yd, w.layout.n, false);
+    dev_->download(ys[i], yd, bytes);
+  }
 }
 
 void GpuExecutor::attention(const model::AttentionShape& sh, const float* q, int64_t n_q, const float* k,
@@ -127,6 +138,7 @@ void GpuExecutor::attention(const model::AttentionShape& sh, const float* q, int
 
 bool GpuExecutor::run_forward(const model::HParams& hp, const model::ForwardWeights& weights,
                               const model::ForwardRequest& req) {
+  if (req.cache_mode != model::CacheMode::None) return false;
   if (!forward_ || forward_weights_ != &weights) {
     forward_.reset();
     forward_ = std::make_unique<GpuForward>(*dev_, pool_, hp, weights, weights_);

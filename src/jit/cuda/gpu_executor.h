@@ -29,11 +29,15 @@ class GpuExecutor : public model::Executor {
   // Throws dllm::Error naming the tensor when its type has no GPU kernel (F16, F32, Q5_K, ...).
   model::WeightHandle prepare_weight(const gguf::TensorInfo& tensor) override;
   void matmul(model::WeightHandle w, const float* x, int64_t rows, float* y) override;
+  // One upload and one activation quantisation for all the products of x (Q/K/V; gate/up).
+  void matmul_shared(const model::WeightHandle* ws, float* const* ys, int n, const float* x, int64_t rows) override;
   void attention(const model::AttentionShape& shape, const float* q, int64_t n_q, const float* k, const float* v,
                  int64_t n_kv, float* out) override;
 
   // The whole forward pass on the device (the proposed Executor::forward hook): same contract and
   // errors as model::forward. `weights` must be the ForwardWeights prepared with this executor.
+  // Returns false, doing nothing, for requests it does not handle (the dual cache's Fill / Reuse
+  // passes): the caller then runs model::forward, which uses the per-call operations above.
   bool run_forward(const model::HParams& hp, const model::ForwardWeights& weights, const model::ForwardRequest& req);
 
   Device& device() { return *dev_; }

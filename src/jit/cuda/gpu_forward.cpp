@@ -125,6 +125,9 @@ size_t GpuForward::workspace_bytes(const model::HParams& hp, int64_t n, int64_t 
 }
 
 void GpuForward::forward(const model::ForwardRequest& req) {
+  if (req.cache_mode != model::CacheMode::None) {
+    throw Error("internal error: the GPU forward pass has no key/value cache (use the executor path)");
+  }
   model::check_canvas(hp_, req.tokens, req.logit_rows);
   const int64_t n = static_cast<int64_t>(req.tokens.size());
   const int64_t m = static_cast<int64_t>(req.logit_rows.size());

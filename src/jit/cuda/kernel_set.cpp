@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <sstream>
+#include <utility>
 
 #include "jit/cuda/kernel_text.h"
 #include "model/error.h"
@@ -211,6 +212,25 @@ KernelSet kernels_for_model(const model::HParams& hp, const model::ModelTensors&
   set.add(q_pack_desc(hp));
   set.add(k_pack_desc(hp));
   set.add(v_pack_desc(hp));
+  set.add(attn_desc(hp));
+  return set;
+}
+
+KernelSet kernels_for_hparams(const model::HParams& hp, const std::vector<WeightFormat>& formats) {
+  KernelSet set;
+  const int64_t D = hp.n_embd, Q = hp.q_dim(), KV = hp.kv_dim(), F = hp.n_ff, V = hp.n_vocab;
+  for (WeightFormat f : formats) {
+    for (const auto& [n, k] : {std::pair{Q, D}, {KV, D}, {D, Q}, {F, D}, {D, F}, {V, D}}) set.add(GemmDesc{f, n, k});
+  }
+  set.add(QuantDesc{QuantMode::RmsNorm, D});
+  set.add(QuantDesc{QuantMode::SwiGlu, F});
+  for (int64_t k : {D, Q, F}) set.add(QuantDesc{QuantMode::Plain, k});
+  set.add(q_pack_desc(hp));
+  set.add(k_pack_desc(hp));
+  set.add(v_pack_desc(hp));
+  set.add(PackDesc{hp.n_head, hp.head_dim, hp.head_dim, PackStyle::None, false});
+  set.add(PackDesc{hp.n_head_kv, hp.head_dim, hp.head_dim, PackStyle::None, false});
+  set.add(PackDesc{hp.n_head_kv, hp.head_dim, hp.head_dim, PackStyle::None, true});
   set.add(attn_desc(hp));
   return set;
 }

@@ -108,6 +108,11 @@ AttnDesc attn_desc(const model::HParams& hp);
 // whose type has no GPU kernel (see gpu_support_error()).
 KernelSet kernels_for_model(const model::HParams& hp, const model::ModelTensors& tensors);
 
+// Every kernel a model with these hyperparameters could need: all its projection shapes in each of
+// `formats`, plus what the per-call executor path adds (a plain quantiser per input width, packers
+// without RoPE). For compile tests and for listing kernels without a model file.
+KernelSet kernels_for_hparams(const model::HParams& hp, const std::vector<WeightFormat>& formats);
+
 // "" when every matrix of the model has a GPU kernel, else the error for the first one that has not:
 // "tensor blk.0.attn_q.weight is F16: the GPU backend has matrix kernels for Q4_K, Q6_K and Q8_0
 //  (run with --device cpu)". Also rejects shapes the kernels cannot take (N not a multiple of 8).

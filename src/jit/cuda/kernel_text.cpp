@@ -356,7 +356,8 @@ DEV void gemm_body(const GemmParams& p) {
     for (int nt = 0; nt < kGemmNTiles; ++nt) {
       bq[nt] = ld_u4(p.w + ((static_cast<long long>(nt0 + nt) * NKG + kg) * 32 + lane) * 16);
     }
-    UNROLL
+    // Not unrolled: unrolling lets the compiler hoist every k-block's loads and run out of registers.
+    UNROLL_1
     for (int j = 0; j < KG; ++j) {
       const int kb = kg * KG + j;
       uint4 a[kGemmMTiles];

@@ -1,0 +1,248 @@
+// Compile-level tests of the GPU backend, run on every CI machine (no GPU needed, NVRTC needed): every
+// kernel generated for the tiny fixture models and for the real LLaDA-8B and Dream-7B shapes compiles
+// with NVRTC for sm_80, sm_86, sm_89 and sm_90 (one translation unit per architecture, compiled in
+// parallel), and the PTX holds the int8 and f16 tensor-core instructions the design promises; the
+// embedded kernel text equals the .cuh files; NVRTC errors name the unit and carry the log; and the
+// on-disk kernel cache keys, stores atomically and finds its entries.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <future>
+#include <string>
+#include <vector>
+
+#include "jit/cuda/disk_cache.h"
+#include "jit/cuda/kernel_set.h"
+#include "jit/cuda/kernel_text.h"
+#include "jit/cuda/nvrtc.h"
+#include "model/arch.h"
+#include "model/error.h"
+#include "model/gguf.h"
+#include "support.h"
+
+namespace dllm::test {
+namespace {
+
+namespace fs = std::filesystem;
+namespace jc = dllm::jit::cuda;
+
+model::HParams llada_8b() {
+  model::HParams hp;
+  hp.arch = model::Arch::LLaDA;
+  hp.n_layer = 32;
+  hp.n_embd = 4096;
+  hp.n_head = 32;
+  hp.n_head_kv = 32;
+  hp.head_dim = 128;
+  hp.n_ff = 12288;
+  hp.n_vocab = 126464;
+  hp.n_rot = 128;
+  hp.n_ctx = 4096;
+  hp.rope_style = model::RopeStyle::Norm;
+  return hp;
+}
+
+model::HParams dream_7b() {
+  model::HParams hp;
+  hp.arch = model::Arch::Dream;
+  hp.n_layer = 28;
+  hp.n_embd = 3584;
+  hp.n_head = 28;
+  hp.n_head_kv = 4;
+  hp.head_dim = 128;
+  hp.n_ff = 18944;
+  hp.n_vocab = 152064;
+  hp.n_rot = 128;
+  hp.n_ctx = 131072;
+  hp.rope_style = model::RopeStyle::Neox;
+  hp.qkv_bias = true;
+  return hp;
+}
+
+// Every kernel of the four quantised tiny fixtures (from their files) and of the two real shapes.
+jc::KernelSet all_kernels() {
+  jc::KernelSet set;
+  for (const char* name : {"tiny-llada-Q8_0", "tiny-llada-Q4_K_M", "tiny-dream-Q8_0", "tiny-dream-Q4_K_M"}) {
+    const auto file = gguf::File::open(data_path(std::string("models/") + name + ".gguf"));
+    const model::HParams hp = model::read_hparams(*file);
+    set.add(jc::kernels_for_model(hp, model::check_tensors(*file, hp)));
+    set.add(jc::kernels_for_hparams(hp, {jc::WeightFormat::Q8_0, jc::WeightFormat::Q4_K, jc::WeightFormat::Q6_K}));
+  }
+  for (const model::HParams& hp : {llada_8b(), dream_7b()}) {
+    set.add(jc::kernels_for_hparams(hp, {jc::WeightFormat::Q8_0, jc::WeightFormat::Q4_K, jc::WeightFormat::Q6_K}));
+  }
+  return set;
+}
+
+jc::Nvrtc* nvrtc_or_null() { return jc::Nvrtc::get(); }
+
+#define REQUIRE_NVRTC()                                                                                    \
+  jc::Nvrtc* nv = nvrtc_or_null();                                                                         \
+  if (!nv) GTEST_SKIP() << "NVRTC not found, GPU kernels cannot be compiled here: " << jc::Nvrtc::load_error()
+
+TEST(GpuKernelText, EmbeddedTextMatchesTheCuhFiles) {
+  const fs::path dir = fs::path(DLLM_TEST_DATA).parent_path().parent_path() / "src/jit/cuda/kernels";
+  ASSERT_TRUE(fs::exists(dir)) << dir;
+  ASSERT_EQ(jc::kernel_files().size(), 5u);
+  for (const jc::KernelFile& f : jc::kernel_files()) {
+    EXPECT_EQ(read_file((dir / std::string(f.name)).string()), std::string(f.text))
+        << f.name << " changed: run python3 src/jit/cuda/kernels/embed.py";
+  }
+}
+
+TEST(GpuKernelSet, NamesSourceAndShapesOfTheRealModels) {
+  const jc::KernelSet set = jc::kernels_for_hparams(llada_8b(), {jc::WeightFormat::Q4_K});
+  const std::vector<std::string> names = set.names();
+  for (const char* n : {"dllm_gemm_q4_k_n4096_k4096", "dllm_gemm_q4_k_n12288_k4096", "dllm_gemm_q4_k_n4096_k12288",
+                        "dllm_gemm_q4_k_n126464_k4096", "dllm_quant_rmsnorm_k4096", "dllm_quant_swiglu_k12288",
+                        "dllm_pack_h32_d128_r128_norm", "dllm_pack_h32_d128_r128_none_t", "dllm_attn_h32_kv32_d128"}) {
+    EXPECT_TRUE(set.contains(n)) << n;
+    EXPECT_NE(set.source().find(std::string("void __launch_bounds__(")), std::string::npos);
+    EXPECT_NE(set.source().find(std::string(n) + "("), std::string::npos) << n;
+  }
+  EXPECT_TRUE(jc::kernels_for_hparams(dream_7b(), {jc::WeightFormat::Q6_K}).contains("dllm_attn_h28_kv4_d128"));
+  EXPECT_TRUE(jc::kernels_for_hparams(dream_7b(), {jc::WeightFormat::Q6_K}).contains("dllm_pack_h4_d128_r128_neox"));
+  // Deterministic text and unit name; a different set gives a different name.
+  EXPECT_EQ(set.source(), jc::kernels_for_hparams(llada_8b(), {jc::WeightFormat::Q4_K}).source());
+  EXPECT_NE(set.unit_name(), jc::kernels_for_hparams(dream_7b(), {jc::WeightFormat::Q4_K}).unit_name());
+  // Launch geometry: a block covers 128 columns and 32 rows; rows are padded to 64.
+  const jc::Launch g = jc::gemm_launch(jc::GemmDesc{jc::WeightFormat::Q4_K, 126464, 4096}, 37);
+  EXPECT_EQ(g.grid_x, 988u);
+  EXPECT_EQ(g.grid_y, 2u);
+  EXPECT_EQ(g.block_x, 128u);
+  EXPECT_EQ(jc::attn_launch(jc::AttnDesc{28, 4, 128}, 65).grid_x, 2u);
+}
+
+TEST(GpuKernelSet, ModelsWithoutGpuKernelsAreNamed) {
+  const auto file = gguf::File::open(data_path("models/tiny-llada-F32.gguf"));
+  const model::HParams hp = model::read_hparams(*file);
+  const model::ModelTensors t = model::check_tensors(*file, hp);
+  const std::string err = jc::gpu_support_error(t);
+  EXPECT_EQ(err.rfind("tensor blk.0.attn_q.weight is F32: the GPU backend has matrix kernels for Q4_K, Q6_K and Q8_0", 0),
+            0u)
+      << err;
+  EXPECT_THROW(jc::kernels_for_model(hp, t), Error);
+}
+
+TEST(GpuCompile, NvrtcTargetsTheRequiredArchitectures) {
+  REQUIRE_NVRTC();
+  for (int arch : {80, 86, 89, 90}) EXPECT_TRUE(nv->supports(arch)) << "NVRTC " << nv->version_string() << " lacks sm_" << arch;
+}
+
+TEST(GpuCompile, EveryKernelCompilesForSm80Sm86Sm89Sm90WithTensorCoreInstructions) {
+  REQUIRE_NVRTC();
+  const jc::KernelSet set = all_kernels();
+  const std::string source = set.source();
+  const std::vector<std::string> names = set.names();
+  ASSERT_GE(names.size(), 60u);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::future<jc::CompiledUnit>> jobs;
+  for (const char* arch : {"sm_80", "sm_86", "sm_89", "sm_90"}) {
+    jobs.push_back(std::async(std::launch::async, [&, arch] { return nv->compile(source, set.unit_name(), arch); }));
+  }
+  for (auto& job : jobs) {
+    const jc::CompiledUnit u = job.get();
+    SCOPED_TRACE(u.target);
+    EXPECT_NE(u.ptx.find(".target " + u.target), std::string::npos);
+    for (const std::string& n : names) EXPECT_NE(u.ptx.find(".entry " + n + "("), std::string::npos) << n;
+    // The instructions the design promises: int8 tensor cores for every projection (k32 blocks, and
+    // k16 halves for Q6_K's 16-value sub-blocks) and f16 tensor cores with f32 accumulation for attention.
+    EXPECT_NE(u.ptx.find("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"), std::string::npos);
+    EXPECT_NE(u.ptx.find("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32"), std::string::npos);
+    EXPECT_NE(u.ptx.find("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"), std::string::npos);
+    EXPECT_NE(u.ptx.find("cvt.rn.f16x2.f32"), std::string::npos);
+    ASSERT_GT(u.cubin.size(), 4u);
+    EXPECT_EQ(u.cubin.substr(0, 4), std::string("\x7f" "ELF"));
+    EXPECT_EQ(u.log.find("error"), std::string::npos) << u.log;
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  RecordProperty("compile_seconds", std::to_string(s));
+}
+
+TEST(GpuCompile, ErrorsNameTheUnitAndCarryTheLog) {
+  REQUIRE_NVRTC();
+  try {
+    nv->compile("extern \"C\" __global__ void broken() { undeclared_thing(); }", "dllm_broken_unit", "sm_80");
+    FAIL() << "compiled";
+  } catch (const jc::CompileError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("dllm_broken_unit"), std::string::npos) << what;
+    EXPECT_NE(what.find("sm_80"), std::string::npos) << what;
+    EXPECT_NE(e.log().find("undeclared_thing"), std::string::npos) << e.log();
+    EXPECT_NE(e.source().find("broken()"), std::string::npos);
+  }
+  EXPECT_THROW(nv->compile("", "x", "sm80"), Error);
+}
+
+// A fresh cache directory per test.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    char tpl[] = "/tmp/dllm-kcache-XXXXXX";
+    path = mkdtemp(tpl);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+TEST(GpuDiskCache, DirectoryFollowsTheEnvironment) {
+  const char* old_c = std::getenv("DLLM_CACHE");
+  const std::string saved_c = old_c ? old_c : "";
+  const char* old_x = std::getenv("XDG_CACHE_HOME");
+  const std::string saved_x = old_x ? old_x : "";
+  setenv("DLLM_CACHE", "/some/where", 1);
+  EXPECT_EQ(jc::kernel_cache_dir(), "/some/where/cuda-kernels");
+  unsetenv("DLLM_CACHE");
+  setenv("XDG_CACHE_HOME", "/xdg", 1);
+  EXPECT_EQ(jc::kernel_cache_dir(), "/xdg/dllm/cuda-kernels");
+  unsetenv("XDG_CACHE_HOME");
+  EXPECT_NE(jc::kernel_cache_dir().find("/.cache/dllm/cuda-kernels"), std::string::npos);
+  if (old_c) setenv("DLLM_CACHE", saved_c.c_str(), 1);
+  if (old_x) setenv("XDG_CACHE_HOME", saved_x.c_str(), 1);
+}
+
+TEST(GpuDiskCache, StoreLoadAndKeyMismatch) {
+  TempDir tmp;
+  const jc::KernelDiskCache cache((tmp.path / "a/b").string());  // created on first store
+  const std::string entry = jc::KernelDiskCache::entry_name("unit", "source", "sm_90", 13000, 13000);
+  EXPECT_EQ(entry.find("unit-sm_90-nvrtc13000-drv13000-"), 0u);
+  EXPECT_NE(entry, jc::KernelDiskCache::entry_name("unit", "source", "sm_90", 13000, 12080));
+  EXPECT_NE(entry, jc::KernelDiskCache::entry_name("unit", "source2", "sm_90", 13000, 13000));
+  EXPECT_FALSE(cache.load(entry, "header").has_value());
+  const std::string blob("\x7f" "ELF\0binary\xff", 12);
+  EXPECT_EQ(cache.store(entry, "header", blob), "");
+  ASSERT_TRUE(cache.load(entry, "header").has_value());
+  EXPECT_EQ(*cache.load(entry, "header"), blob);
+  EXPECT_FALSE(cache.load(entry, "other header").has_value());  // a foreign entry is a miss
+  // No temporary files are left behind.
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(tmp.path / "a/b")) files += e.is_regular_file();
+  EXPECT_EQ(files, 1);
+  // An unwritable directory is reported, not thrown.
+  const jc::KernelDiskCache bad("/proc/dllm-no-such-dir");
+  EXPECT_NE(bad.store(entry, "header", blob), "");
+}
+
+TEST(GpuDiskCache, SecondCompileComesFromTheCache) {
+  REQUIRE_NVRTC();
+  TempDir tmp;
+  const jc::KernelDiskCache cache(tmp.path.string());
+  jc::KernelSet set;
+  set.add(jc::QuantDesc{jc::QuantMode::Plain, 256});
+  const jc::CompileOutcome first = cache.compile_cached(*nv, set.source(), set.unit_name(), "sm_86", 13000);
+  EXPECT_FALSE(first.from_cache);
+  EXPECT_EQ(first.cache_note, "");
+  const jc::CompileOutcome second = cache.compile_cached(*nv, set.source(), set.unit_name(), "sm_86", 13000);
+  EXPECT_TRUE(second.from_cache);
+  EXPECT_EQ(second.binary, first.binary);
+  // Another driver version or target is another entry.
+  EXPECT_FALSE(cache.compile_cached(*nv, set.source(), set.unit_name(), "sm_86", 12080).from_cache);
+  const jc::CompileOutcome ptx = cache.compile_cached(*nv, set.source(), set.unit_name(), "compute_80", 13000);
+  EXPECT_FALSE(ptx.from_cache);
+  EXPECT_NE(ptx.binary.find(".entry dllm_quant_plain_k256"), std::string::npos);
+  EXPECT_EQ(ptx.binary.back(), '\0');
+}
+
+}  // namespace
+}  // namespace dllm::test

@@ -1,0 +1,181 @@
+// GPU execution tests on a real NVIDIA GPU (compute capability 8.0+ and NVRTC). Every test skips with
+// the reason when no usable GPU is found, so the file passes on CPU-only machines;
+// tests/gpu/device-check.sh runs it on a GPU machine. Checks: logits of every quantised fixture and case
+// against the CPU reference executor (whole forward on the device, and the per-call executor path),
+// greedy generations identical to the references (and so to the CPU path) on every quantised
+// generation fixture, the kernel cache (a second load compiles nothing), types without GPU kernels named,
+// and the device choice reported for this machine.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "gpu/parity.h"
+#include "jit/cuda/cuda_device.h"
+#include "jit/cuda/device_select.h"
+#include "jit/cuda/gpu_executor.h"
+#include "model/error.h"
+#include "model/model.h"
+#include "support.h"
+
+namespace dllm::test {
+namespace {
+
+namespace jc = dllm::jit::cuda;
+namespace fs = std::filesystem;
+
+// "" when a usable GPU is present, else why not (the skip message).
+const std::string& no_gpu_reason() {
+  static const std::string reason = [] {
+    const jc::DeviceChoice c = jc::select_device("auto", 0);
+    return c.device == jc::DeviceKind::Gpu ? std::string() : c.reason;
+  }();
+  return reason;
+}
+
+#define REQUIRE_GPU()                                                                               \
+  if (!no_gpu_reason().empty()) GTEST_SKIP() << "no usable GPU, GPU execution not tested: " << no_gpu_reason()
+
+std::unique_ptr<model::Model> cpu_model(const std::string& name) {
+  model::LoadOptions opt;
+  opt.threads = 4;
+  return model::Model::load(data_path("models/" + name + ".gguf"), opt);
+}
+
+class GpuDevice : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GpuDevice, LogitsOfEveryCaseMatchTheCpuReference) {
+  REQUIRE_GPU();
+  const std::string name = GetParam();
+  const auto cpu = cpu_model(name);
+  const model::HParams& hp = cpu->hparams();
+  ThreadPool pool(4);
+  auto gpu = jc::GpuExecutor::open(pool);
+  const model::ForwardWeights fw = model::prepare_forward_weights(hp, cpu->tensors(), *gpu);
+  for (const std::string& c : logits_case_names()) {
+    const LogitsCase lc = logits_case(name, c);
+    std::vector<float> got(lc.rows.size() * static_cast<size_t>(hp.n_vocab));
+    ASSERT_TRUE(gpu->run_forward(hp, fw, model::ForwardRequest{lc.ids, lc.rows, got.data()}));
+    expect_logits_close(got, cpu->forward(lc.ids, lc.rows), hp.n_vocab, name + " " + c);
+  }
+  // A long canvas (several key tiles and row blocks, rows in any order, repeats) against the CPU.
+  std::vector<int32_t> ids(300);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 37 + 11) % hp.n_vocab);
+  const std::vector<int64_t> rows = {299, 0, 150, 150, 64, 63, 200};
+  std::vector<float> got(rows.size() * static_cast<size_t>(hp.n_vocab));
+  gpu->run_forward(hp, fw, model::ForwardRequest{ids, rows, got.data()});
+  expect_logits_close(got, cpu->forward(ids, rows), hp.n_vocab, name + " 300 tokens");
+  for (const std::string& line : gpu->describe()) RecordProperty("describe", line);
+}
+
+TEST_P(GpuDevice, ExecutorPathMatchesTheCpuReference) {
+  REQUIRE_GPU();
+  const std::string name = GetParam();
+  const auto cpu = cpu_model(name);
+  model::LoadOptions opt;
+  opt.threads = 4;
+  opt.make_executor = [](ThreadPool& p) -> std::unique_ptr<model::Executor> { return jc::GpuExecutor::open(p); };
+  const auto gm = model::Model::load(data_path("models/" + name + ".gguf"), opt);
+  for (const std::string& c : logits_case_names()) {
+    const LogitsCase lc = logits_case(name, c);
+    expect_logits_close(gm->forward(lc.ids, lc.rows), cpu->forward(lc.ids, lc.rows), cpu->n_vocab(),
+                        name + " executor path " + c);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyQuantised, GpuDevice,
+                         ::testing::Values("tiny-llada-Q8_0", "tiny-llada-Q4_K_M", "tiny-dream-Q8_0",
+                                           "tiny-dream-Q4_K_M"));
+
+class GpuGeneration : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GpuGeneration, GreedyTokensEqualTheReferenceAndTheCpuPath) {
+  REQUIRE_GPU();
+  const GenerationCase c = generation_case(GetParam());
+  const auto cpu = model::Model::load(data_path("models/" + c.model_file));
+  ThreadPool pool(4);
+  auto gpu = jc::GpuExecutor::open(pool);
+  GpuLogitSource src(*gpu, cpu->hparams(), cpu->tensors());
+  const std::vector<int32_t> on_gpu = generated_tokens(src, c);
+  auto cpu_src = model::make_model_logit_source(*cpu);
+  EXPECT_EQ(on_gpu, generated_tokens(*cpu_src, c)) << "GPU and CPU generations differ";
+  EXPECT_EQ(on_gpu, c.expected) << "GPU generation differs from the reference";
+}
+
+std::string file_case_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string s = info.param.substr(0, info.param.size() - 5);
+  for (char& ch : s) {
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  }
+  return s;
+}
+
+INSTANTIATE_TEST_SUITE_P(Quantised, GpuGeneration, ::testing::ValuesIn(quantised_generation_files()), file_case_name);
+
+TEST(GpuDeviceCache, SecondLoadCompilesNothing) {
+  REQUIRE_GPU();
+  char tpl[] = "/tmp/dllm-gpu-cache-XXXXXX";
+  const std::string dir = mkdtemp(tpl);
+  const char* old = std::getenv("DLLM_CACHE");
+  const std::string saved = old ? old : "";
+  setenv("DLLM_CACHE", dir.c_str(), 1);
+  const auto cpu = cpu_model("tiny-llada-Q4_K_M");
+  const LogitsCase lc = logits_case("tiny-llada-Q4_K_M", "c1_short_len8");
+  std::vector<float> first(lc.rows.size() * 1024), second(first.size());
+  ThreadPool pool(2);
+  for (int round = 0; round < 2; ++round) {
+    auto gpu = jc::GpuExecutor::open(pool);
+    const model::ForwardWeights fw = model::prepare_forward_weights(cpu->hparams(), cpu->tensors(), *gpu);
+    gpu->run_forward(cpu->hparams(), fw, model::ForwardRequest{lc.ids, lc.rows, round ? second.data() : first.data()});
+    const jc::KernelLoadStats& s = gpu->device().load_stats();
+    if (round == 0) {
+      EXPECT_EQ(s.units_compiled, 1);
+      EXPECT_EQ(s.units_from_cache, 0);
+    } else {
+      EXPECT_EQ(s.units_compiled, 0) << "the second load compiled again";
+      EXPECT_EQ(s.units_from_cache, 1);
+    }
+  }
+  EXPECT_EQ(first, second) << "the cached kernels compute the same bits";
+  if (old) {
+    setenv("DLLM_CACHE", saved.c_str(), 1);
+  } else {
+    unsetenv("DLLM_CACHE");
+  }
+  fs::remove_all(dir);
+}
+
+TEST(GpuDeviceErrors, TypesWithoutKernelsNameTheTensor) {
+  REQUIRE_GPU();
+  model::LoadOptions opt;
+  opt.make_executor = [](ThreadPool& p) -> std::unique_ptr<model::Executor> { return jc::GpuExecutor::open(p); };
+  for (const char* f : {"tiny-llada-F32", "tiny-dream-F16"}) {
+    try {
+      model::Model::load(data_path(std::string("models/") + f + ".gguf"), opt);
+      ADD_FAILURE() << f << " loaded on the GPU";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(": the GPU backend has matrix kernels for Q4_K, Q6_K and Q8_0"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+TEST(GpuDeviceChoice, AutoPrefersThisGpuAndSaysWhy) {
+  REQUIRE_GPU();
+  const jc::DeviceChoice c = jc::select_device("auto", uint64_t{1} << 30);
+  EXPECT_EQ(c.device, jc::DeviceKind::Gpu);
+  EXPECT_NE(c.reason.find("compute capability"), std::string::npos) << c.reason;
+  // More memory than any GPU has: auto falls back to the CPU, gpu is an error with both numbers.
+  const uint64_t huge = uint64_t{1} << 50;
+  EXPECT_EQ(jc::select_device("auto", huge).device, jc::DeviceKind::Cpu);
+  try {
+    jc::select_device("gpu", huge);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not enough free GPU memory on GPU"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace dllm::test
