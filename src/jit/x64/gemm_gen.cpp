@@ -82,6 +82,14 @@ void GemmGenerator<Vmm>::load_vec(const Vmm& v, const RegExp& e) {
 }
 
 template <class Vmm>
+void GemmGenerator<Vmm>::load_weights(const Vmm& v, const RegExp& e) {
+  load_vec(v, e);
+  // Measured: with 4+ rows (weights read from L2 by many row tiles) prefetching 1-2 KB ahead gains
+  // 2-7%; with fewer rows (weights streamed from L3/memory) the hardware prefetcher does better alone.
+  if (m_ >= 4) prefetcht0(ptr[e + (desc_.wtype == GgmlType::Q8_0 ? 2048 : 1024)]);
+}
+
+template <class Vmm>
 void GemmGenerator<Vmm>::dot_u8s8(const Vmm& acc, const Vmm& w, const RegExp& e) {
   if constexpr (kZmm) {
     vpdpbusd(acc, w, ptr_b[e], Xbyak::EvexEncoding);

@@ -54,6 +54,8 @@ class GemmGenerator : public JitGenerator {
   // ---- instructions that differ by family ----
   void vzero(const Vmm& v);
   void load_vec(const Vmm& v, const Xbyak::RegExp& e);
+  // load_vec of the weight stream, with a software prefetch of the same stream ahead (4+ rows).
+  void load_weights(const Vmm& v, const Xbyak::RegExp& e);
   // acc += sum of 4 products u8(w) * s8(x), per dword; x = 4 bytes at e, broadcast.
   // AVX2 (vpmaddubsw) needs u8(w) <= 128 so that pairs cannot saturate int16.
   void dot_u8s8(const Vmm& acc, const Vmm& w, const Xbyak::RegExp& e);

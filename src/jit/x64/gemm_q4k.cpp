@@ -25,7 +25,7 @@ void GemmGenerator<Vmm>::body_q4k() {
       vzero(vdot_b(r));
     }
     for (int j = 0; j < 8; ++j) {
-      load_vec(raw, reg_wq_ + (8 * t + j) * kVB);
+      load_weights(raw, reg_wq_ + (8 * t + j) * kVB);
       and_bytes(lo, raw, l_mask0f_);
       if (hi16) {
         and_bytes(hi, raw, l_mask_f0_);

@@ -18,8 +18,8 @@ void GemmGenerator<Vmm>::body_q6k() {
       vpbroadcastd(vdot_b(r), ptr[xc(r, u1)]);
     }
     for (int g = 0; g < 4; ++g) {
-      load_vec(wa, reg_wq_ + (4 * u0 + g) * kVB);
-      load_vec(wb, reg_wq_ + (4 * u1 + g) * kVB);
+      load_weights(wa, reg_wq_ + (4 * u0 + g) * kVB);
+      load_weights(wb, reg_wq_ + (4 * u1 + g) * kVB);
       for (int r = 0; r < m_; ++r) dot_u8s8(vdot_a(r), wa, xq(r, 16 * u0 + 4 * g));
       for (int r = 0; r < m_; ++r) dot_u8s8(vdot_b(r), wb, xq(r, 16 * u1 + 4 * g));
     }

@@ -20,8 +20,8 @@ void GemmGenerator<Vmm>::body_q8_0(int blocks) {
     }
   }
   for (int g = 0; g < 8; ++g) {
-    load_vec(wa, reg_wq_ + g * kVB);
-    if (two) load_vec(wb, reg_wq_ + layout_.quant_bytes + g * kVB);
+    load_weights(wa, reg_wq_ + g * kVB);
+    if (two) load_weights(wb, reg_wq_ + layout_.quant_bytes + g * kVB);
     if (avx2) {
       vpabsb(ta, wa);
       if (two) vpabsb(tb, wb);
