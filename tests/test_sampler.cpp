@@ -37,6 +37,7 @@ TEST(LladaSchedule, SumsToTheMaskedCount) {
       EXPECT_EQ(std::accumulate(k.begin(), k.end(), int64_t{0}), m);
       EXPECT_TRUE(std::is_sorted(k.rbegin(), k.rend()));  // the remainder goes to the first steps
       EXPECT_LE(k.front() - k.back(), 1);
+      for (int64_t i = 0; i < s; ++i) ASSERT_EQ(llada_step_count(m, s, i), k[static_cast<size_t>(i)]);
     }
   }
 }
@@ -86,6 +87,16 @@ TEST(DreamSchedule, AgreesWithFloat64InTheSafeRange) {
       ASSERT_EQ(dream_schedule(n, len), want) << "N " << n << " L " << len;
     }
   }
+}
+
+TEST(DreamSchedule, AnyNumberOfStepsWithoutAllocating) {
+  const DreamSchedule s(1'000'000'000'000);  // computed per step, nothing stored
+  EXPECT_EQ(s.timestep(0), 1.0f);
+  EXPECT_EQ(s.timestep(1'000'000'000'000), 1e-3f);
+  EXPECT_EQ(s.count(0, 128), 0);
+  EXPECT_EQ(s.count(999'999'999'999, 128), 128);
+  EXPECT_EQ(llada_step_count(32, 1'000'000'000'000, 31), 1);
+  EXPECT_EQ(llada_step_count(32, 1'000'000'000'000, 32), 0);
 }
 
 TEST(DreamSchedule, CountUsesTheActualMaskedCount) {

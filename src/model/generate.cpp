@@ -128,7 +128,7 @@ class Loop {
     const Remasking rm = cfg_.remasking;
     for (int64_t b = 0; b < nb; ++b) {
       const int64_t s = P() + b * B, e = s + B;
-      const std::vector<int64_t> k = llada_block_schedule(static_cast<int64_t>(masked_in(s, e).size()), S);
+      const int64_t block_masked = static_cast<int64_t>(masked_in(s, e).size());
       bool refreshed = false;
       for (int64_t i = 0; i < S; ++i) {
         if (cancelled()) return;
@@ -141,7 +141,7 @@ class Loop {
         StepEvent ev;
         ev.step = step;
         ev.block = b;
-        ev.scheduled = k[static_cast<size_t>(i)];
+        ev.scheduled = llada_step_count(block_masked, S, i);
         const bool last = b == nb - 1 && i == S - 1;
         if (ev.scheduled == 0 && cfg_.threshold <= 0) {  // commits nothing: skipped exactly (6.3)
           ev.skipped = true;

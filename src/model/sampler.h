@@ -72,6 +72,8 @@ Proposal dream_propose(const float* logits, int64_t n_vocab, double temperature,
 // LLaDA (3.2): tokens committed at each of `steps` steps of a block with `masked` masked positions:
 // masked / steps each, the remainder going to the first steps.
 std::vector<int64_t> llada_block_schedule(int64_t masked, int64_t steps);
+// The same for one step i (no allocation, for any number of steps).
+int64_t llada_step_count(int64_t masked, int64_t steps, int64_t i);
 
 // Dream (4.2, R6): how many of `masked` positions step i of `steps` commits, with timesteps
 // linspace(1, eps, steps + 1) as PyTorch's CUDA linspace computes them in float32 (fmaf), and
@@ -79,11 +81,13 @@ std::vector<int64_t> llada_block_schedule(int64_t masked, int64_t steps);
 class DreamSchedule {
  public:
   explicit DreamSchedule(int64_t steps, float eps = 1e-3f);
-  int64_t steps() const { return static_cast<int64_t>(ts_.size()) - 1; }
+  int64_t steps() const { return steps_; }
   int64_t count(int64_t step, int64_t masked) const;
+  float timestep(int64_t m) const;  // t[m], m = 0 .. steps
 
  private:
-  std::vector<float> ts_;
+  int64_t steps_;
+  float end_, delta_;
 };
 // The whole schedule for a canvas of `gen_length` masks when every step commits exactly its count.
 std::vector<int64_t> dream_schedule(int64_t steps, int64_t gen_length);

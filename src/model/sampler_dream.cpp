@@ -11,24 +11,22 @@
 
 namespace dllm::model {
 
-DreamSchedule::DreamSchedule(int64_t steps, float eps) {
+DreamSchedule::DreamSchedule(int64_t steps, float eps) : steps_(steps), end_(eps) {
   if (steps <= 0) throw Error("internal error: Dream schedule with " + std::to_string(steps) + " steps");
-  // torch.linspace(1, eps, steps + 1) in float32, the CUDA kernel's two-sided formula, with FMA.
-  const float start = 1.0f, end = eps;
-  const float step = (end - start) / static_cast<float>(steps);
-  const int64_t half = (steps + 1) / 2;
-  ts_.resize(static_cast<size_t>(steps + 1));
-  for (int64_t m = 0; m <= steps; ++m) {
-    ts_[static_cast<size_t>(m)] = m < half ? std::fmaf(step, static_cast<float>(m), start)
-                                           : std::fmaf(-step, static_cast<float>(steps - m), end);
-  }
+  delta_ = (end_ - 1.0f) / static_cast<float>(steps);  // torch.linspace(1, eps, steps + 1): float32 step
+}
+
+float DreamSchedule::timestep(int64_t m) const {
+  // The CUDA kernel's two-sided formula, with FMA: the first half counts from the start, the rest from the end.
+  const int64_t half = (steps_ + 1) / 2;
+  return m < half ? std::fmaf(delta_, static_cast<float>(m), 1.0f)
+                  : std::fmaf(-delta_, static_cast<float>(steps_ - m), end_);
 }
 
 int64_t DreamSchedule::count(int64_t i, int64_t masked) const {
-  const int64_t n = steps();
-  if (i < 0 || i >= n) throw Error("internal error: Dream step " + std::to_string(i) + " out of range");
-  if (i == n - 1) return masked;  // the final step takes every leftover
-  const float t = ts_[static_cast<size_t>(i)], s = ts_[static_cast<size_t>(i + 1)];
+  if (i < 0 || i >= steps_) throw Error("internal error: Dream step " + std::to_string(i) + " out of range");
+  if (i == steps_ - 1) return masked;  // the final step takes every leftover
+  const float t = timestep(i), s = timestep(i + 1);
   const float ratio = s / t;
   const float frac = 1.0f - ratio;
   const float k = static_cast<float>(masked) * frac;

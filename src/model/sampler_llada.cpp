@@ -18,6 +18,11 @@ std::vector<int64_t> llada_block_schedule(int64_t masked, int64_t steps) {
   return k;
 }
 
+int64_t llada_step_count(int64_t masked, int64_t steps, int64_t i) {
+  if (steps <= 0 || i < 0 || i >= steps) throw Error("internal error: LLaDA step " + std::to_string(i) + " out of range");
+  return masked / steps + (i < masked % steps ? 1 : 0);
+}
+
 Proposal llada_propose(const float* logits, int64_t n_vocab, double temperature, Remasking remasking,
                        uint64_t seed, uint64_t step, int64_t position) {
   Proposal p;
