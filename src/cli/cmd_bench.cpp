@@ -72,14 +72,18 @@ nlohmann::json peak_json(const jit::PeakResult& p) {
   return {{"cpu", jit::cpu_features().brand},       {"isa", jit::isa_name(p.isa)},
           {"threads", p.threads},                   {"int8_gops", p.int8_gops},
           {"int8_gops_per_thread", p.int8_gops_per_thread}, {"read_gbs", p.read_gbs},
-          {"read_buffer_bytes", p.read_buffer_bytes}};
+          {"read_buffer_bytes", p.read_buffer_bytes}, {"cpu_share", p.cpu_share},
+          {"int8_gops_per_cpu_second", p.int8_gops_per_cpu_second},
+          {"read_gb_per_cpu_second", p.read_gb_per_cpu_second}};
 }
 
 std::string peak_text(const jit::PeakResult& p) {
   return "int8 peak: " + fmt(p.int8_gops, 1) + " GOPS with " + std::to_string(p.threads) + " threads (" +
-         fmt(p.int8_gops_per_thread, 1) + " GOPS one thread), " + jit::isa_name(p.isa) + "\n" +
+         fmt(p.int8_gops_per_thread, 1) + " GOPS one thread; " + fmt(p.int8_gops_per_cpu_second, 1) +
+         " GOPS per CPU-second), " + jit::isa_name(p.isa) + "\n" +
          "read bandwidth: " + fmt(p.read_gbs, 2) + " GB/s (" + std::to_string(p.read_buffer_bytes >> 20) +
-         " MiB buffer)\n";
+         " MiB buffer; " + fmt(p.read_gb_per_cpu_second, 2) + " GB per CPU-second)\n" + (p.cpu_share < 0.9 ? "note: this process got " + fmt(100 * p.cpu_share, 0) +
+         "% of its threads' time (a busy machine): the numbers are low\n" : "");
 }
 
 int bench_peak(const std::vector<std::string>& args) {
@@ -173,7 +177,12 @@ int bench_gemm(const std::vector<std::string>& args) {
                                 {"fraction_of_read_bandwidth", with_peak ? nlohmann::json(fbw) : nlohmann::json()},
                                 {"packed_bytes", r.packed_bytes}, {"gguf_bytes", r.gguf_bytes},
                                 {"weight_copies", r.copies}, {"quantize_s", r.quant_s},
-                                {"repack_s", r.repack_s}});
+                                {"repack_s", r.repack_s}, {"cpu_share", r.cpu_share},
+                                {"gops_per_cpu_second", r.gops_per_cpu_second},
+                                {"weight_gb_per_cpu_second", r.weight_gb_per_cpu_second},
+                                {"fraction_of_int8_peak_per_cpu_second",
+                                 with_peak ? nlohmann::json(r.gops_per_cpu_second / peak.int8_gops_per_cpu_second)
+                                           : nlohmann::json()}});
     } else {
       std::cout << tname << " n=" << n << " k=" << k << " rows=" << m << " (" << (r.kernel.empty() ? "portable" : r.kernel)
                 << ", " << r.threads << " threads): " << fmt(r.median_s * 1e3, 3) << " ms median of " << r.reps
@@ -182,6 +191,9 @@ int bench_gemm(const std::vector<std::string>& args) {
                 << fmt(r.weight_gbs, 2) << " GB/s" << (with_peak ? " = " + fmt(100 * fbw, 1) + "% of read bandwidth" : "")
                 << "; quantise " << fmt(r.quant_s * 1e3, 3) << " ms, repack "
                 << fmt(r.repack_s * 1e3, 1) << " ms" << (r.copies > 1 ? ", " + std::to_string(r.copies) + " weight copies" : "")
+                << (r.cpu_share < 0.9 ? ", got " + fmt(100 * r.cpu_share, 0) + "% of the threads' time" : "")
+                << "; " << fmt(r.gops_per_cpu_second, 1) << " GOPS per CPU-second"
+                << (with_peak ? " = " + fmt(100 * r.gops_per_cpu_second / peak.int8_gops_per_cpu_second, 1) + "% of the peak's" : "")
                 << "\n";
     }
   }

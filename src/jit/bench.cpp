@@ -1,11 +1,13 @@
 // The peak and bandwidth measurements and the GEMM bench (random weights, median of repeated calls).
 #include "jit/bench.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <ctime>
 #include <random>
 #include <vector>
 
@@ -22,6 +24,19 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// User + system CPU time of the whole process, seconds.
+double process_cpu_seconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + 1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -47,16 +62,24 @@ PeakResult measure_peak(Isa isa, ThreadPool& pool) {
   const auto peak_fn = peak.fn();
   const int64_t iters = 200000;  // ~1-2 ms per item
   peak_fn(iters);                // warm up (clocks, code)
-  double best_one = 0, best_all = 0;
+  double best_one = 0, best_all = 0, cpu = 0, wall = 0;
   for (int run = 0; run < 3; ++run) {
     auto t0 = Clock::now();
+    const double tc0 = thread_cpu_seconds();
     peak_fn(iters * 10);
-    best_one = std::max(best_one, 2.0 * peak.macs_per_iteration() * iters * 10 / seconds_since(t0) / 1e9);
+    const double ops = 2.0 * peak.macs_per_iteration() * iters * 10;
+    best_one = std::max(best_one, ops / seconds_since(t0) / 1e9);
+    res.int8_gops_per_cpu_second = std::max(res.int8_gops_per_cpu_second, ops / (thread_cpu_seconds() - tc0) / 1e9);
     const int64_t items = 16 * res.threads;
+    const double c0 = process_cpu_seconds();
     t0 = Clock::now();
     pool.parallel_for(items, [&](int64_t, int) { peak_fn(iters); });
-    best_all = std::max(best_all, 2.0 * peak.macs_per_iteration() * iters * items / seconds_since(t0) / 1e9);
+    const double w = seconds_since(t0);
+    cpu += process_cpu_seconds() - c0;
+    wall += w;
+    best_all = std::max(best_all, 2.0 * peak.macs_per_iteration() * iters * items / w / 1e9);
   }
+  res.cpu_share = cpu / (wall * res.threads);
   res.int8_gops = best_all;
   res.int8_gops_per_thread = best_one;
 
@@ -69,9 +92,12 @@ PeakResult measure_peak(Isa isa, ThreadPool& pool) {
   const int64_t chunk = 4 << 20;
   const int64_t chunks = res.read_buffer_bytes / chunk;
   for (int run = 0; run < 4; ++run) {
+    const double c0 = process_cpu_seconds();
     const auto t0 = Clock::now();
     pool.parallel_for(chunks, [&](int64_t c, int) { read_fn(buf.data() + c * chunk, chunk); });
     res.read_gbs = std::max(res.read_gbs, chunks * chunk / seconds_since(t0) / 1e9);
+    res.read_gb_per_cpu_second =
+        std::max(res.read_gb_per_cpu_second, chunks * chunk / (process_cpu_seconds() - c0) / 1e9);
   }
   return res;
 }
@@ -156,6 +182,7 @@ GemmBenchResult bench_gemm(GgmlType type, int64_t n, int64_t k, int64_t rows, Is
 
   gemm(mats[0], acts, y.data(), pool);  // warm-up: kernels generated, pages touched
   std::vector<double> times;
+  const double c0 = process_cpu_seconds();
   const auto start = Clock::now();
   for (int64_t i = 0; times.size() < 5 || (seconds_since(start) < min_seconds && times.size() < 200); ++i) {
     const QuantMatrix& m = mats[static_cast<size_t>(i % res.copies)];
@@ -163,6 +190,10 @@ GemmBenchResult bench_gemm(GgmlType type, int64_t n, int64_t k, int64_t rows, Is
     gemm(m, acts, y.data(), pool);
     times.push_back(seconds_since(t0));
   }
+  const double cpu = process_cpu_seconds() - c0;
+  res.cpu_share = cpu / (seconds_since(start) * res.threads);
+  res.gops_per_cpu_second = 2.0 * rows * n * k * static_cast<double>(times.size()) / cpu / 1e9;
+  res.weight_gb_per_cpu_second = static_cast<double>(res.packed_bytes) * static_cast<double>(times.size()) / cpu / 1e9;
   res.reps = static_cast<int>(times.size());
   res.median_s = median(times);
   res.min_s = *std::min_element(times.begin(), times.end());

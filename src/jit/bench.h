@@ -21,6 +21,11 @@ struct PeakResult {
   double int8_gops_per_thread = 0;  // one thread alone
   double read_gbs = 0;              // streaming read, all threads, best of the runs (1 GB = 1e9 bytes)
   int64_t read_buffer_bytes = 0;    // twice the last-level cache, at least 256 MiB
+  double cpu_share = 0;             // process CPU time / (wall time x threads) while measuring: below 1
+                                    // when other processes took cores from us (a loaded machine)
+  double int8_gops_per_cpu_second = 0;  // one thread, per second of its own CPU time: the per-core peak,
+                                        // meaningful even on a machine shared with other processes
+  double read_gb_per_cpu_second = 0;    // the read loop's bytes per second of process CPU time
 };
 
 // Runs the peak loop and the read loop (about a second in all).
@@ -40,6 +45,9 @@ struct GemmBenchResult {
   int64_t packed_bytes = 0, gguf_bytes = 0;
   int64_t copies = 1;              // weight copies cycled through so that every call reads from memory
   std::string kernel;              // the full-tile kernel's name
+  double cpu_share = 0;            // process CPU time / (wall time x threads) over the timed calls
+  double gops_per_cpu_second = 0;  // operations per second of process CPU time (compare with the peak's)
+  double weight_gb_per_cpu_second = 0;  // packed weight bytes per second of process CPU time
 };
 
 // Times gemm() on random weights of the given type and shape (rows activation rows), cycling through
