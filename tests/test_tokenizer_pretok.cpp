@@ -1,6 +1,7 @@
 // Pre-tokenizer splits for each supported tokenizer.ggml.pre, on inputs where llama.cpp's rules are
 // easy to get wrong: white-space runs before a word (\s+(?!\S)), U+0085 as white space, newlines,
-// digit grouping, contractions, combining marks, emoji, and invalid UTF-8 (read as U+FFFD).
+// U+180E as not white space, digit grouping, contractions, combining marks, emoji, and invalid UTF-8
+// (read as U+FFFD).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -45,13 +46,16 @@ TEST(PreTokenizer, LoneWhiteSpaceBeforeAWord) {
 }
 
 TEST(PreTokenizer, NextLineIsWhiteSpaceAsInLlamaCpp) {
-  // U+0085 is White_Space for llama.cpp (PCRE2's \s omits it): two of them before a word split as
-  // white space, one piece each, not as a run of symbols.
+  // U+0085 is White_Space for llama.cpp: two of them before a word split as white space, one piece
+  // each, not as a run of symbols.
   for (auto k : kModern) EXPECT_EQ(split(k, "a\u0085\u0085b"), (V{"a", "\u0085", "\u0085b"}));
   for (auto k : kModern) EXPECT_EQ(split(k, "a\u00a0\u00a0b"), (V{"a", "\u00a0", "\u00a0b"}));
   for (auto k : kModern) EXPECT_EQ(split(k, "a\u3000\u3000\u3000"), (V{"a", "\u3000\u3000\u3000"}));
-  // U+FEFF (BOM) and U+200B are not white space: they are symbols in front of a word.
+  // U+FEFF (BOM) is not white space: a symbol in front of a word.
   for (auto k : kModern) EXPECT_EQ(split(k, "\ufeffHi"), (V{"\ufeffHi"}));
+  // Nor is U+180E (PCRE2's \s matches it, llama.cpp's white space does not): a run of symbols.
+  for (auto k : kModern) EXPECT_EQ(split(k, "a\u180e\u180eb"), (V{"a", "\u180e\u180e", "b"}));
+  EXPECT_EQ(split(PreTokenizerKind::Gpt2, "a \u180e\u180e"), (V{"a", " \u180e\u180e"}));
 }
 
 TEST(PreTokenizer, Newlines) {
@@ -87,6 +91,29 @@ TEST(PreTokenizer, ScriptsMarksAndEmoji) {
     EXPECT_EQ(split(k, "\u0928\u092e\u0938\u094d\u0924\u0947"),
               (V{"\u0928\u092e\u0938", "\u094d\u0924", "\u0947"}));
     EXPECT_EQ(split(k, "\U0001F999\U0001F999 x"), (V{"\U0001F999\U0001F999", " x"}));
+  }
+}
+
+// Letters and numbers of Unicode 15.0/15.1 (llama.cpp's tables have them; PCRE2 10.42 alone does not).
+TEST(PreTokenizer, Unicode15LettersAndNumbers) {
+  const uint32_t letters[] = {0x1123F, 0x11F02, 0x11F04, 0x11F33, 0x1342F, 0x13441, 0x1B132, 0x1B155,
+                              0x1DF25, 0x1E030, 0x1E06D, 0x1E4D0, 0x2B739, 0x2EBF0, 0x2EE5D, 0x31350, 0x323AF};
+  const uint32_t numbers[] = {0x11F50, 0x11F59, 0x1D2C0, 0x1D2D3, 0x1E4F0, 0x1E4F9};
+  for (auto k : kAll) {
+    for (uint32_t c : letters) {
+      std::string ch;
+      dllm::model::append_utf8(c, &ch);
+      EXPECT_EQ(split(k, "x " + ch + ch), (V{"x", " " + ch + ch})) << std::hex << c;
+    }
+    for (uint32_t c : numbers) {
+      std::string ch;
+      dllm::model::append_utf8(c, &ch);
+      if (k == PreTokenizerKind::Gpt2) {
+        EXPECT_EQ(split(k, "x " + ch + ch), (V{"x", " " + ch + ch})) << std::hex << c;
+      } else if (k == PreTokenizerKind::Qwen2) {
+        EXPECT_EQ(split(k, "x" + ch + ch), (V{"x", ch, ch})) << std::hex << c;
+      }
+    }
   }
 }
 

@@ -5,17 +5,24 @@
 //   qwen2 / bailingmoe through std::regex over a "collapsed" text (each non-ASCII code point replaced by
 //   one byte standing for its category; non-ASCII white space by \v). All four reduce to ordinary
 //   backtracking-regex semantics over Unicode general categories, which PCRE2 provides.
-// - White space: llama.cpp's set is Unicode White_Space. PCRE2's \s with UCP is the Z categories plus
-//   \t \n \v \f \r, i.e. White_Space without U+0085 (NEL), so every \s is written [\s\x{85}] here.
+// - White space: llama.cpp's set is the Unicode White_Space property. PCRE2's \s with UCP (checked over
+//   every code point with 10.42) is that set plus U+180E MONGOLIAN VOWEL SEPARATOR, which stopped being
+//   white space in Unicode 6.3 and is "other" for llama.cpp. So white space is spelt out below as the
+//   25 White_Space code points instead of \s.
 // - Case-insensitive contractions are spelt out ('[sS] ...), as llama.cpp's adapted patterns do.
 // - gpt-2's pattern has no final `|\s+`; llama.cpp's splitter emits a lone white space that no
 //   alternative matches as its own piece, which is what the added `|\s+` does here.
 // - Text between two matches (never more than one white-space character) becomes a piece of its own,
 //   as in llama.cpp's unicode_regex_split_stl.
-// - Category tables: PCRE2's (10.42 here: Unicode 14) versus llama.cpp's generated table (Unicode 15.1
-//   in current trees). Letters and digits first assigned after Unicode 14 (CJK Extensions H and I,
-//   Kawi, Nag Mundari, Kaktovik numerals, ...) are "other" to PCRE2 10.42, so text using them can
-//   split differently from llama.cpp; a newer PCRE2 narrows or moves that window.
+// - Category tables: llama.cpp's generated table follows Unicode 15.1; PCRE2 10.42 (Debian 12) knows
+//   Unicode 14. Compared over every code point (PCRE2's \p{L} \p{N} against Python's unicodedata2
+//   15.1.0), they differ in exactly the letters and numbers assigned in 15.0 and 15.1: 17 ranges,
+//   5010 code points, all outside the BMP (CJK Extensions H and I, Kawi, Nag Mundari, Kaktovik
+//   numerals, ...). Adding the ranges to every class cost a third of the matching speed, so instead
+//   the subject PCRE2 sees has each such character replaced by a 4-byte letter (U+20000) or digit
+//   (U+1D7CE) that every PCRE2 classifies alike; byte offsets do not move, and the pieces are cut from
+//   the original text. With a newer PCRE2 the substitution changes nothing (while letters of Unicode 16
+//   and later then count as letters here but not in llama.cpp's 15.1 table).
 #include "model/pretokenizer.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -29,8 +36,8 @@ namespace dllm::model {
 
 namespace {
 
-// Building blocks: W = llama.cpp's white space inside a class, NW = its complement as a class.
-#define DLLM_W "\\s\\x{85}"
+// Building blocks: W = llama.cpp's white space (Unicode White_Space) inside a class.
+#define DLLM_W "\\t-\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
 #define DLLM_WS "[" DLLM_W "]"
 #define DLLM_NOT_WS "[^" DLLM_W "]"
 #define DLLM_CONTRACTIONS "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
@@ -39,16 +46,17 @@ namespace {
 const char* pattern_for(PreTokenizerKind kind) {
   switch (kind) {
     case PreTokenizerKind::Gpt2:
-      return "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" DLLM_W "\\p{L}\\p{N}]+|" DLLM_TAIL;
+      return "'s|'t|'re|'ve|'m|'ll|'d"
+             "| ?\\p{L}+| ?\\p{N}+| ?[^" DLLM_W "\\p{L}\\p{N}]+|" DLLM_TAIL;
     case PreTokenizerKind::Llama3:
-      return DLLM_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^" DLLM_W
-                               "\\p{L}\\p{N}]+[\\r\\n]*|" DLLM_WS "*[\\r\\n]+|" DLLM_TAIL;
+      return DLLM_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}"
+             "| ?[^" DLLM_W "\\p{L}\\p{N}]+[\\r\\n]*|" DLLM_WS "*[\\r\\n]+|" DLLM_TAIL;
     case PreTokenizerKind::Qwen2:
-      return DLLM_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^" DLLM_W
-                               "\\p{L}\\p{N}]+[\\r\\n]*|" DLLM_WS "*[\\r\\n]+|" DLLM_TAIL;
+      return DLLM_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}"
+             "| ?[^" DLLM_W "\\p{L}\\p{N}]+[\\r\\n]*|" DLLM_WS "*[\\r\\n]+|" DLLM_TAIL;
     case PreTokenizerKind::BailingMoe:
-      return "'(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^" DLLM_W
-             "\\p{L}\\p{N}]+[\\r\\n]*|" DLLM_WS "*[\\r\\n]|" DLLM_TAIL;
+      return "'(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}"
+             "| ?[^" DLLM_W "\\p{L}\\p{N}]+[\\r\\n]*|" DLLM_WS "*[\\r\\n]|" DLLM_TAIL;
   }
   return "";
 }
@@ -58,6 +66,31 @@ const char* pattern_for(PreTokenizerKind kind) {
 #undef DLLM_NOT_WS
 #undef DLLM_CONTRACTIONS
 #undef DLLM_TAIL
+
+// Letters and numbers assigned in Unicode 15.0 and 15.1, which PCRE2 10.42 does not know (see the top
+// of the file), and the Unicode 3.1 characters PCRE2 classifies in their place. All are 4 bytes long.
+struct Unicode15Range {
+  uint32_t lo, hi;
+  bool number;
+};
+constexpr Unicode15Range kUnicode15[] = {
+    {0x1123F, 0x11240, false}, {0x11F02, 0x11F02, false}, {0x11F04, 0x11F10, false}, {0x11F12, 0x11F33, false},
+    {0x11F50, 0x11F59, true},  {0x1342F, 0x1342F, false}, {0x13441, 0x13446, false}, {0x1B132, 0x1B132, false},
+    {0x1B155, 0x1B155, false}, {0x1D2C0, 0x1D2D3, true},  {0x1DF25, 0x1DF2A, false}, {0x1E030, 0x1E06D, false},
+    {0x1E4D0, 0x1E4EB, false}, {0x1E4F0, 0x1E4F9, true},  {0x2B739, 0x2B739, false}, {0x2EBF0, 0x2EE5D, false},
+    {0x31350, 0x323AF, false},
+};
+constexpr uint32_t kStandInLetter = 0x20000;  // CJK Extension B's first ideograph (Lo)
+constexpr uint32_t kStandInDigit = 0x1D7CE;   // MATHEMATICAL BOLD DIGIT ZERO (Nd)
+
+// The code point PCRE2 is shown in place of c.
+uint32_t stand_in(uint32_t c) {
+  if (c >= 0xD800 && c <= 0xDFFF) return 0xFFFD;  // surrogates (only from invalid input)
+  if (c < kUnicode15[0].lo) return c;
+  for (const Unicode15Range& r : kUnicode15)
+    if (c >= r.lo && c <= r.hi) return r.number ? kStandInDigit : kStandInLetter;
+  return c;
+}
 
 struct NameEntry {
   const char* name;
@@ -229,18 +262,34 @@ PreTokenizer::~PreTokenizer() = default;
 void PreTokenizer::split(std::string_view text, std::string* storage, std::vector<std::string_view>* pieces) const {
   if (text.empty()) return;
   if (is_valid_utf8(text)) {
-    split_valid(text, text, pieces);
+    // Code points from U+10000 to U+3FFFF start with byte F0; only then can a stand-in be needed.
+    size_t at = text.find('\xF0');
+    if (at == std::string_view::npos) {
+      split_valid(text, text, pieces);
+      return;
+    }
+    std::string subject(text);
+    for (; at != std::string_view::npos; at = text.find('\xF0', at + 4)) {
+      const uint32_t c = decode_utf8_lenient(text.substr(at, 4))[0];
+      const uint32_t shown = stand_in(c);
+      if (shown != c) {
+        std::string enc;
+        append_utf8(shown, &enc);
+        subject.replace(at, 4, enc);
+      }
+    }
+    split_valid(subject, text, pieces);
     return;
   }
-  // Decode like llama.cpp and re-encode. PCRE2 needs well-formed UTF-8, so the subject it sees has each
-  // surrogate replaced by U+FFFD: both take 3 bytes and neither is a letter, digit or space, so the
-  // piece boundaries found in the subject are the right ones for *storage.
+  // Decode like llama.cpp and re-encode into *storage. PCRE2 needs well-formed UTF-8, so its subject
+  // has each surrogate replaced by U+FFFD: both take 3 bytes and neither is a letter, digit or space,
+  // so the piece boundaries found in the subject are the right ones for *storage.
   const std::vector<uint32_t> cpts = decode_utf8_lenient(text);
   storage->clear();
   std::string subject;
   for (uint32_t c : cpts) {
     append_utf8(c, storage);
-    append_utf8((c >= 0xD800 && c <= 0xDFFF) ? 0xFFFD : c, &subject);
+    append_utf8(stand_in(c), &subject);
   }
   split_valid(subject, *storage, pieces);
 }

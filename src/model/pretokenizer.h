@@ -1,7 +1,7 @@
 // Pre-tokenisation for byte-level BPE vocabularies: splits a text fragment into the pieces that BPE
 // merges never cross, with the same splitting as llama.cpp's regular expressions for each
-// `tokenizer.ggml.pre` name. The Unicode work (categories \p{L} \p{N}, white space) is done by PCRE2
-// (UTF + UCP, JIT); this file only adapts llama.cpp's patterns to it.
+// `tokenizer.ggml.pre` name. The Unicode work (general categories \p{L} \p{N}) is done by PCRE2
+// (UTF + UCP, JIT); pretokenizer.cpp adapts llama.cpp's patterns to it.
 #pragma once
 #include <cstddef>
 #include <cstdint>
