@@ -130,6 +130,11 @@ const std::vector<Command>& commands() {
          "Q4_K_M,Q8_0"},
         {"seed", "S", "42", "seed of the random weights", Kind::UInt}},
        {"arch", "out"}},
+      {"doctor",
+       "doctor",
+       "Reports the CPU's features and kernel family, the GPU and NVRTC (optional), each problem with its fix.",
+       {},
+       {}},
   };
   return cmds;
 }
@@ -474,6 +479,7 @@ int run_command(const Settings& s) {
   if (s.command == "inspect") return cmd_inspect(s);
   if (s.command == "logits") return cmd_logits(s);
   if (s.command == "synth") return cmd_synth(s);
+  if (s.command == "doctor") return cmd_doctor(s);
   if (const Passthrough* p = find_passthrough(s.command)) return p->run(s.rest);
   throw Error("no handler for command '" + s.command + "'");
 }

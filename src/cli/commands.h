@@ -10,5 +10,6 @@ int cmd_tokenize(const Settings& s);  // cmd_tokenize.cpp
 int cmd_logits(const Settings& s);    // cmd_logits.cpp
 int cmd_run(const Settings& s);       // cmd_run.cpp
 int cmd_synth(const Settings& s);     // cmd_synth.cpp
+int cmd_doctor(const Settings& s);    // cmd_doctor.cpp
 
 }  // namespace dllm::cli

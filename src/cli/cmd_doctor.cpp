@@ -1,0 +1,59 @@
+// dllm doctor (the binary's half; ./dllm doctor also checks packages and the compiler): what this machine
+// offers dllm, each missing piece with the fix. Exit 1 when something dllm needs is missing; the GPU and
+// NVRTC are optional and only reported.
+#include <cstdio>
+#include <cstdlib>
+
+#include "cli/commands.h"
+#include "jit/cpu_features.h"
+#include "jit/cuda/device_select.h"
+#include "jit/cuda/nvrtc.h"
+
+namespace dllm::cli {
+
+int cmd_doctor(const Settings&) {
+  int problems = 0;
+  const jit::CpuFeatures& cpu = jit::cpu_features();
+  const jit::Isa best = cpu.best();
+  std::printf("%s\n", jit::cpu_summary(cpu, best).c_str());
+  if (!cpu.avx2 || !cpu.fma) {
+    std::printf("  MISSING  AVX2 + FMA: dllm's kernels need an x86-64 CPU with AVX2 (Haswell / Zen 1 or newer)\n");
+    ++problems;
+  } else {
+    std::printf("  ok       CPU kernels: %s\n", jit::isa_name(best));
+  }
+  if (const char* cap = std::getenv("DLLM_ISA"); cap && *cap) {
+    try {
+      std::printf("  ok       DLLM_ISA=%s -> %s\n", cap, jit::isa_name(jit::select_isa(cpu, cap)));
+    } catch (const std::exception& e) {
+      std::printf("  PROBLEM  DLLM_ISA=%s: %s (fix: unset DLLM_ISA)\n", cap, e.what());
+      ++problems;
+    }
+  }
+
+  const jit::cuda::GpuProbe gpu = jit::cuda::probe_gpus();
+  if (!gpu.driver_loaded) {
+    std::printf("  optional NVIDIA driver: not found (%s); --device gpu needs an NVIDIA GPU and its driver\n",
+                gpu.driver_error.c_str());
+  } else if (gpu.devices.empty()) {
+    std::printf("  optional NVIDIA driver loaded, but no GPU is visible (check nvidia-smi)\n");
+  } else {
+    for (const auto& d : gpu.devices) {
+      const bool ok = d.arch() >= 80;
+      std::printf("  %s GPU %d: %s, compute capability %d.%d, %s free of %s%s\n", ok ? "ok      " : "optional",
+                  d.ordinal, d.name.c_str(), d.cc_major, d.cc_minor, jit::cuda::format_gib(d.free_bytes).c_str(),
+                  jit::cuda::format_gib(d.total_bytes).c_str(),
+                  ok ? "" : " (the GPU backend needs 8.0 or newer; --device cpu runs on the CPU)");
+    }
+  }
+  if (gpu.nvrtc_loaded) {
+    std::printf("  ok       NVRTC %s (GPU kernels are compiled at load)\n", jit::cuda::Nvrtc::get()->version_string().c_str());
+  } else {
+    std::printf("  optional NVRTC: not found (%s); fix for --device gpu: install the CUDA toolkit's NVRTC "
+                "(e.g. apt-get install nvidia-cuda-toolkit, or CUDA in /usr/local/cuda)\n",
+                gpu.nvrtc_error.c_str());
+  }
+  return problems ? 1 : 0;
+}
+
+}  // namespace dllm::cli
