@@ -145,6 +145,7 @@ class TextIndex {
 };
 
 constexpr size_t kCacheLimit = size_t(1) << 17;  // pieces kept in the BPE cache before it is cleared
+constexpr size_t kCacheMaxPiece = 256;             // longer pieces (rare, long runs) are not cached
 
 struct Merge {
   int32_t rank;
@@ -438,7 +439,8 @@ void Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>* out) 
     if (impl_->byte_token[bytes[0]] >= 0) out->push_back(impl_->byte_token[bytes[0]]);
     return;
   }
-  {
+  const bool cacheable = n <= kCacheMaxPiece;
+  if (cacheable) {
     std::lock_guard<std::mutex> lock(impl_->cache_mu);
     auto it = impl_->cache.find(std::string(piece));
     if (it != impl_->cache.end()) {
@@ -488,6 +490,7 @@ void Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>* out) 
       if (id[i] >= 0) result.push_back(id[i]);
   }
   out->insert(out->end(), result.begin(), result.end());
+  if (!cacheable) return;
 
   std::lock_guard<std::mutex> lock(impl_->cache_mu);
   if (impl_->cache.size() >= kCacheLimit) impl_->cache.clear();
