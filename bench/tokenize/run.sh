@@ -45,8 +45,8 @@ VOCABS=(
   "llama-bpe (Llama 3)|$SHARED/fixtures/tokenizer/vocab-llama3.gguf"
 )
 
-HEADER="| vocabulary | tokens | dllm cold MB/s | dllm warm MB/s |"
-RULE="|---|---|---|---|"
+HEADER="| vocabulary | tokens | dllm cold MB/s | dllm warm MB/s | dllm warm MB/s of CPU time |"
+RULE="|---|---|---|---|---|"
 if [ -n "${LLAMA_TOKENIZE:-}" ]; then
   HEADER="$HEADER llama-tokenize MB/s | same ids |"
   RULE="$RULE---|---|"
@@ -63,8 +63,9 @@ for entry in "${VOCABS[@]}"; do
   result=$(grep '^RESULT' "$WORK/dllm.log")
   cold=$(echo "$result" | sed 's/.*dllm_cold_mbps=\([0-9.]*\).*/\1/')
   warm=$(echo "$result" | sed 's/.*dllm_warm_mbps=\([0-9.]*\).*/\1/')
+  warm_cpu=$(echo "$result" | sed 's/.*dllm_warm_cpu_mbps=\([0-9.]*\).*/\1/')
   tokens=$(echo "$result" | sed 's/.*tokens=\([0-9]*\).*/\1/')
-  row="| $name | $tokens | $(printf %.1f "$cold") | $(printf %.1f "$warm") |"
+  row="| $name | $tokens | $(printf %.1f "$cold") | $(printf %.1f "$warm") | $(printf %.1f "$warm_cpu") |"
   if [ -n "${LLAMA_TOKENIZE:-}" ]; then
     t_big=$(time_llama "$vocab" "$TEXT" "$WORK/llama.out")
     t_one=$(time_llama "$vocab" "$WORK/one.txt" "$WORK/llama-one.out")
