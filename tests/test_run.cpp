@@ -223,7 +223,7 @@ TEST(RunBinary, VerboseStepStatsAndVisualGoWhereTheyBelong) {
   size_t lines = 0;
   for (size_t p = r.err.find("step="); p != std::string::npos; p = r.err.find("step=", p + 1)) ++lines;
   EXPECT_EQ(lines, 4u);
-  EXPECT_NE(r.err.find("step=0/4 block=0 scheduled=1 committed=1 masked=7 ms="), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("step=0 steps=4 block=0 scheduled=1 committed=1 masked=7 ms="), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("note: --block-length is ignored for Dream models"), std::string::npos);
   EXPECT_NE(r.err.find("timings: load "), std::string::npos);
   EXPECT_NE(r.err.find("peak resident memory: "), std::string::npos);
@@ -251,7 +251,7 @@ TEST(RunBinary, JsonKeepsStdoutToItselfWhateverElseIsOn) {
     EXPECT_EQ(j["settings"]["dump_step_stats"], true);
     // The frames, the step lines and the report went to stderr.
     EXPECT_NE(r.err.find("step 1/4, "), std::string::npos) << r.err;
-    EXPECT_NE(r.err.find("step=0/4 block=0 scheduled=2 committed=2 masked=6"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("step=0 steps=4 block=0 scheduled=2 committed=2 masked=6"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("timings: load "), std::string::npos) << r.err;
   }
 }
@@ -315,8 +315,11 @@ TEST(RunBinary, SameAnswerWhateverTheThreadsFullLogitsAndEarlyStop) {
 
 TEST(RunBinary, ThresholdAndDualCacheRun) {
   auto r = run_dllm(run_args(kLlada, {"--prompt", "x", "--max-tokens", "16", "--block-length", "8", "--steps", "16",
-                                      "--threshold", "0.5", "--dual-cache", "--no-early-stop", "--json"}));
+                                      "--threshold", "0.5", "--dual-cache", "--no-early-stop", "--json",
+                                      "--dump-step-stats"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("step=0 steps=16 block=0 scheduled=1 committed="), 0u) << r.err;  // the refresh pass
+  EXPECT_NE(r.err.find(" cached\n"), std::string::npos) << r.err;                         // block-only passes
   const json j = json::parse(r.out);
   EXPECT_EQ(j["settings"]["threshold"], 0.5);
   EXPECT_EQ(j["settings"]["dual_cache"], true);
@@ -394,7 +397,12 @@ TEST(RunOutput, CanvasRendering) {
                                                     "\x1b[1;38;5;208m\n\x1b[0m"
                                                     "\x1b[38;5;30m\xe2\x96\x88\x1b[0m"
                                                     "\x1b[2m<|eot_id|>\x1b[0m");
-  EXPECT_EQ(step_stats_line(ev), "step=0/0 block=0 scheduled=0 committed=1 masked=0 ms=0.000");
+  EXPECT_EQ(step_stats_line(ev), "step=0 steps=0 block=0 scheduled=0 committed=1 masked=0 ms=0.000");
+  ev.step = 3;
+  ev.total_steps = 8;
+  ev.committed = {};
+  ev.skipped = true;
+  EXPECT_EQ(step_stats_line(ev), "step=3 steps=8 block=0 scheduled=0 committed=0 masked=0 ms=0.000 skipped");
 }
 
 }  // namespace

@@ -110,7 +110,7 @@ double tokens_per_second(const model::GenerateResult& r) {
 }
 
 std::string step_stats_line(const model::StepEvent& ev) {
-  std::string s = "step=" + std::to_string(ev.step) + "/" + std::to_string(ev.total_steps) +
+  std::string s = "step=" + std::to_string(ev.step) + " steps=" + std::to_string(ev.total_steps) +
                   " block=" + std::to_string(ev.block) + " scheduled=" + std::to_string(ev.scheduled) +
                   " committed=" + std::to_string(ev.committed.size()) + " masked=" + std::to_string(ev.masked_left) +
                   " ms=" + fmt("%.3f", ev.ms);

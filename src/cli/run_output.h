@@ -46,7 +46,9 @@ std::string verbose_report(const RunSummary& r, const Settings& s);
 double step_mean_ms(const model::GenerateResult& r);
 double tokens_per_second(const model::GenerateResult& r);
 
-// One --dump-step-stats line (no newline): step, block, scheduled, committed, still masked, ms.
+// One --dump-step-stats line (no newline), key=value pairs: step (the global index, from 0), steps (N),
+// block, scheduled (the schedule's count), committed, masked (still masked), ms; then "skipped" for a step
+// that ran no forward pass and "cached" for a dual-cache block-only pass.
 std::string step_stats_line(const model::StepEvent& ev);
 
 // The generated part of the canvas after a step, for --visual. ansi: masked positions as teal blocks,
