@@ -10,9 +10,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <future>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "cli/commands_gpu.h"
 #include "jit/cuda/disk_cache.h"
 #include "jit/cuda/kernel_set.h"
 #include "jit/cuda/kernel_text.h"
@@ -242,6 +244,53 @@ TEST(GpuDiskCache, SecondCompileComesFromTheCache) {
   EXPECT_FALSE(ptx.from_cache);
   EXPECT_NE(ptx.binary.find(".entry dllm_quant_plain_k256"), std::string::npos);
   EXPECT_EQ(ptx.binary.back(), '\0');
+}
+
+TEST(GpuKernelsCommand, WritesSourcePtxCubinAndManifestWithoutAGpu) {
+  REQUIRE_NVRTC();
+  TempDir tmp;
+  const std::string out = (tmp.path / "kernels").string();
+  ASSERT_EQ(cli::cmd_kernels_gpu(data_path("models/tiny-dream-Q4_K_M.gguf"), "sm_89", out), 0);
+  const auto manifest = nlohmann::json::parse(read_file(out + "/gpu-manifest.json"));
+  const std::string unit = manifest.at("unit").get<std::string>();
+  EXPECT_EQ(manifest.at("target"), "sm_89");
+  const std::string cu = read_file(out + "/" + unit + ".cu");
+  const std::string ptx = read_file(out + "/" + unit + ".sm_89.ptx");
+  const std::string cubin = read_file(out + "/" + unit + ".sm_89.cubin");
+  EXPECT_NE(cu.find("gemm_body<"), std::string::npos);
+  EXPECT_NE(ptx.find("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"), std::string::npos);
+  EXPECT_NE(ptx.find("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"), std::string::npos);
+  EXPECT_EQ(cubin.substr(0, 4), std::string("\x7f" "ELF"));
+  // Q4_K_M: Q6_K for output.weight, blk.1.attn_v.weight and blk.1.ffn_down.weight, Q4_K elsewhere.
+  bool found = false;
+  for (const auto& k : manifest.at("kernels")) {
+    if (k.at("name") == "dllm_gemm_q6_k_n1024_k256") {
+      found = true;
+      EXPECT_EQ(k.at("tensors"), nlohmann::json::array({"output.weight"}));
+    }
+  }
+  EXPECT_TRUE(found) << manifest.dump(1);
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(out)) files += e.is_regular_file();
+  EXPECT_EQ(files, 4) << "no temporary files left";
+}
+
+TEST(GpuKernelsCommand, Errors) {
+  try {
+    cli::cmd_kernels_gpu(data_path("models/tiny-dream-Q4_K_M.gguf"), "90", "/tmp/x");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.exit_code(), 2);
+    EXPECT_STREQ(e.what(), "flag --gpu-arch needs an architecture such as sm_80, sm_86, sm_89 or sm_90, got '90'");
+  }
+  try {
+    cli::cmd_kernels_gpu(data_path("models/tiny-dream-F16.gguf"), "sm_90", "/tmp/dllm-never-written");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.exit_code(), 1);
+    EXPECT_NE(std::string(e.what()).find("is F16: the GPU backend has matrix kernels"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists("/tmp/dllm-never-written"));
 }
 
 }  // namespace

@@ -106,10 +106,10 @@ void GpuExecutor::matmul_shared(const model::WeightHandle* ws, float* const* ys,
 void GpuExecutor::attention(const model::AttentionShape& sh, const float* q, int64_t n_q, const float* k,
                             const float* v, int64_t n_kv, float* out) {
   if (n_q <= 0) return;
-  if (n_kv <= 0 || sh.n_head <= 0 || sh.n_head_kv <= 0 || sh.n_head % sh.n_head_kv != 0 || sh.head_dim % 16 != 0 ||
-      sh.head_dim > 256) {
-    throw Error("internal error: attention shape not supported by the GPU kernel");
+  if (n_kv <= 0 || sh.n_head <= 0 || sh.n_head_kv <= 0 || sh.n_head % sh.n_head_kv != 0) {
+    throw Error("internal error: bad attention shape");
   }
+  if (const std::string err = head_dim_error(sh.head_dim, sh.head_dim); !err.empty()) throw Error(err);
   const int64_t H = sh.n_head, Hkv = sh.n_head_kv, d = sh.head_dim;
   const PackDesc pq{H, d, d, PackStyle::None, false}, pk{Hkv, d, d, PackStyle::None, false};
   const PackDesc pv{Hkv, d, d, PackStyle::None, true};

@@ -44,10 +44,7 @@ GpuForward::GpuForward(Device& dev, ThreadPool& pool, const model::HParams& hp, 
     for (model::WeightHandle h : {l.wq, l.wk, l.wv, l.wo, l.ffn_gate, l.ffn_up, l.ffn_down}) need(h);
   }
   need(fw.output);
-  if (hp.head_dim % 16 != 0 || hp.head_dim > 256 || hp.n_rot % 2 != 0 || hp.n_rot > hp.head_dim) {
-    throw Error("head dimension " + std::to_string(hp.head_dim) +
-                ": the GPU attention kernel needs a multiple of 16 up to 256 (run with --device cpu)");
-  }
+  if (const std::string err = head_dim_error(hp.head_dim, hp.n_rot); !err.empty()) throw Error(err);
   set.add(QuantDesc{QuantMode::RmsNorm, hp.n_embd});
   set.add(QuantDesc{QuantMode::Plain, hp.q_dim()});
   set.add(QuantDesc{QuantMode::SwiGlu, hp.n_ff});

@@ -194,12 +194,19 @@ std::string gpu_support_error(const model::ModelTensors& tensors) {
   return err;
 }
 
+std::string head_dim_error(int64_t head_dim, int64_t n_rot) {
+  if (head_dim % 16 == 0 && head_dim > 0 && head_dim <= 128 && n_rot % 2 == 0 && n_rot <= head_dim) return {};
+  return "head dimension " + std::to_string(head_dim) + " (rotating " + std::to_string(n_rot) +
+         "): the GPU attention kernel needs a multiple of 16 up to 128 (run with --device cpu)";
+}
+
+std::string gpu_model_error(const model::HParams& hp, const model::ModelTensors& tensors) {
+  if (std::string err = gpu_support_error(tensors); !err.empty()) return err;
+  return head_dim_error(hp.head_dim, hp.n_rot);
+}
+
 KernelSet kernels_for_model(const model::HParams& hp, const model::ModelTensors& tensors) {
-  if (const std::string err = gpu_support_error(tensors); !err.empty()) throw Error(err);
-  if (hp.head_dim % 16 != 0 || hp.head_dim > 256 || hp.n_rot % 2 != 0 || hp.n_rot > hp.head_dim) {
-    throw Error("head dimension " + std::to_string(hp.head_dim) + " (rotating " + std::to_string(hp.n_rot) +
-                "): the GPU attention kernel needs a multiple of 16 up to 256 (run with --device cpu)");
-  }
+  if (const std::string err = gpu_model_error(hp, tensors); !err.empty()) throw Error(err);
   KernelSet set;
   for_each_matrix(tensors, [&](const gguf::TensorInfo& m) {
     WeightFormat f = WeightFormat::Q8_0;

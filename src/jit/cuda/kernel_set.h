@@ -118,6 +118,13 @@ KernelSet kernels_for_hparams(const model::HParams& hp, const std::vector<Weight
 //  (run with --device cpu)". Also rejects shapes the kernels cannot take (N not a multiple of 8).
 std::string gpu_support_error(const model::ModelTensors& tensors);
 
+// "" when the GPU attention kernel takes this head geometry (a multiple of 16 up to 128, an even number
+// of rotated dimensions), else the error naming it.
+std::string head_dim_error(int64_t head_dim, int64_t n_rot);
+// Everything that keeps a model off the GPU: gpu_support_error() of its tensors, then head_dim_error().
+// "" when the GPU can run it. For the CLI's --device choice (select_device's `unsupported`).
+std::string gpu_model_error(const model::HParams& hp, const model::ModelTensors& tensors);
+
 // FNV-1a 64-bit hash of a byte string, as 16 hex digits.
 std::string hash_hex(const std::string& bytes);
 

@@ -468,7 +468,7 @@ constexpr int kAttnKTile = 64;               // keys per shared-memory tile
 
 template <int H, int HKV, int D>
 DEV void attention_body(const AttnParams& p) {
-  static_assert(H % HKV == 0 && D % 16 == 0, "bad attention geometry");
+  static_assert(H % HKV == 0 && D % 16 == 0 && D <= 128, "bad attention geometry (shared memory fits D <= 128)");
   constexpr int GROUP = H / HKV, KS = D / 16, DT = D / 8, ST = kAttnKTile / 8;
   // Rows padded by 8 halves (16 bytes) so that the 8 rows a warp reads at once fall in distinct banks.
   constexpr int SK = D + 8, SV = kAttnKTile + 8;
