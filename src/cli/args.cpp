@@ -20,6 +20,7 @@
 #include "cli/commands.h"
 #include "cli/commands_hub.h"
 #include "cli/commands_jit.h"
+#include "hub/hub.h"
 #include "model/error.h"
 
 namespace dllm::cli {
@@ -55,7 +56,12 @@ struct Command {
   bool takes_path = false;            // inspect PATH
 };
 
-const Flag kModel{"model", "PATH", "", "LLaDA or Dream GGUF file", Kind::String};
+const Flag kModel{"model", "PATH", "", "LLaDA or Dream GGUF file, or a Hugging Face id owner/repo[:QUANT]",
+                  Kind::String};
+const std::string kRunModelDefault = "$DLLM_MODEL, else " + std::string(hub::kDefaultModel);
+const Flag kRunModel{"model", "PATH", kRunModelDefault.c_str(),
+                     "LLaDA or Dream GGUF file, or a Hugging Face id owner/repo[:QUANT] (downloaded once)",
+                     Kind::String};
 const Flag kPrompt{"prompt", "TEXT", "", "the user message", Kind::String};
 const Flag kThreads{"threads", "N", "all logical CPUs", "worker threads", Kind::Count};
 const Flag kDevice{"device", "D", "cpu", "cpu, or gpu for an NVIDIA GPU with compute capability 8.0 or newer",
@@ -69,7 +75,7 @@ const std::vector<Command>& commands() {
       {"run",
        "run --model PATH --prompt TEXT [options]",
        "Generates an answer by denoising a masked canvas with the model's own sampler.",
-       {kModel,
+       {kRunModel,
         kPrompt,
         {"prompt-tokens", "IDS", "", "comma-separated prompt ids used verbatim (no template); instead of --prompt",
          Kind::Ids},
@@ -95,7 +101,7 @@ const std::vector<Command>& commands() {
         kVerbose,
         {"dump-step-stats", "", "off", "one line per denoising step", Kind::Bool},
         {"json", "", "off", "one JSON object with timings, tokens and text", Kind::Bool}},
-       {"model"}},
+       {}},
       {"tokenize",
        "tokenize --model PATH --prompt TEXT [--no-chat] [--json]",
        "Prints the token ids of the chat-formatted prompt, the same ids run feeds the model.",
@@ -197,7 +203,8 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 
 std::string help_text(const Command& c) {
   cxxopts::Options opts(std::string("dllm ") + c.name, c.summary);
-  opts.custom_help(std::string(c.synopsis).substr(std::strlen(c.name) + 1));
+  const std::string synopsis = c.synopsis;
+  opts.custom_help(synopsis.size() > std::strlen(c.name) ? synopsis.substr(std::strlen(c.name) + 1) : "");
   opts.set_width(100);
   auto adder = opts.add_options();
   for (const auto& f : c.flags) {
@@ -473,7 +480,11 @@ Settings parse_command_line(const std::vector<std::string>& args, std::string* h
   return s;
 }
 
-int run_command(const Settings& s) {
+int run_command(Settings s) {
+  // --model: a path is used as it is; a Hugging Face id is looked up in the cache (downloaded when missing).
+  if (s.command == "run" && s.model.empty()) s.model = hub::default_model_id();
+  if (!s.model.empty() && (s.command == "run" || s.command == "tokenize" || s.command == "logits"))
+    s.model = hub::resolve_model(s.model);
   if (s.command == "run") return cmd_run(s);
   if (s.command == "tokenize") return cmd_tokenize(s);
   if (s.command == "inspect") return cmd_inspect(s);
