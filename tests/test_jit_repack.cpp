@@ -176,7 +176,11 @@ TEST(JitDesc, NamesAndTiles) {
     EXPECT_EQ(max_row_tile(Isa::Avx512Vnni, t), 8) << ggml_type_name(t);
     EXPECT_EQ(max_row_tile(Isa::AvxVnni, t), ymm) << ggml_type_name(t);
     EXPECT_EQ(max_row_tile(Isa::Avx2, t), ymm) << ggml_type_name(t);
+    EXPECT_EQ(max_row_tile(Isa::Amx, t), 16) << ggml_type_name(t);  // the rows of an AMX tile
   }
+  d.isa = Isa::Amx;
+  d.m = 16;
+  EXPECT_EQ(d.name(), "q6k_q8k_gemm_16x16__amx_k4096_n12288");
   GemmDesc e = d;
   EXPECT_TRUE(e == d);
   e.k = 4352;

@@ -4,6 +4,8 @@
 #include <cpuid.h>
 #include <pthread.h>
 #include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -66,6 +68,7 @@ const char* isa_name(Isa isa) {
     case Isa::Avx2: return "avx2";
     case Isa::AvxVnni: return "avx-vnni";
     case Isa::Avx512Vnni: return "avx512-vnni";
+    case Isa::Amx: return "amx";
   }
   return "?";
 }
@@ -76,6 +79,7 @@ const char* isa_short_name(Isa isa) {
     case Isa::Avx2: return "avx2";
     case Isa::AvxVnni: return "avxvnni";
     case Isa::Avx512Vnni: return "avx512vnni";
+    case Isa::Amx: return "amx";
   }
   return "?";
 }
@@ -92,6 +96,7 @@ bool CpuFeatures::supports(Isa isa) const {
     case Isa::Avx2: return avx2 && fma && f16c;
     case Isa::AvxVnni: return supports(Isa::Avx2) && avx_vnni;
     case Isa::Avx512Vnni: return supports(Isa::Avx2) && avx512f && avx512bw && avx512vl && avx512_vnni;
+    case Isa::Amx: return supports(Isa::Avx512Vnni) && amx_tile && amx_int8 && amx_permitted;
   }
   return false;
 }
@@ -99,7 +104,7 @@ bool CpuFeatures::supports(Isa isa) const {
 Isa CpuFeatures::best() const {
   Isa b = Isa::Portable;
   for (Isa isa : kAllIsas)
-    if (supports(isa)) b = isa;
+    if (isa != Isa::Amx && supports(isa)) b = isa;
   return b;
 }
 
@@ -188,6 +193,11 @@ CpuFeatures detect_cpu_features() {
     f.amx_int8 = os_amx && bit(r7.d, 25);
     f.hybrid = bit(r7.d, 15);
   }
+  // Linux hands out the AMX tile data state only on request (once per process, for all its threads).
+  if (f.amx_tile && f.amx_int8) {
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    f.amx_permitted = syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }
   cpu_set_t allowed;
   CPU_ZERO(&allowed);
   f.logical_cpus = sched_getaffinity(0, sizeof(allowed), &allowed) == 0 ? CPU_COUNT(&allowed) : 1;
@@ -206,7 +216,7 @@ Isa select_isa(const CpuFeatures& cpu, const char* cap) {
   const std::optional<Isa> isa = parse_isa(cap);
   if (!isa)
     throw usage_error(std::string("DLLM_ISA=") + cap +
-                      " is not a kernel family; use portable, avx2, avx-vnni or avx512-vnni");
+                      " is not a kernel family; use portable, avx2, avx-vnni, avx512-vnni or amx");
   if (!cpu.supports(*isa))
     throw Error(std::string("DLLM_ISA=") + cap + ": this CPU (" + (cpu.brand.empty() ? cpu.vendor : cpu.brand) +
                 ") lacks " + isa_name(*isa) + "; it supports up to " + isa_name(cpu.best()));
@@ -222,11 +232,13 @@ std::string cpu_summary(const CpuFeatures& cpu, Isa chosen) {
   s += "instruction sets:";
   for (const std::string& fl : cpu.flags()) s += " " + fl;
   s += "\n";
+  if (cpu.amx_tile && cpu.amx_int8 && !cpu.amx_permitted)
+    s += "amx: present, but the OS did not grant the tile state (arch_prctl ARCH_REQ_XCOMP_PERM)\n";
   if (cpu.hybrid)
     s += "hybrid: " + std::to_string(cpu.performance_cores) + " performance + " +
          std::to_string(cpu.efficiency_cores) + " efficiency cores\n";
   s += "kernel families:";
-  for (Isa isa : cpu.supported()) s += std::string(" ") + isa_name(isa);
+  for (Isa isa : cpu.supported()) s += std::string(" ") + isa_name(isa) + (isa == Isa::Amx ? " (opt-in)" : "");
   s += std::string("\nkernel family: ") + isa_name(chosen);
   if (chosen != cpu.best()) s += std::string(" (capped by DLLM_ISA; best is ") + isa_name(cpu.best()) + ")";
   s += "\n";

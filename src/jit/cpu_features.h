@@ -15,11 +15,18 @@ enum class Isa {
   Avx2 = 1,        // AVX2 + FMA + F16C: vpmaddubsw + vpmaddwd, ymm, 8 weight rows per vector
   AvxVnni = 2,     // AVX2 + AVX-VNNI (VEX vpdpbusd), ymm, 8 weight rows per vector
   Avx512Vnni = 3,  // AVX-512 F/BW/VL + AVX512-VNNI (EVEX vpdpbusd), zmm, 16 weight rows per vector
+  Amx = 4,         // Avx512Vnni + AMX-INT8 tiles (tdpbssd/tdpbsud, 16 activation rows x 16 weight rows per
+                   // tile) for the products, AVX-512 for the scales; needs the OS's permission (Linux
+                   // arch_prctl), asked for once at detection. Opt-in (DLLM_ISA=amx): measured no faster
+                   // than avx512-vnni yet, so best() does not pick it
 };
-inline constexpr Isa kAllIsas[] = {Isa::Portable, Isa::Avx2, Isa::AvxVnni, Isa::Avx512Vnni};
+inline constexpr Isa kAllIsas[] = {Isa::Portable, Isa::Avx2, Isa::AvxVnni, Isa::Avx512Vnni, Isa::Amx};
 
-const char* isa_name(Isa isa);                    // "portable", "avx2", "avx-vnni", "avx512-vnni"
-const char* isa_short_name(Isa isa);              // as kernel names spell it: "ref", "avx2", "avxvnni", "avx512vnni"
+// True for the families whose code uses 512-bit registers (all of AVX-512 is available to them).
+inline constexpr bool isa_has_avx512(Isa isa) { return isa == Isa::Avx512Vnni || isa == Isa::Amx; }
+
+const char* isa_name(Isa isa);                    // "portable", "avx2", "avx-vnni", "avx512-vnni", "amx"
+const char* isa_short_name(Isa isa);              // as kernel names spell it: "ref", "avx2", "avxvnni", "avx512vnni", "amx"
 std::optional<Isa> parse_isa(std::string_view s);  // accepts isa_name() spellings (and "avx512vnni", "avxvnni")
 
 struct CpuFeatures {
@@ -32,7 +39,8 @@ struct CpuFeatures {
   bool avx_vnni = false, avx_vnni_int8 = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
   bool avx512_vnni = false, avx512_bf16 = false, avx512_fp16 = false;
-  bool amx_tile = false, amx_int8 = false, amx_bf16 = false;  // CPU + XCR0 (Linux still needs arch_prctl)
+  bool amx_tile = false, amx_int8 = false, amx_bf16 = false;  // CPU + XCR0
+  bool amx_permitted = false;  // the OS granted this process the AMX tile data state (Linux arch_prctl)
 
   // Hybrid parts (Intel P/E cores): cpuid 7.EDX[15] and the core type of each CPU we may run on (leaf 0x1A).
   bool hybrid = false;
@@ -40,7 +48,7 @@ struct CpuFeatures {
   int logical_cpus = 1;                              // CPUs this process may use
 
   bool supports(Isa isa) const;
-  Isa best() const;                  // the most capable family supported
+  Isa best() const;                  // the default: the most capable supported family, amx excepted (opt-in)
   std::vector<Isa> supported() const;  // every supported family, Portable first
   std::vector<std::string> flags() const;  // names of the instruction sets found ("avx2", "avx512-vnni", ...)
 };
@@ -52,6 +60,7 @@ CpuFeatures detect_cpu_features();
 
 // The family to use: the best one, capped by `cap` (DLLM_ISA's value; null or "" = no cap).
 // Throws a usage dllm::Error for an unknown name and a dllm::Error when the CPU lacks that family.
+// DLLM_ISA=portable|avx2|avx-vnni|avx512-vnni|amx.
 Isa select_isa(const CpuFeatures& cpu, const char* cap);
 // select_isa(cpu_features(), getenv("DLLM_ISA")).
 Isa default_isa();

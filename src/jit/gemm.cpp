@@ -97,6 +97,8 @@ void gemm(const QuantMatrix& w, const QuantizedActs& a, float* y, ThreadPool& po
   const int64_t n_groups = (n_tiles + tiles_per_group - 1) / tiles_per_group;
   const int64_t last_cols = w.n - (L.n_panels - 1) * L.p;
   const int64_t nb_act = a.blocks_per_row(), corr = a.corr_per_row();
+  const bool amx = w.isa == Isa::Amx;  // AMX kernels read the quants as 16-row tiles (quant_act.h)
+  if (amx) build_amx_tiles(a, pool);
 
   pool.parallel_for(n_runs * n_groups, [&](int64_t item, int) {
     const int64_t p0 = (item / n_groups) * run, g = item % n_groups;
@@ -107,7 +109,7 @@ void gemm(const QuantMatrix& w, const QuantizedActs& a, float* y, ThreadPool& po
     args.tail_cols = p0 + np == L.n_panels ? last_cols : L.p;
     for (int64_t t = g * tiles_per_group; t < std::min(n_tiles, (g + 1) * tiles_per_group); ++t) {
       const Tile& tile = tiles[t];
-      args.xq = a.qs.data() + tile.r0 * a.k;
+      args.xq = amx ? a.tiles.data() + (tile.r0 / 16) * a.tile_chunks() * 1024 : a.qs.data() + tile.r0 * a.k;
       args.xd = a.d.data() + tile.r0 * nb_act;
       args.xs = a.fmt == ActFormat::Q8_K ? a.s32.data() + tile.r0 * (a.k / 32) : nullptr;
       args.xc = a.corr.data() + tile.r0 * corr;

@@ -39,6 +39,7 @@ bool jit_supports_type(GgmlType t) { return t == GgmlType::Q4_K || t == GgmlType
 
 int max_row_tile(Isa isa, GgmlType wtype) {
   if (isa == Isa::Portable) return 1;
+  if (isa == Isa::Amx) return 16;  // the rows of an AMX tile
   int best = 1;
   for (int m = 1; m <= row_tile_cap(wtype); ++m)
     if (plan_registers(isa, wtype, m).m == m) best = m;

@@ -15,8 +15,8 @@
 
 namespace dllm::jit {
 
-// Weight rows interleaved per vector register: 16 dwords in a zmm, 8 in a ymm.
-inline constexpr int panel_rows(Isa isa) { return isa == Isa::Avx512Vnni ? 16 : 8; }
+// Weight rows interleaved per vector register: 16 dwords in a zmm (and an AMX tile row), 8 in a ymm.
+inline constexpr int panel_rows(Isa isa) { return isa_has_avx512(isa) ? 16 : 8; }
 
 struct GemmDesc {
   Isa isa = Isa::Avx512Vnni;

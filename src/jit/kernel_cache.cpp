@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <mutex>
 
+#include "jit/x64/amx_gemm.h"
 #include "jit/x64/gemm_gen.h"
 #include "model/error.h"
 
@@ -21,7 +22,9 @@ std::shared_ptr<const Kernel> generate_kernel(const GemmDesc& desc) {
   if (!cpu_features().supports(desc.isa))
     throw Error("cannot generate kernel " + desc.name() + ": this CPU lacks " + isa_name(desc.isa));
   std::shared_ptr<JitGenerator> gen;
-  if (desc.isa == Isa::Avx512Vnni)
+  if (desc.isa == Isa::Amx)
+    gen = std::make_shared<AmxGemmGenerator>(desc);
+  else if (desc.isa == Isa::Avx512Vnni)
     gen = std::make_shared<GemmGenerator<Xbyak::Zmm>>(desc);
   else
     gen = std::make_shared<GemmGenerator<Xbyak::Ymm>>(desc);

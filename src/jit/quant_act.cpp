@@ -3,6 +3,7 @@
 // rows in parallel.
 #include "jit/quant_act.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -56,6 +57,7 @@ void shape(ActFormat fmt, int64_t rows, int64_t k, QuantizedActs& out) {
   out.s32.resize(fmt == ActFormat::Q8_K ? nrows * (k / 32) : 0);
   out.corr.resize(nrows * out.corr_per_row());
   out.blocks.resize(nrows * (k / block) * out.block_bytes());
+  out.tiles_ready = false;
 }
 
 void check(ActFormat fmt, int64_t rows, int64_t k) {
@@ -114,6 +116,28 @@ void quantize_acts(ActFormat fmt, const float* x, int64_t rows, int64_t k, Quant
     }
     derive_row(out, r);
   });
+}
+
+void build_amx_tiles(const QuantizedActs& a, ThreadPool& pool) {
+  if (a.tiles_ready) return;
+  const int64_t chunks = a.tile_chunks(), groups = a.tile_groups();
+  a.tiles.resize(static_cast<size_t>(groups * chunks * 1024));
+  pool.parallel_for(groups, [&](int64_t g, int) {
+    int8_t* dst = a.tiles.data() + g * chunks * 1024;
+    for (int64_t c = 0; c < chunks; ++c) {
+      for (int64_t r = 0; r < 16; ++r) {
+        int8_t* row = dst + c * 1024 + r * 64;
+        const int64_t src_row = g * 16 + r, k0 = c * 64, n = std::min<int64_t>(64, a.k - k0);
+        if (src_row < a.rows) {
+          std::memcpy(row, a.qs.data() + src_row * a.k + k0, static_cast<size_t>(n));
+          if (n < 64) std::memset(row + n, 0, static_cast<size_t>(64 - n));
+        } else {
+          std::memset(row, 0, 64);
+        }
+      }
+    }
+  });
+  a.tiles_ready = true;
 }
 
 void acts_from_blocks(ActFormat fmt, const void* blocks, int64_t rows, int64_t k, QuantizedActs& out) {

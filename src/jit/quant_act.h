@@ -10,6 +10,9 @@
 //   corr [rows][k/16]     Q8_K: -32 * bsum of each 16 (Q6_K's offset); Q8_0 [rows][k/32]: -128 * sum of
 //                         each 32 (undoes the +128 bias of the VNNI kernels' unsigned weights)
 //   blocks                the ggml blocks themselves (BlockQ8_K / BlockQ8_0 rows), for the portable path
+//   tiles                 (AMX family, built on first use by gemm) the quants as AMX A tiles: per group of
+//                         16 rows, per 64 values of k, 16 rows x 64 bytes (rows past the end and k past the
+//                         end zero), so that any 16/32/64-wide slice is one tile load with row stride 64
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -53,7 +56,14 @@ struct QuantizedActs {
   std::vector<int32_t> corr;
   std::vector<uint8_t> blocks;
 
+  // AMX tile form (see above); tiles_ready is reset whenever the arrays are reshaped. gemm() fills it,
+  // so one QuantizedActs must not be handed to two concurrent gemm() calls of the AMX family.
+  mutable AlignedArray<int8_t> tiles;
+  mutable bool tiles_ready = false;
+
   int64_t blocks_per_row() const { return k / act_block(fmt); }
+  int64_t tile_chunks() const { return (k + 63) / 64; }  // 64-value chunks per row group
+  int64_t tile_groups() const { return (rows + 15) / 16; }
   int64_t corr_per_row() const { return fmt == ActFormat::Q8_K ? k / 16 : k / 32; }
   size_t block_bytes() const;  // 292 (BlockQ8_K) or 34 (BlockQ8_0)
   const void* row_blocks(int64_t r) const { return blocks.data() + r * blocks_per_row() * block_bytes(); }
@@ -62,6 +72,9 @@ struct QuantizedActs {
 // Quantises `rows` rows of k floats (row stride k) into `out` (reusing its storage), rows in parallel.
 // k must be a multiple of the format's block (256 or 32); throws dllm::Error otherwise.
 void quantize_acts(ActFormat fmt, const float* x, int64_t rows, int64_t k, QuantizedActs& out, ThreadPool& pool);
+
+// Fills a.tiles (AMX A-tile form of a.qs) if not done since the last (re)quantisation.
+void build_amx_tiles(const QuantizedActs& a, ThreadPool& pool);
 
 // Builds the same from rows already in ggml's blocks (BlockQ8_K or BlockQ8_0, rows x k/B blocks).
 void acts_from_blocks(ActFormat fmt, const void* blocks, int64_t rows, int64_t k, QuantizedActs& out);

@@ -47,7 +47,8 @@ void pack_q4_k(const void* const* rows, int P, uint8_t* quant, uint8_t* meta) {
   }
 }
 
-void pack_q6_k(const void* const* rows, int P, uint8_t* quant, uint8_t* meta) {
+// signed_q: bytes hold q - 32 (AMX, signed x signed) instead of q.
+void pack_q6_k(const void* const* rows, int P, bool signed_q, uint8_t* quant, uint8_t* meta) {
   std::memset(quant, 0, 256 * P);
   std::memset(meta, 0, 18 * P);
   uint8_t q[256];
@@ -56,7 +57,7 @@ void pack_q6_k(const void* const* rows, int P, uint8_t* quant, uint8_t* meta) {
     const auto& b = *static_cast<const BlockQ6_K*>(rows[p]);
     unpack_q6_k(&b, q);
     for (int g = 0; g < 64; ++g)
-      for (int e = 0; e < 4; ++e) vbyte(quant + g * 4 * P, p, e) = q[4 * g + e];
+      for (int e = 0; e < 4; ++e) vbyte(quant + g * 4 * P, p, e) = static_cast<uint8_t>(q[4 * g + e] - (signed_q ? 32 : 0));
     put_u16(meta + meta::q6k_d(P) + 2 * p, b.d);
     for (int u = 0; u < 16; ++u) meta[meta::q6k_scales(P) + u * P + p] = static_cast<uint8_t>(b.scales[u]);
   }
@@ -150,7 +151,8 @@ QuantMatrix prepare_matrix(GgmlType type, int64_t k, int64_t n, const void* data
   const PackedLayout& L = m.layout;
   m.packed.resize(static_cast<size_t>(L.total_bytes()));
   const size_t row_bytes = m.src_row_bytes();
-  const bool bias128 = isa != Isa::Avx2;
+  const bool bias128 = isa == Isa::AvxVnni || isa == Isa::Avx512Vnni;
+  const bool signed_q6 = isa == Isa::Amx;
   pool.parallel_for(L.n_panels, [&](int64_t panel, int) {
     uint8_t* base = m.packed.data() + panel * L.panel_bytes;
     std::memset(base + L.nblocks * (L.quant_bytes + L.meta_bytes), 0,
@@ -168,7 +170,7 @@ QuantMatrix prepare_matrix(GgmlType type, int64_t k, int64_t n, const void* data
           pack_q4_k(rows, L.p, quant, meta);
           break;
         case GgmlType::Q6_K:
-          pack_q6_k(rows, L.p, quant, meta);
+          pack_q6_k(rows, L.p, signed_q6, quant, meta);
           break;
         default:
           pack_q8_0(rows, L.p, bias128, quant, meta);

@@ -17,7 +17,10 @@
 //       meta   (18P): d fp16 [P] | scales i8 [16][P]
 // Q8_0  quant (32P):  for group g < 8: vector, byte b of dword p = w[p][4g+b], XOR 0x80 for the VNNI
 //                       families (unsigned w + 128; the kernel subtracts 128 * sum(x)), as is for AVX2
+//                       and AMX (signed x signed tiles)
 //       meta    (2P): d fp16 [P]
+// The AMX family uses the avx512-vnni layout (a vector is also a row of an AMX B tile: 16 weight rows x 4
+// k), except that its Q6_K bytes are ggml's signed q (q - 32 in -32..31) and its Q8_0 bytes unbiased.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -9,15 +9,15 @@ using namespace Xbyak;
 
 PeakGen::PeakGen(Isa isa)
     : JitGenerator(std::string("int8_peak__") + isa_short_name(isa), 16 * 1024), isa_(isa),
-      chains_(isa == Isa::Avx512Vnni ? 24 : 12) {
+      chains_(isa_has_avx512(isa) ? 24 : 12) {
   if (isa == Isa::Portable) throw Error("the int8 peak needs a JIT kernel family");
 }
 
-int64_t PeakGen::macs_per_iteration() const { return static_cast<int64_t>(chains_) * (isa_ == Isa::Avx512Vnni ? 64 : 32); }
+int64_t PeakGen::macs_per_iteration() const { return static_cast<int64_t>(chains_) * (isa_has_avx512(isa_) ? 64 : 32); }
 
 void PeakGen::generate() {
   Label loop;
-  if (isa_ == Isa::Avx512Vnni) {
+  if (isa_has_avx512(isa_)) {
     for (int i = 0; i < 32; ++i) vpxord(Zmm(i), Zmm(i), Zmm(i));
     align(32);
     L(loop);
@@ -50,7 +50,7 @@ ReadGen::ReadGen(Isa isa) : JitGenerator(std::string("stream_read__") + isa_shor
 
 void ReadGen::generate() {
   Label loop;
-  if (isa_ == Isa::Avx512Vnni) {
+  if (isa_has_avx512(isa_)) {
     for (int i = 0; i < 4; ++i) vpxord(Zmm(i), Zmm(i), Zmm(i));
     align(32);
     L(loop);

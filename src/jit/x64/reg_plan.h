@@ -16,7 +16,7 @@ struct RegPlan {
   constexpr int total() const { return m * per_row + temps; }
 };
 
-inline constexpr int vector_registers(Isa isa) { return isa == Isa::Avx512Vnni ? 32 : 16; }
+inline constexpr int vector_registers(Isa isa) { return isa_has_avx512(isa) ? 32 : 16; }
 
 // Temporaries: Q4_K: raw, low and high nibbles, a scale vector, d and d/16 as f32; Q6_K: two weight
 // vectors, a scale vector, d; Q8_0: two weight vectors (AVX2: and their magnitudes), two scales, a
@@ -24,7 +24,7 @@ inline constexpr int vector_registers(Isa isa) { return isa == Isa::Avx512Vnni ?
 // broadcast), which AVX2 also uses for vpmaddubsw/vpmaddwd.
 inline constexpr int plan_temps(Isa isa, GgmlType t) {
   const int base = t == GgmlType::Q4_K ? 6 : t == GgmlType::Q6_K ? 4 : 5;
-  return base + (isa == Isa::Avx512Vnni ? 0 : 1);
+  return base + (isa_has_avx512(isa) ? 0 : 1);
 }
 // Per row: two int32 dot chains (two sub-blocks, or two Q8_0 blocks, in flight), the f32 sum of the
 // current super-block (K-quants), and the f32 accumulator.
