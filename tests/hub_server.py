@@ -13,6 +13,7 @@ Knobs, set by the tests between requests:
   GET /_control/set?KEY=VALUE&...   GET /_control/reset   GET /_control/log (the requests seen, as JSON)
   api_status=N     the file listing answers N (401, 403, 404, 500...)
   api_html=1       the file listing answers with an HTML page
+  gated=1          the file listing answers 403 with X-Error-Code: GatedRepo
   file_status=N    file downloads answer N
   html=1           file downloads answer 200 with an HTML page (text/html)
   html_octet=1     the same page, labelled application/octet-stream
@@ -183,6 +184,8 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_error_status(int(self.state.knob("api_status")), "Forced", "forced by a test knob")
         if self.state.knob("api_html"):
             return self.send_html()
+        if self.state.knob("gated"):
+            return self.send_error_status(403, "GatedRepo", "Access to model %s is restricted" % repo)
         if repo not in REPOS:
             return self.send_error_status(404, "RepoNotFound", "Repository not found")
         if not self.authorized(repo):

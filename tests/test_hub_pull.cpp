@@ -383,6 +383,10 @@ TEST_F(HubPull, NotFoundAndRefusedAnswersAreClearAndFetchNothing) {
   e = pull_error(std::string(kRepo) + ":Q8_0");
   EXPECT_TRUE(contains(e, "is forbidden (403)")) << e;
   hub_->reset();
+  hub_->set("gated=1");
+  e = pull_error(std::string(kRepo) + ":Q8_0");
+  EXPECT_TRUE(contains(e, "test/tiny-llada-GGUF is gated (403): accept its terms")) << e;
+  hub_->reset();
   hub_->set("api_status=500");
   e = pull_error(std::string(kRepo) + ":Q8_0");
   EXPECT_TRUE(contains(e, "failed to serve test/tiny-llada-GGUF (500)")) << e;

@@ -247,12 +247,13 @@ std::string fetch_once(Job& job, bool first) {
 
 }  // namespace
 
-bool cached_file_matches(const std::string& path, uint64_t size, const std::string& sha256) {
+bool cached_file_matches(const std::string& path, uint64_t size, const std::string& sha256, bool may_hash) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
   if (size && static_cast<uint64_t>(st.st_size) != size) return false;
   if (sha256.empty()) return true;
   if (read_small_file(path + ".sha256") == sha256) return true;
+  if (!may_hash) return false;
   // No record of the file's digest (or an old one): hash it once and remember.
   std::string got = sha256_file(path);
   if (got != sha256) return false;
@@ -268,7 +269,8 @@ void download_file(const Options& opts, const std::string& url, const std::strin
     opts.say("another dllm process" + (pid > 0 ? " (pid " + std::to_string(pid) + ")" : std::string()) +
              " is downloading " + job.name + "; waiting for it to finish");
   });
-  if (cached_file_matches(dest, size, sha256)) {
+  // Another process may have finished it while we waited (it records the digest before unlocking).
+  if (cached_file_matches(dest, size, sha256, /*may_hash=*/false)) {
     opts.say(job.name + " was downloaded by another dllm process meanwhile");
     return;
   }

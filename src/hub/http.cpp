@@ -135,6 +135,7 @@ long http_stream(const Options& opts, const std::string& url, uint64_t from, Str
 
 HttpResponse http_get(const Options& opts, const std::string& url, size_t max_body) {
   HttpResponse r;
+  bool too_big = false;
   StreamHandlers h;
   h.on_start = [&](long status, const Headers& headers) {
     r.status = status;
@@ -142,12 +143,15 @@ HttpResponse http_get(const Options& opts, const std::string& url, size_t max_bo
     return true;
   };
   h.on_data = [&](const char* data, size_t n) {
-    if (r.body.size() + n > max_body) return false;
+    if (r.body.size() + n > max_body) {
+      too_big = true;
+      return false;
+    }
     r.body.append(data, n);
     return true;
   };
   http_stream(opts, url, 0, h);
-  if (r.body.size() >= max_body) throw Error("the answer from " + url + " is larger than expected");
+  if (too_big) throw Error("the answer from " + url + " is larger than " + format_bytes(max_body));
   return r;
 }
 
@@ -164,7 +168,11 @@ std::string http_status_message(long status, const Headers& headers, const std::
   if (auto it = headers.find("x-error-message"); it != headers.end()) detail = it->second;
   std::string code = std::to_string(status);
   std::string msg;
-  if (status == 401) {
+  auto code_it = headers.find("x-error-code");
+  if ((status == 401 || status == 403) && code_it != headers.end() && code_it->second == "GatedRepo") {
+    msg = what + " is gated (" + code + "): accept its terms on its page at " + opts.endpoint + ", then set " +
+          "HF_TOKEN to a token of that account";
+  } else if (status == 401) {
     msg = "the hub refused access to " + what + " (401 Unauthorized): it is private, gated, or does not exist; ";
     msg += opts.token.empty() ? "set HF_TOKEN to a token that can read it"
                               : "the token in HF_TOKEN is not accepted for it";

@@ -88,8 +88,9 @@ class FileLock {
 };
 
 // True when path is a regular file of the given size (0: any) whose sha256 is the given one ("": any). The
-// digest recorded beside it at download (path + ".sha256") saves hashing it again.
-bool cached_file_matches(const std::string& path, uint64_t size, const std::string& sha256);
+// digest recorded beside it at download (path + ".sha256") saves hashing it; without that record the file is
+// hashed (and the record written) only when may_hash.
+bool cached_file_matches(const std::string& path, uint64_t size, const std::string& sha256, bool may_hash = true);
 
 // mkdir -p; throws dllm::Error naming the folder.
 void make_dirs(const std::string& dir);
@@ -109,8 +110,8 @@ class Progress {
   void draw(double now);
   bool enabled_;
   std::string name_;
-  uint64_t total_, start_, done_;
-  double t0_, last_draw_ = -1, last_t_, rate_ = 0;
+  uint64_t total_, done_;
+  double last_draw_ = -1, last_t_, rate_ = 0;
   uint64_t last_done_;
   bool drawn_ = false;
 };

@@ -43,8 +43,8 @@ std::string format_duration(double seconds) {
 }
 
 Progress::Progress(bool enabled, std::string name, uint64_t total, uint64_t start)
-    : enabled_(enabled), name_(std::move(name)), total_(total), start_(start), done_(start) {
-  t0_ = last_t_ = monotonic_seconds();
+    : enabled_(enabled), name_(std::move(name)), total_(total), done_(start) {
+  last_t_ = monotonic_seconds();
   last_done_ = start;
   if (name_.size() > 32) name_ = name_.substr(0, 29) + "...";
 }
