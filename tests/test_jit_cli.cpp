@@ -74,6 +74,21 @@ TEST(JitCli, BenchGemmHonoursIsa) {
   }
 }
 
+TEST(JitCli, BenchKernelReportsItsShareOfThePeak) {
+  const dllm::jit::Isa isa = dllm::jit::default_isa();
+  if (isa == dllm::jit::Isa::Portable) GTEST_SKIP() << "no JIT family on this CPU";
+  const auto r = run_dllm({"bench", "kernel", "--type", "Q6_K", "--n", "64", "--k", "512", "--rows", "16", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(r.out);
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0]["rows"], 16);
+  EXPECT_GT(j[0]["gops_per_cpu_second"].get<double>(), 0);
+  EXPECT_GT(j[0]["peak_gops_per_cpu_second"].get<double>(), 0);
+  EXPECT_NEAR(j[0]["fraction_of_peak"].get<double>(),
+              j[0]["gops_per_cpu_second"].get<double>() / j[0]["peak_gops_per_cpu_second"].get<double>(), 1e-9);
+  EXPECT_EQ(j[0]["kernel"].get<std::string>().rfind("q6k_q8k_gemm_", 0), 0u);
+}
+
 TEST(JitCli, BenchUsageErrors) {
   const std::vector<std::vector<std::string>> bad = {
       {"bench"},
@@ -87,6 +102,8 @@ TEST(JitCli, BenchUsageErrors) {
       {"bench", "gemm", "--type", "Q4_K", "--n", "4", "--k", "256", "--rows", "1", "--frobnicate"},
       {"bench", "peak", "--threads", "0"},
       {"bench", "peak", "--isa", "portable"},
+      {"bench", "kernel", "--type", "Q4_K", "--n", "16"},
+      {"bench", "kernel", "--type", "Q4_K", "--n", "16", "--k", "256", "--isa", "portable"},
   };
   for (const auto& args : bad) {
     const auto r = run_dllm(args);

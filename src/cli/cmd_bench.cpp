@@ -24,6 +24,8 @@ const char* kGemmSynopsis =
     "bench gemm --type Q4_K|Q6_K|Q8_0 --n N --k K --rows M[,M...] [--threads N] [--isa F] [--warm] "
     "[--min-seconds S] [--no-peak] [--json]";
 
+const char* kKernelSynopsis = "bench kernel --type Q4_K|Q6_K|Q8_0 --n N --k K [--rows M[,M...]] [--isa F] [--json]";
+
 const char* kGemmHelp =
     "  --type T         weight type: Q4_K, Q6_K or Q8_0\n"
     "  --n N            weight rows (outputs)\n"
@@ -204,11 +206,14 @@ int bench_gemm(const std::vector<std::string>& args) {
 }  // namespace
 
 std::string bench_usage() {
-  return std::string("usage: dllm ") + kPeakSynopsis + "\n       dllm " + kGemmSynopsis +
+  return std::string("usage: dllm ") + kPeakSynopsis + "\n       dllm " + kGemmSynopsis + "\n       dllm " +
+         kKernelSynopsis +
          "\n\n  peak   the int8 multiply-accumulate peak (JIT'd vpdpbusd chains on every thread) and the\n"
          "         streaming read bandwidth: the ceilings GEMM throughput is measured against\n"
          "  gemm   the JIT GEMM on random repacked weights of one shape: median time, GOPS, and the\n"
-         "         fractions of the measured peak and bandwidth\n\n"
+         "         fractions of the measured peak and bandwidth\n"
+         "  kernel   one kernel alone on one thread, timed by its own CPU time (robust on a busy machine),\n"
+         "         over --rows rows (default 128) in full tiles: the kernel's share of the int8 peak\n\n"
          "bench peak:\n"
          "  --threads N      worker threads (default: all logical CPUs)\n"
          "  --isa F          kernel family (default: the best this CPU has, capped by DLLM_ISA)\n"
@@ -229,8 +234,52 @@ jit::Isa isa_from_flag(const std::string& flag, const char* command) {
   return *isa;
 }
 
+static int bench_kernel(const std::vector<std::string>& args) {
+  cxxopts::Options opts("dllm bench kernel", "Times one GEMM kernel alone on one thread (CPU time).");
+  opts.add_options()("type", "", cxxopts::value<std::string>())("n-out", "", cxxopts::value<int64_t>())(
+      "k-in", "", cxxopts::value<int64_t>())("rows", "", cxxopts::value<std::string>())(
+      "isa", "", cxxopts::value<std::string>())("json", "")("h,help", "");
+  const auto res = parse(opts, args, "bench kernel");
+  if (res.count("help")) {
+    std::cout << bench_usage();
+    return 0;
+  }
+  const std::pair<const char*, const char*> required[] = {{"type", "type"}, {"n-out", "n"}, {"k-in", "k"}};
+  for (const auto& [key, shown] : required)
+    if (!res.count(key)) throw usage_error(std::string("dllm bench kernel needs --") + shown, "see: dllm bench --help");
+  const std::string tname = res["type"].as<std::string>();
+  GgmlType type;
+  if (tname == "Q4_K") type = GgmlType::Q4_K;
+  else if (tname == "Q6_K") type = GgmlType::Q6_K;
+  else if (tname == "Q8_0") type = GgmlType::Q8_0;
+  else throw usage_error("--type must be Q4_K, Q6_K or Q8_0, got '" + tname + "'");
+  const int64_t n = res["n-out"].as<int64_t>(), k = res["k-in"].as<int64_t>();
+  const int block = type == GgmlType::Q8_0 ? 32 : 256;
+  if (n < 1) throw usage_error("--n must be positive");
+  if (k < block || k % block) throw usage_error("--k must be a positive multiple of " + std::to_string(block) + " for " + tname);
+  const std::vector<int64_t> rows = res.count("rows") ? parse_rows(res["rows"].as<std::string>()) : std::vector<int64_t>{128};
+  const jit::Isa isa = isa_from_flag(res.count("isa") ? res["isa"].as<std::string>() : "", "bench kernel");
+  if (isa == jit::Isa::Portable) throw usage_error("bench kernel needs a JIT kernel family, not portable");
+  nlohmann::json out = nlohmann::json::array();
+  for (int64_t m : rows) {
+    const jit::KernelBenchResult r = jit::bench_kernel(type, n, k, m, isa);
+    const double f = r.gops_per_cpu_second / r.peak_gops_per_cpu_second;
+    if (res.count("json")) {
+      out.push_back({{"type", tname}, {"n", n}, {"k", k}, {"rows", m}, {"isa", jit::isa_name(isa)}, {"kernel", r.kernel},
+                     {"gops_per_cpu_second", r.gops_per_cpu_second},
+                     {"peak_gops_per_cpu_second", r.peak_gops_per_cpu_second}, {"fraction_of_peak", f}});
+    } else {
+      std::cout << r.kernel << " (" << m << " rows, one thread): " << fmt(r.gops_per_cpu_second, 1)
+                << " GOPS per CPU-second = " << fmt(100 * f, 1) << "% of the int8 peak loop ("
+                << fmt(r.peak_gops_per_cpu_second, 1) << ")\n";
+    }
+  }
+  if (res.count("json")) std::cout << out.dump(1) << "\n";
+  return 0;
+}
+
 int cmd_bench(const std::vector<std::string>& args) {
-  if (args.empty()) throw usage_error("dllm bench needs peak or gemm", "see: dllm bench --help");
+  if (args.empty()) throw usage_error("dllm bench needs peak, gemm or kernel", "see: dllm bench --help");
   if (args[0] == "-h" || args[0] == "--help") {
     std::cout << bench_usage();
     return 0;
@@ -238,7 +287,8 @@ int cmd_bench(const std::vector<std::string>& args) {
   const std::vector<std::string> rest(args.begin() + 1, args.end());
   if (args[0] == "peak") return bench_peak(rest);
   if (args[0] == "gemm") return bench_gemm(rest);
-  throw usage_error("unknown bench '" + args[0] + "': use peak or gemm", "see: dllm bench --help");
+  if (args[0] == "kernel") return bench_kernel(rest);
+  throw usage_error("unknown bench '" + args[0] + "': use peak, gemm or kernel", "see: dllm bench --help");
 }
 
 }  // namespace dllm::cli

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "jit/gemm.h"
+#include "jit/kernel_cache.h"
 #include "jit/x64/bench_gen.h"
 #include "model/error.h"
 #include "model/quant.h"
@@ -199,6 +200,69 @@ GemmBenchResult bench_gemm(GgmlType type, int64_t n, int64_t k, int64_t rows, Is
   res.min_s = *std::min_element(times.begin(), times.end());
   res.gops = 2.0 * rows * n * k / res.median_s / 1e9;
   res.weight_gbs = res.packed_bytes / res.median_s / 1e9;
+  return res;
+}
+
+KernelBenchResult bench_kernel(GgmlType type, int64_t n, int64_t k, int64_t rows, Isa isa) {
+  if (!jit_supports_type(type)) throw Error("bench kernel: no kernel for " + ggml_type_name(type));
+  if (isa == Isa::Portable) throw Error("bench kernel: the portable family has no kernels");
+  ThreadPool one(1);
+  KernelBenchResult res;
+  PeakGen peak(isa);
+  peak.create();
+  peak.fn()(100000);
+  for (int i = 0; i < 5; ++i) {
+    const double t0 = thread_cpu_seconds();
+    peak.fn()(1000000);
+    res.peak_gops_per_cpu_second = std::max(res.peak_gops_per_cpu_second,
+                                            2.0 * peak.macs_per_iteration() * 1e6 / (thread_cpu_seconds() - t0) / 1e9);
+  }
+  const auto info = ggml_type_info(static_cast<uint32_t>(type));
+  std::vector<uint8_t> src(static_cast<size_t>(n * (k / info->block_size) * info->type_size));
+  random_ggml_rows(type, n, k, 1, src.data());
+  const QuantMatrix w = prepare_matrix(type, k, n, src.data(), isa, one, "bench matrix");
+  const int m = max_row_tile(isa, type);
+  const int64_t tiles = std::max<int64_t>(1, rows / m);
+  std::vector<float> x(static_cast<size_t>(tiles * m * k));
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (auto& v : x) v = nd(rng);
+  QuantizedActs a;
+  quantize_acts(act_format_for(type), x.data(), tiles * m, k, a, one);
+  if (isa == Isa::Amx) build_amx_tiles(a, one);
+  GemmDesc d;
+  d.isa = isa;
+  d.wtype = type;
+  d.n = n;
+  d.k = k;
+  d.m = m;
+  const auto kernel = KernelCache::global().get(d);
+  res.kernel = kernel->name();
+  std::vector<float> y(static_cast<size_t>(tiles * m * n));
+  const PackedLayout& L = w.layout;
+  const int64_t run = 4, nb = a.blocks_per_row(), cr = a.corr_per_row();
+  double best = 1e30;
+  for (int pass = 0; pass < 5; ++pass) {
+    const double t0 = thread_cpu_seconds();
+    for (int64_t p0 = 0; p0 < L.n_panels; p0 += run) {
+      GemmKernelArgs args{};
+      args.w = w.packed.data() + p0 * L.panel_bytes;
+      args.n_panels = std::min(run, L.n_panels - p0);
+      args.tail_cols = p0 + args.n_panels == L.n_panels ? n - (L.n_panels - 1) * L.p : L.p;
+      for (int64_t t = 0; t < tiles; ++t) {
+        const int64_t r0 = t * m;
+        args.xq = isa == Isa::Amx ? a.tiles.data() + (r0 / 16) * a.tile_chunks() * 1024 : a.qs.data() + r0 * k;
+        args.xd = a.d.data() + r0 * nb;
+        args.xs = a.fmt == ActFormat::Q8_K ? a.s32.data() + r0 * (k / 32) : nullptr;
+        args.xc = a.corr.data() + r0 * cr;
+        args.y = y.data() + r0 * n + p0 * L.p;
+        kernel->fn()(&args);
+      }
+    }
+    best = std::min(best, thread_cpu_seconds() - t0);
+  }
+  res.ops_per_call = 2.0 * static_cast<double>(tiles * m) * n * k;
+  res.gops_per_cpu_second = res.ops_per_call / best / 1e9;
   return res;
 }
 

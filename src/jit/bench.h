@@ -55,6 +55,18 @@ struct GemmBenchResult {
 GemmBenchResult bench_gemm(GgmlType type, int64_t n, int64_t k, int64_t rows, Isa isa, ThreadPool& pool,
                            bool cold = true, double min_seconds = 0.5);
 
+struct KernelBenchResult {
+  std::string kernel;
+  double ops_per_call = 0;
+  double gops_per_cpu_second = 0;  // one thread, kernel calls only (no driver, no threads), best of 5 passes
+  double peak_gops_per_cpu_second = 0;  // the same thread's int8 peak loop
+};
+
+// The kernel alone on one thread, timed with the thread's own CPU time (robust on a busy machine):
+// `rows` activation rows in full tiles (rows rounded down to the family's tile; at least one tile),
+// panel runs of 4 panels with every row tile passing over each run (the driver's blocking).
+KernelBenchResult bench_kernel(GgmlType type, int64_t n, int64_t k, int64_t rows, Isa isa);
+
 // Random rows in ggml's block format (random quants, plausible finite scales); for benches and tests.
 void random_ggml_rows(GgmlType type, int64_t n, int64_t k, uint64_t seed, uint8_t* out);
 
