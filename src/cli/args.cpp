@@ -158,7 +158,7 @@ const std::vector<Passthrough>& passthrough_commands() {
   static const std::vector<Passthrough> p = {
       {"kernels", "kernels --model PATH --out DIR [--isa F] [--rows N]", kernels_usage, cmd_kernels},
       {"bench", "bench peak|gemm [options]", bench_usage, cmd_bench},
-      {"pull", "pull [ID] [--quant Q]", pull_usage, cmd_pull},
+      {"pull", "pull [ID] [--quant Q] [--check] [--ask]", pull_usage, cmd_pull},
   };
   return p;
 }

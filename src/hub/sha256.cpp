@@ -1,11 +1,8 @@
-// SHA-256 per FIPS 180-4, section 6.2: 64-byte blocks, a 64-word message schedule, 64 rounds.
-// Why not OpenSSL's EVP or nettle: both are on Debian, but linking either needs a build-file change and another
-// -dev package in the set-up list; this file is small, is checked against the FIPS 180-4 / NIST example vectors
-// in tests/test_hub.cpp, and every download test cross-checks it with Python's hashlib (the fake hub publishes
-// hashlib's digests). Speed (~300 MB/s) is far above a network's, and the hash runs while bytes arrive.
+// Sha256 on OpenSSL's EVP digest interface.
 #include "hub/sha256.h"
 
-#include <algorithm>
+#include <openssl/evp.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -16,80 +13,31 @@
 namespace dllm::hub {
 
 namespace {
-
-// First 32 bits of the fractional parts of the cube roots of the first 64 primes.
-constexpr uint32_t kRound[64] = {
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
-
-// First 32 bits of the fractional parts of the square roots of the first 8 primes.
-constexpr std::array<uint32_t, 8> kInit = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                                           0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
-
-inline uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
-
+EVP_MD_CTX* ctx_of(void* p) { return static_cast<EVP_MD_CTX*>(p); }
 }  // namespace
 
-Sha256::Sha256() { reset(); }
-
-void Sha256::reset() {
-  h_ = kInit;
-  buf_len_ = 0;
-  total_ = 0;
+Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
+  if (!ctx_) throw Error("SHA-256: cannot allocate a digest context");
+  reset();
 }
 
-void Sha256::block(const uint8_t* p) {
-  uint32_t w[64];
-  for (int i = 0; i < 16; ++i)
-    w[i] = (uint32_t(p[4 * i]) << 24) | (uint32_t(p[4 * i + 1]) << 16) | (uint32_t(p[4 * i + 2]) << 8) |
-           uint32_t(p[4 * i + 3]);
-  for (int i = 16; i < 64; ++i) {
-    uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
-    uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
-    w[i] = w[i - 16] + s0 + w[i - 7] + s1;
-  }
-  uint32_t a = h_[0], b = h_[1], c = h_[2], d = h_[3], e = h_[4], f = h_[5], g = h_[6], h = h_[7];
-  for (int i = 0; i < 64; ++i) {
-    uint32_t t1 = h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + kRound[i] + w[i];
-    uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
-    h = g, g = f, f = e, e = d + t1, d = c, c = b, b = a, a = t1 + t2;
-  }
-  h_[0] += a, h_[1] += b, h_[2] += c, h_[3] += d, h_[4] += e, h_[5] += f, h_[6] += g, h_[7] += h;
+Sha256::~Sha256() { EVP_MD_CTX_free(ctx_of(ctx_)); }
+
+void Sha256::reset() {
+  if (EVP_DigestInit_ex(ctx_of(ctx_), EVP_sha256(), nullptr) != 1) throw Error("SHA-256: digest init failed");
 }
 
 void Sha256::update(const void* data, size_t n) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  total_ += n;
-  if (buf_len_ > 0) {
-    size_t take = std::min(n, buf_.size() - buf_len_);
-    std::memcpy(buf_.data() + buf_len_, p, take);
-    buf_len_ += take, p += take, n -= take;
-    if (buf_len_ < buf_.size()) return;
-    block(buf_.data());
-    buf_len_ = 0;
-  }
-  for (; n >= 64; p += 64, n -= 64) block(p);
-  std::memcpy(buf_.data(), p, n);
-  buf_len_ = n;
+  if (n && EVP_DigestUpdate(ctx_of(ctx_), data, n) != 1) throw Error("SHA-256: digest update failed");
 }
 
 std::string Sha256::hex_digest() {
-  // Padding: a 1 bit, zeros up to 56 mod 64, then the message length in bits, big-endian.
-  const uint64_t bits = total_ * 8;
-  uint8_t pad[72] = {0x80};
-  size_t pad_len = (buf_len_ < 56 ? 56 : 120) - buf_len_;
-  for (int i = 0; i < 8; ++i) pad[pad_len + i] = uint8_t(bits >> (56 - 8 * i));
-  update(pad, pad_len + 8);
-  static const char* kHex = "0123456789abcdef";
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (EVP_DigestFinal_ex(ctx_of(ctx_), md, &len) != 1) throw Error("SHA-256: digest final failed");
+  static const char* hex = "0123456789abcdef";
   std::string out;
-  for (uint32_t v : h_)
-    for (int s = 28; s >= 0; s -= 4) out += kHex[(v >> s) & 15];
+  for (unsigned i = 0; i < len; ++i) out += hex[md[i] >> 4], out += hex[md[i] & 15];
   return out;
 }
 

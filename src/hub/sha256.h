@@ -1,9 +1,7 @@
-// SHA-256 (FIPS 180-4), incremental: downloads hash their bytes as they arrive and compare the digest with the
-// value the hub publishes. Portable C++ with no dependency (see sha256.cpp for why not libcrypto).
+// SHA-256, incremental: downloads hash their bytes as they arrive and compare the digest with the value the
+// hub publishes. A thin wrapper over OpenSSL's EVP interface (libcrypto, already loaded by libcurl).
 #pragma once
-#include <array>
 #include <cstddef>
-#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -12,6 +10,9 @@ namespace dllm::hub {
 class Sha256 {
  public:
   Sha256();
+  ~Sha256();
+  Sha256(const Sha256&) = delete;
+  Sha256& operator=(const Sha256&) = delete;
   void update(const void* data, size_t n);
   void update(std::string_view s) { update(s.data(), s.size()); }
   // The digest as 64 lowercase hex digits. Finishes the hash: call reset() before reusing the object.
@@ -19,11 +20,7 @@ class Sha256 {
   void reset();
 
  private:
-  void block(const uint8_t* p);
-  std::array<uint32_t, 8> h_;
-  std::array<uint8_t, 64> buf_;
-  size_t buf_len_ = 0;
-  uint64_t total_ = 0;  // bytes hashed so far
+  void* ctx_;  // EVP_MD_CTX
 };
 
 // The digest of a whole string, or of a whole file (throws dllm::Error naming the file when it cannot be read).
