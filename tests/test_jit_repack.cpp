@@ -188,6 +188,22 @@ TEST(JitDesc, NamesAndTiles) {
   EXPECT_NE(GemmDescHash()(e), GemmDescHash()(d));
 }
 
+TEST(JitDesc, RowTilePlans) {
+  auto plan = [](Isa isa, GgmlType t, int64_t rows) {
+    std::string s;
+    for (const RowTile& tile : plan_row_tiles(isa, t, 64, 512, rows))
+      s += std::to_string(tile.r0) + ":" + std::to_string(tile.desc.m) + isa_short_name(tile.desc.isa) + " ";
+    return s;
+  };
+  EXPECT_EQ(plan(Isa::Avx512Vnni, GgmlType::Q4_K, 20), "0:8avx512vnni 8:8avx512vnni 16:4avx512vnni ");
+  EXPECT_EQ(plan(Isa::Avx2, GgmlType::Q8_0, 7), "0:5avx2 5:2avx2 ");
+  EXPECT_EQ(plan(Isa::Amx, GgmlType::Q8_0, 23), "0:16amx 16:7amx ");
+  // AMX Q4_K: remainders go to the avx512-vnni kernels (same weight layout, faster than partial tiles).
+  EXPECT_EQ(plan(Isa::Amx, GgmlType::Q4_K, 29), "0:16amx 16:8avx512vnni 24:5avx512vnni ");
+  EXPECT_EQ(plan(Isa::Amx, GgmlType::Q4_K, 3), "0:3avx512vnni ");
+  EXPECT_EQ(plan(Isa::Portable, GgmlType::Q4_K, 3), "");
+}
+
 TEST(JitKernelCache, GeneratesOncePerDescriptor) {
   const Isa isa = cpu_features().best();
   if (isa == Isa::Portable) GTEST_SKIP() << "no JIT family on this CPU";

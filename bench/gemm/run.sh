@@ -46,6 +46,14 @@ for t in $types; do
       > "$out/gemm-$t-$name.json"
   done
 done
+# The kernels alone, one thread, by their own CPU time: the profile that does not depend on how busy
+# the machine is. Every JIT family this CPU has (amx is opt-in but measured too).
+for isa in avx2 avx-vnni avx512-vnni amx; do
+  for t in $types; do
+    "$dllm" bench kernel --type "$t" --n 4096 --k 4096 --rows 8,32,128,288 --isa "$isa" --json \
+      > "$out/kernel-$t-$isa.json" 2>/dev/null || rm -f "$out/kernel-$t-$isa.json"
+  done
+done
 echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/machine.txt"
 python3 "$here/summarize.py" "$out" > "$out/summary.md"
 cat "$out/summary.md"

@@ -29,3 +29,15 @@ for f in sorted(glob.glob(os.path.join(d, "gemm-*.json"))):
               f"{r['median_s'] * 1e3:.3f} | {r['gops']:.0f} | {fp:.0f}% | {r['weight_gbs']:.1f} | {fb:.0f}% | "
               f"{100 * r['cpu_share']:.0f}% | {r['gops_per_cpu_second']:.0f} | {fpc:.0f}% | "
               f"{r['weight_gb_per_cpu_second']:.1f} | {fbc:.0f}% |")
+
+kernels = sorted(glob.glob(os.path.join(d, "kernel-*.json")))
+if kernels:
+    print("\nKernels alone (`dllm bench kernel`): one thread, panel runs of 4 with every row tile passing over "
+          "each, timed by the thread's own CPU time, against the int8 peak loop timed the same way "
+          "(the ymm families against their own ymm loop). Rows are whole tiles of the family.\n")
+    print("| family | type | n | k | rows | kernel | GOPS/CPU-s | % int8 peak |")
+    print("|---|---|---|---|---|---|---|---|")
+    for f in kernels:
+        for r in json.load(open(f)):
+            print(f"| {r['isa']} | {r['type']} | {r['n']} | {r['k']} | {r.get('rows_timed', r['rows'])} | {r['kernel']} | "
+                  f"{r['gops_per_cpu_second']:.0f} | {100 * r['fraction_of_peak']:.0f}% |")

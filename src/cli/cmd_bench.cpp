@@ -265,11 +265,12 @@ static int bench_kernel(const std::vector<std::string>& args) {
     const jit::KernelBenchResult r = jit::bench_kernel(type, n, k, m, isa);
     const double f = r.gops_per_cpu_second / r.peak_gops_per_cpu_second;
     if (res.count("json")) {
-      out.push_back({{"type", tname}, {"n", n}, {"k", k}, {"rows", m}, {"isa", jit::isa_name(isa)}, {"kernel", r.kernel},
+      out.push_back({{"type", tname}, {"n", n}, {"k", k}, {"rows", m}, {"rows_timed", r.rows}, {"isa", jit::isa_name(isa)},
+                     {"kernel", r.kernel},
                      {"gops_per_cpu_second", r.gops_per_cpu_second},
                      {"peak_gops_per_cpu_second", r.peak_gops_per_cpu_second}, {"fraction_of_peak", f}});
     } else {
-      std::cout << r.kernel << " (" << m << " rows, one thread): " << fmt(r.gops_per_cpu_second, 1)
+      std::cout << r.kernel << " (" << r.rows << " rows, one thread): " << fmt(r.gops_per_cpu_second, 1)
                 << " GOPS per CPU-second = " << fmt(100 * f, 1) << "% of the int8 peak loop ("
                 << fmt(r.peak_gops_per_cpu_second, 1) << ")\n";
     }

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands_jit.h"
+#include "jit/gemm.h"
 #include "jit/gemm_desc.h"
 #include "jit/kernel_cache.h"
 #include "model/error.h"
@@ -131,31 +133,29 @@ int cmd_kernels(const std::vector<std::string>& args) {
   // Each matrix the forward pass multiplies by (embedding lookups are not products), by descriptor.
   std::map<std::string, std::pair<jit::GemmDesc, std::vector<std::string>>> uses;
   std::vector<nlohmann::json> skipped;
-  const int mmax_any = 12;
   for (const gguf::TensorInfo& t : file->tensors()) {
     if (t.n_dims != 2 || t.name == "token_embd.weight") continue;
     if (!jit::jit_supports_type(t.type())) {
       skipped.push_back({{"tensor", std::string(t.name)}, {"type", ggml_type_name(t.type())}, {"reason", "no JIT kernel for this type (reference path)"}});
       continue;
     }
-    const int mmax = jit::max_row_tile(isa, t.type());
-    std::vector<int> ms;
+    // The tiles gemm() uses for --rows rows, or every tile size a call could use.
+    std::vector<int64_t> row_counts;
     if (rows > 0) {
-      ms.push_back(static_cast<int>(std::min<int64_t>(rows, mmax)));
-      if (rows > mmax && rows % mmax) ms.push_back(static_cast<int>(rows % mmax));
+      row_counts.push_back(rows);
     } else {
-      for (int m = 1; m <= std::min(mmax, mmax_any); ++m) ms.push_back(m);
+      for (int64_t r = 1; r <= jit::max_row_tile(isa, t.type()); ++r) row_counts.push_back(r);
     }
-    for (int m : ms) {
-      jit::GemmDesc d;
-      d.isa = isa;
-      d.wtype = t.type();
-      d.n = t.ne[1];
-      d.k = t.ne[0];
-      d.m = m;
-      auto& entry = uses[d.name()];
-      entry.first = d;
-      entry.second.emplace_back(t.name);
+    std::vector<std::string> names;
+    for (int64_t r : row_counts) {
+      for (const jit::RowTile& tile : jit::plan_row_tiles(isa, t.type(), t.ne[1], t.ne[0], r)) {
+        const std::string name = tile.desc.name();
+        if (std::find(names.begin(), names.end(), name) != names.end()) continue;
+        names.push_back(name);
+        auto& entry = uses[name];
+        entry.first = tile.desc;
+        entry.second.emplace_back(t.name);
+      }
     }
   }
 

@@ -223,6 +223,7 @@ KernelBenchResult bench_kernel(GgmlType type, int64_t n, int64_t k, int64_t rows
   const QuantMatrix w = prepare_matrix(type, k, n, src.data(), isa, one, "bench matrix");
   const int m = max_row_tile(isa, type);
   const int64_t tiles = std::max<int64_t>(1, rows / m);
+  res.rows = tiles * m;
   std::vector<float> x(static_cast<size_t>(tiles * m * k));
   std::mt19937 rng(3);
   std::normal_distribution<float> nd(0.f, 1.f);

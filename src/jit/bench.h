@@ -57,6 +57,7 @@ GemmBenchResult bench_gemm(GgmlType type, int64_t n, int64_t k, int64_t rows, Is
 
 struct KernelBenchResult {
   std::string kernel;
+  int64_t rows = 0;                // rows actually timed: whole tiles, at least one
   double ops_per_call = 0;
   double gops_per_cpu_second = 0;  // one thread, kernel calls only (no driver, no threads), best of 5 passes
   double peak_gops_per_cpu_second = 0;  // the same thread's int8 peak loop

@@ -40,37 +40,42 @@ void gemm_portable(const QuantMatrix& w, const QuantizedActs& a, float* y, Threa
   });
 }
 
-struct Tile {
-  int64_t r0;
-  int m;
-};
+}  // namespace
 
-std::vector<Tile> row_tiles(int64_t rows, int mmax) {
-  std::vector<Tile> tiles;
-  for (int64_t r = 0; r < rows; r += mmax) tiles.push_back({r, static_cast<int>(std::min<int64_t>(mmax, rows - r))});
+std::vector<RowTile> plan_row_tiles(Isa isa, GgmlType t, int64_t n, int64_t k, int64_t rows) {
+  std::vector<RowTile> tiles;
+  if (isa == Isa::Portable) return tiles;
+  auto add = [&](Isa family, int64_t r0, int64_t m) {
+    RowTile tile;
+    tile.r0 = r0;
+    tile.desc.isa = family;
+    tile.desc.wtype = t;
+    tile.desc.n = n;
+    tile.desc.k = k;
+    tile.desc.m = static_cast<int>(m);
+    tiles.push_back(tile);
+  };
+  const int mmax = max_row_tile(isa, t);
+  int64_t r = 0;
+  for (; r + mmax <= rows; r += mmax) add(isa, r, mmax);
+  if (r == rows) return tiles;
+  if (isa == Isa::Amx && t == GgmlType::Q4_K) {
+    const int vmax = max_row_tile(Isa::Avx512Vnni, t);
+    for (; r < rows; r += vmax) add(Isa::Avx512Vnni, r, std::min<int64_t>(vmax, rows - r));
+  } else {
+    add(isa, r, rows - r);
+  }
   return tiles;
 }
 
-GemmDesc desc_for(const QuantMatrix& w, int m) {
-  GemmDesc d;
-  d.isa = w.isa;
-  d.wtype = w.type;
-  d.n = w.n;
-  d.k = w.k;
-  d.m = m;
-  return d;
-}
-
-}  // namespace
-
 std::vector<std::shared_ptr<const Kernel>> kernels_for(const QuantMatrix& w, int64_t rows, KernelCache& cache) {
   std::vector<std::shared_ptr<const Kernel>> out;
-  if (w.isa == Isa::Portable || rows <= 0) return out;
-  const int mmax = max_row_tile(w.isa, w.type);
-  std::vector<int> ms;
-  for (const Tile& t : row_tiles(rows, mmax))
-    if (std::find(ms.begin(), ms.end(), t.m) == ms.end()) ms.push_back(t.m);
-  for (int m : ms) out.push_back(cache.get(desc_for(w, m)));
+  std::vector<GemmDesc> seen;
+  for (const RowTile& t : plan_row_tiles(w.isa, w.type, w.n, w.k, rows)) {
+    if (std::find(seen.begin(), seen.end(), t.desc) != seen.end()) continue;
+    seen.push_back(t.desc);
+    out.push_back(cache.get(t.desc));
+  }
   return out;
 }
 
@@ -80,10 +85,14 @@ void gemm(const QuantMatrix& w, const QuantizedActs& a, float* y, ThreadPool& po
   if (w.isa == Isa::Portable) return gemm_portable(w, a, y, pool);
 
   const PackedLayout& L = w.layout;
-  const int mmax = max_row_tile(w.isa, w.type);
-  const std::vector<Tile> tiles = row_tiles(a.rows, mmax);
-  const std::shared_ptr<const Kernel> full = cache.get(desc_for(w, tiles.front().m));
-  const std::shared_ptr<const Kernel> rest = tiles.back().m == tiles.front().m ? full : cache.get(desc_for(w, tiles.back().m));
+  const std::vector<RowTile> tiles = plan_row_tiles(w.isa, w.type, w.n, w.k, a.rows);
+  std::vector<GemmKernelFn> fns(tiles.size());
+  bool amx = false;  // AMX kernels read the quants as 16-row tiles (quant_act.h)
+  for (size_t i = 0; i < tiles.size(); ++i) {
+    fns[i] = cache.get(tiles[i].desc)->fn();
+    amx = amx || tiles[i].desc.isa == Isa::Amx;
+  }
+  if (amx) build_amx_tiles(a, pool);
 
   // Work items: runs of panels (small enough to stay in L2 while the row tiles pass over them) times
   // groups of row tiles, so that even narrow matrices give every thread work.
@@ -97,8 +106,6 @@ void gemm(const QuantMatrix& w, const QuantizedActs& a, float* y, ThreadPool& po
   const int64_t n_groups = (n_tiles + tiles_per_group - 1) / tiles_per_group;
   const int64_t last_cols = w.n - (L.n_panels - 1) * L.p;
   const int64_t nb_act = a.blocks_per_row(), corr = a.corr_per_row();
-  const bool amx = w.isa == Isa::Amx;  // AMX kernels read the quants as 16-row tiles (quant_act.h)
-  if (amx) build_amx_tiles(a, pool);
 
   pool.parallel_for(n_runs * n_groups, [&](int64_t item, int) {
     const int64_t p0 = (item / n_groups) * run, g = item % n_groups;
@@ -108,13 +115,14 @@ void gemm(const QuantMatrix& w, const QuantizedActs& a, float* y, ThreadPool& po
     args.n_panels = np;
     args.tail_cols = p0 + np == L.n_panels ? last_cols : L.p;
     for (int64_t t = g * tiles_per_group; t < std::min(n_tiles, (g + 1) * tiles_per_group); ++t) {
-      const Tile& tile = tiles[t];
-      args.xq = amx ? a.tiles.data() + (tile.r0 / 16) * a.tile_chunks() * 1024 : a.qs.data() + tile.r0 * a.k;
+      const RowTile& tile = tiles[t];
+      args.xq = tile.desc.isa == Isa::Amx ? a.tiles.data() + (tile.r0 / 16) * a.tile_chunks() * 1024
+                                          : a.qs.data() + tile.r0 * a.k;
       args.xd = a.d.data() + tile.r0 * nb_act;
       args.xs = a.fmt == ActFormat::Q8_K ? a.s32.data() + tile.r0 * (a.k / 32) : nullptr;
       args.xc = a.corr.data() + tile.r0 * corr;
       args.y = y + tile.r0 * w.n + p0 * L.p;
-      (tile.m == full->desc().m ? full : rest)->fn()(&args);
+      fns[t](&args);
     }
   });
 }

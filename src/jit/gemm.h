@@ -31,8 +31,16 @@ void gemm(const QuantMatrix& w, const QuantizedActs& a, float* y, ThreadPool& po
 void gemm(const QuantMatrix& w, const float* x, int64_t rows, float* y, ThreadPool& pool,
           KernelCache& cache = KernelCache::global());
 
-// The kernels gemm() uses for `rows` activation rows (a full tile and the remainder tile), generated
-// now; for `dllm kernels` and warm-up at load.
+// How gemm() cuts `rows` activation rows into tiles for a matrix of family isa and type t: full tiles
+// of the family (max_row_tile rows), then the remainder. The AMX family computes Q4_K remainders of
+// fewer than 16 rows with the avx512-vnni kernels (the layouts are the same), which beat partial tiles.
+struct RowTile {
+  int64_t r0 = 0;  // first row
+  GemmDesc desc;   // desc.m rows from r0, by this kernel
+};
+std::vector<RowTile> plan_row_tiles(Isa isa, GgmlType t, int64_t n, int64_t k, int64_t rows);
+
+// The kernels gemm() uses for `rows` activation rows, generated now; for warm-up at load.
 std::vector<std::shared_ptr<const Kernel>> kernels_for(const QuantMatrix& w, int64_t rows,
                                                        KernelCache& cache = KernelCache::global());
 

@@ -85,8 +85,8 @@ void AmxGemmGenerator::body_q4k() {
     for (int t = 0; t < 4; ++t) vpdpwssd(vMi, vMp(t), ptr_b[reg_xs_ + r * (desc_.k / 32) * 2 + 4 * t]);
     vcvtdq2ps(vMi, vMi);
     vfnmadd231ps(Zmm(r), vMi, vDmin);
-    vmulps(vT, Zmm(r), ptr_b[reg_xd_ + r * layout_.nblocks * 4]);
-    vaddps(vT, vT, accbuf(r));
+    vmovaps(vT, accbuf(r));  // acc += sum * d_a in one rounding, as the avx512-vnni kernels do
+    vfmadd231ps(vT, Zmm(r), ptr_b[reg_xd_ + r * layout_.nblocks * 4]);
     vmovaps(accbuf(r), vT);
   }
 }
@@ -106,8 +106,8 @@ void AmxGemmGenerator::body_q6k() {
   };
   pipeline(16, [&](int u) { tile_product(u, 16 * u, reg_wq_, u * 256, true); }, process);
   for (int r = 0; r < m_; ++r) {
-    vmulps(vT, Zmm(r), ptr_b[reg_xd_ + r * layout_.nblocks * 4]);
-    vaddps(vT, vT, accbuf(r));
+    vmovaps(vT, accbuf(r));
+    vfmadd231ps(vT, Zmm(r), ptr_b[reg_xd_ + r * layout_.nblocks * 4]);
     vmovaps(accbuf(r), vT);
   }
 }
