@@ -17,8 +17,9 @@ enum class Isa {
   Avx512Vnni = 3,  // AVX-512 F/BW/VL + AVX512-VNNI (EVEX vpdpbusd), zmm, 16 weight rows per vector
   Amx = 4,         // Avx512Vnni + AMX-INT8 tiles (tdpbssd/tdpbsud, 16 activation rows x 16 weight rows per
                    // tile) for the products, AVX-512 for the scales; needs the OS's permission (Linux
-                   // arch_prctl), asked for once at detection. Opt-in (DLLM_ISA=amx): measured no faster
-                   // than avx512-vnni yet, so best() does not pick it
+                   // arch_prctl), asked for once at detection. Opt-in (DLLM_ISA=amx): 15-40% faster than
+                   // avx512-vnni from 32 rows, slower below 16 (bench/gemm/README.md); best() does not
+                   // pick it until the rest of the CPU path treats it as an AVX-512 family
 };
 inline constexpr Isa kAllIsas[] = {Isa::Portable, Isa::Avx2, Isa::AvxVnni, Isa::Avx512Vnni, Isa::Amx};
 
