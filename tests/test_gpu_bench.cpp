@@ -162,10 +162,11 @@ TEST(GpuBench, Gemm) {
         jc::DeviceBuffer xd(dev, x.size() * 4), yd(dev, y.size() * 4);
         dev.upload(xd.addr(), x.data(), x.size() * 4);
         jc::ActBuffers act;
-        jc::gpu_quant(dev, jc::QuantMode::Plain, sh.k, xd.addr(), 0, 0, 0, rows, sh.k, 0.f, act);
+        const jc::ActFormat fmt = jc::act_format_for(w.layout.format);
+        jc::gpu_quant(dev, jc::QuantMode::Plain, fmt, sh.k, xd.addr(), 0, 0, 0, rows, sh.k, 0.f, act);
         const double sec = time_median(dev, 10, [&] { jc::gpu_gemm(dev, w, act, rows, yd.addr(), sh.n, false); });
         const double quant_sec =
-            time_median(dev, 10, [&] { jc::gpu_quant(dev, jc::QuantMode::Plain, sh.k, xd.addr(), 0, 0, 0, rows, sh.k, 0.f, act); });
+            time_median(dev, 10, [&] { jc::gpu_quant(dev, jc::QuantMode::Plain, fmt, sh.k, xd.addr(), 0, 0, 0, rows, sh.k, 0.f, act); });
         emit("kernels.jsonl", {{"bench", "gemm"},
                                {"type", ggml_type_name(type)},
                                {"n", sh.n},

@@ -98,7 +98,7 @@ TEST(GpuKernelSet, NamesSourceAndShapesOfTheRealModels) {
   const jc::KernelSet set = jc::kernels_for_hparams(llada_8b(), {jc::WeightFormat::Q4_K});
   const std::vector<std::string> names = set.names();
   for (const char* n : {"dllm_gemm_q4_k_n4096_k4096", "dllm_gemm_q4_k_n12288_k4096", "dllm_gemm_q4_k_n4096_k12288",
-                        "dllm_gemm_q4_k_n126464_k4096", "dllm_quant_rmsnorm_k4096", "dllm_quant_swiglu_k12288",
+                        "dllm_gemm_q4_k_n126464_k4096", "dllm_quant_rmsnorm_q8_k_k4096", "dllm_quant_swiglu_q8_k_k12288",
                         "dllm_pack_h32_d128_r128_norm", "dllm_pack_h32_d128_r128_none_t", "dllm_attn_h32_kv32_d128"}) {
     EXPECT_TRUE(set.contains(n)) << n;
     EXPECT_NE(set.source().find(std::string("void __launch_bounds__(")), std::string::npos);
@@ -231,7 +231,7 @@ TEST(GpuDiskCache, SecondCompileComesFromTheCache) {
   TempDir tmp;
   const jc::KernelDiskCache cache(tmp.path.string());
   jc::KernelSet set;
-  set.add(jc::QuantDesc{jc::QuantMode::Plain, 256});
+  set.add(jc::QuantDesc{jc::QuantMode::Plain, jc::ActFormat::Q8_0, 256});
   const jc::CompileOutcome first = cache.compile_cached(*nv, set.source(), set.unit_name(), "sm_86", 13000);
   EXPECT_FALSE(first.from_cache);
   EXPECT_EQ(first.cache_note, "");
@@ -242,7 +242,7 @@ TEST(GpuDiskCache, SecondCompileComesFromTheCache) {
   EXPECT_FALSE(cache.compile_cached(*nv, set.source(), set.unit_name(), "sm_86", 12080).from_cache);
   const jc::CompileOutcome ptx = cache.compile_cached(*nv, set.source(), set.unit_name(), "compute_80", 13000);
   EXPECT_FALSE(ptx.from_cache);
-  EXPECT_NE(ptx.binary.find(".entry dllm_quant_plain_k256"), std::string::npos);
+  EXPECT_NE(ptx.binary.find(".entry dllm_quant_plain_q8_0_k256"), std::string::npos);
   EXPECT_EQ(ptx.binary.back(), '\0');
 }
 

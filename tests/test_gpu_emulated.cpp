@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -93,21 +94,36 @@ std::vector<float> random_rows(int64_t rows, int64_t k, uint32_t seed, float amp
   return x;
 }
 
-// The activation quantisation the kernel performs (per 32 values: d = amax/127, q = rint(x/d)),
-// decoded back to floats: the GEMM's exact input.
-std::vector<float> quantised(const std::vector<float>& x, int64_t rows, int64_t k) {
-  std::vector<float> out(x.size());
+// ggml's activation quantisation (quant::quantize_row_q8_0 / q8_K, the reference quantizers) of rows of
+// x, decoded back to floats (ints times the scale ggml multiplies by): the GEMM's exact input.
+struct RefQuant {
+  std::vector<int> q;     // [rows][k]
+  std::vector<float> d;   // [rows][k/32]: the scale of each 32 values
+  std::vector<float> xq;  // q * d
+};
+RefQuant ref_quant(jc::ActFormat fmt, const std::vector<float>& x, int64_t rows, int64_t k) {
+  RefQuant out;
+  out.q.resize(static_cast<size_t>(rows * k));
+  out.d.resize(static_cast<size_t>(rows * k / 32));
+  out.xq.resize(out.q.size());
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t b = 0; b < k / 32; ++b) {
-      const float* xb = x.data() + r * k + b * 32;
-      float amax = 0;
-      for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i]));
-      const float d = amax / 127.f;
-      for (int i = 0; i < 32; ++i) {
-        const float q = amax > 0 ? std::clamp(std::nearbyint(xb[i] / d), -127.f, 127.f) : 0.f;
-        out[static_cast<size_t>(r * k + b * 32 + i)] = q * d;
+    const float* xr = x.data() + r * k;
+    if (fmt == jc::ActFormat::Q8_0) {
+      std::vector<quant::BlockQ8_0> b(static_cast<size_t>(k / 32));
+      quant::quantize_row_q8_0(xr, b.data(), k);
+      for (int64_t i = 0; i < k; ++i) {
+        out.q[r * k + i] = b[i / 32].qs[i % 32];
+        out.d[(r * k + i) / 32] = quant::fp16_to_f32(b[i / 32].d);
+      }
+    } else {
+      std::vector<quant::BlockQ8_K> b(static_cast<size_t>(k / 256));
+      quant::quantize_row_q8_K(xr, b.data(), k);
+      for (int64_t i = 0; i < k; ++i) {
+        out.q[r * k + i] = b[i / 256].qs[i % 256];
+        out.d[(r * k + i) / 32] = b[i / 256].d;
       }
     }
+    for (int64_t i = 0; i < k; ++i) out.xq[r * k + i] = out.q[r * k + i] * out.d[(r * k + i) / 32];
   }
   return out;
 }
@@ -192,45 +208,47 @@ size_t frag_pos(int64_t r, int64_t k, int64_t kbp) {
   return static_cast<size_t>((((r / 16) * kbp + k / 32) * 32 + lane) * 16 + reg * 4 + kk % 4);
 }
 
-TEST(GpuEmulated, QuantRowsWritesFragmentsScalesAndZeroPadding) {
+// The activation quantiser gives ggml's quants and scales bit for bit, at the documented fragment
+// positions, with zeros in padding rows and padding k-blocks.
+void check_quant(jc::ActFormat fmt, int64_t k) {
+  SCOPED_TRACE(std::string(fmt == jc::ActFormat::Q8_0 ? "Q8_0" : "Q8_K") + " k=" + std::to_string(k));
   EmulatorDevice dev;
-  const int64_t rows = 37, k = 96, kbp = 4;  // 3 blocks, padded to 4
-  dev.load_kernels([] {
-    jc::KernelSet s;
-    s.add(jc::QuantDesc{jc::QuantMode::Plain, 96});
-    return s;
-  }());
-  const std::vector<float> x = random_rows(rows, k, 7);
+  const int64_t rows = 37, kbp = jc::padded_kblocks(k);
+  jc::KernelSet set;
+  set.add(jc::QuantDesc{jc::QuantMode::Plain, fmt, k});
+  dev.load_kernels(set);
+  std::vector<float> x = random_rows(rows, k, 7);
+  x[5 * k + 3] = 9.f;  // equal magnitudes, opposite signs: Q8_K keeps the first (positive)
+  x[5 * k + 40] = -9.f;
+  for (int64_t i = 0; i < 32; ++i) x[6 * k + i] = 0.f;  // an all-zero block
   Upload xd(dev, x.data(), x.size() * 4);
   jc::ActBuffers act;
-  jc::gpu_quant(dev, jc::QuantMode::Plain, k, xd.buf.addr(), 0, 0, 0, rows, k, 0.f, act);
+  jc::gpu_quant(dev, jc::QuantMode::Plain, fmt, k, xd.buf.addr(), 0, 0, 0, rows, k, 0.f, act);
   const int64_t rows_pad = jc::pad_rows(rows);
   std::vector<int8_t> q(jc::act_bytes(rows, k));
   std::vector<float> da(static_cast<size_t>(rows_pad * kbp)), sa(da.size());
   dev.download(q.data(), act.q.addr(), q.size());
   dev.download(da.data(), act.da.addr(), da.size() * 4);
   dev.download(sa.data(), act.sa.addr(), sa.size() * 4);
-  const std::vector<float> xq = quantised(x, rows, k);
+  const RefQuant ref = ref_quant(fmt, x, rows, k);
   for (int64_t r = 0; r < rows_pad; ++r) {
     for (int64_t b = 0; b < kbp; ++b) {
       const size_t s = static_cast<size_t>(r * kbp + b);
+      const bool pad = r >= rows || b >= k / 32;
       int sum = 0;
       for (int64_t i = 0; i < 32; ++i) {
         const int8_t v = q[frag_pos(r, b * 32 + i, kbp)];
         sum += v;
-        if (r >= rows || b >= k / 32) {
-          ASSERT_EQ(v, 0) << "padding at row " << r << " block " << b;
-        } else {
-          ASSERT_EQ(v * da[s], xq[static_cast<size_t>(r * k + b * 32 + i)]) << "row " << r << " k " << b * 32 + i;
-        }
+        ASSERT_EQ(v, pad ? 0 : ref.q[static_cast<size_t>(r * k + b * 32 + i)]) << "row " << r << " k " << b * 32 + i;
       }
-      EXPECT_FLOAT_EQ(sa[s], da[s] * static_cast<float>(sum));
-      if (r >= rows || b >= k / 32) {
-        EXPECT_EQ(da[s], 0.f);
-      }
+      ASSERT_EQ(da[s], pad ? 0.f : ref.d[static_cast<size_t>((r * k) / 32 + b)]) << "row " << r << " block " << b;
+      EXPECT_EQ(sa[s], da[s] * static_cast<float>(sum));
     }
   }
 }
+
+TEST(GpuEmulated, QuantRowsQ8_0) { check_quant(jc::ActFormat::Q8_0, 96); }  // 3 blocks, padded to 4
+TEST(GpuEmulated, QuantRowsQ8_K) { check_quant(jc::ActFormat::Q8_K, 512); }
 
 // y = act . W^T through quant + GEMM on the emulator, against the exact product of the quantised
 // activations and the dequantised weights (only f32 accumulation separates them).
@@ -240,20 +258,21 @@ void check_gemm(GgmlType type, int64_t n, int64_t k, int64_t rows) {
   EmulatorDevice dev;
   const SynthTensor t = synth_tensor(type, n, k, 11);
   const jc::GpuWeight w = upload_weight(dev, t.info);
+  const jc::ActFormat fmt = jc::act_format_for(w.layout.format);
   jc::KernelSet set;
   set.add(w.desc());
-  set.add(jc::QuantDesc{jc::QuantMode::Plain, k});
+  set.add(jc::QuantDesc{jc::QuantMode::Plain, fmt, k});
   dev.load_kernels(set);
   const std::vector<float> x = random_rows(rows, k, 5);
   Upload xd(dev, x.data(), x.size() * 4);
   jc::ActBuffers act;
-  jc::gpu_quant(dev, jc::QuantMode::Plain, k, xd.buf.addr(), 0, 0, 0, rows, k, 0.f, act);
+  jc::gpu_quant(dev, jc::QuantMode::Plain, fmt, k, xd.buf.addr(), 0, 0, 0, rows, k, 0.f, act);
   DeviceBuffer y(dev, static_cast<size_t>(rows * n) * 4);
   jc::gpu_gemm(dev, w, act, rows, y.addr(), n, false);
   std::vector<float> got(static_cast<size_t>(rows * n));
   dev.download(got.data(), y.addr(), got.size() * 4);
 
-  const std::vector<float> wd = dequantize(t.info), xq = quantised(x, rows, k);
+  const std::vector<float> wd = dequantize(t.info), xq = ref_quant(fmt, x, rows, k).xq;
   std::vector<float> exact(got.size()), unquantised(got.size());
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t j = 0; j < n; ++j) {
@@ -289,10 +308,10 @@ TEST(GpuEmulated, GemmQ4_K) {
 }
 TEST(GpuEmulated, GemmQ6_K) { check_gemm(GgmlType::Q6_K, 24, 512, 37); }
 
-// Exact attention on the f16-rounded operands, in double.
+// Exact attention in double.
 std::vector<float> exact_attention(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
                                    int64_t H, int64_t Hkv, int64_t d, int64_t nq, int64_t nkv, double scale) {
-  auto h16 = [](float f) { return double(quant::fp16_to_f32(quant::f32_to_fp16(f))); };
+  auto h16 = [](float f) { return double(f); };
   std::vector<float> out(static_cast<size_t>(nq * H * d));
   for (int64_t i = 0; i < nq; ++i) {
     for (int64_t h = 0; h < H; ++h) {
@@ -330,17 +349,19 @@ void check_attention(int64_t H, int64_t Hkv, int64_t d, int64_t nq, int64_t nkv)
   const float scale = static_cast<float>(1.0 / std::sqrt(double(d)));
   gpu.attention(model::AttentionShape{H, Hkv, d, scale}, q.data(), nq, k.data(), v.data(), nkv, out.data());
   const std::vector<float> ref = exact_attention(q, k, v, H, Hkv, d, nq, nkv, scale);
+  // Split-f16 operands (hi + lo, three products) keep about 22 bits: f32-like, far from f16's 1e-3.
   double worst = 0;
   for (size_t i = 0; i < out.size(); ++i) worst = std::max(worst, std::fabs(double(out[i]) - ref[i]));
-  EXPECT_LT(worst, 4e-3) << "P is rounded to f16 before P.V";
-  EXPECT_LT(rel_l2(out.data(), ref.data(), static_cast<int64_t>(out.size())), 2e-3);
+  EXPECT_LT(worst, 2e-5);
+  EXPECT_LT(rel_l2(out.data(), ref.data(), static_cast<int64_t>(out.size())), 1e-5);
   EXPECT_EQ(dev.live_overruns(), 0u);
 }
 
 TEST(GpuEmulated, AttentionMatchesExactSoftmaxGqa) { check_attention(4, 2, 64, 37, 100); }
 TEST(GpuEmulated, AttentionMatchesExactSoftmaxHeadDim128) { check_attention(2, 1, 128, 70, 130); }
 
-// Bias + RoPE + f16 packing against the reference rotation (pairs per style, partial rotation).
+// Bias + RoPE + split-f16 packing against the reference rotation (pairs per style, partial rotation):
+// hi is the f16 rounding of the f32 result, hi + lo within f32 precision of it.
 void check_pack(jc::PackStyle style) {
   EmulatorDevice dev;
   const int64_t nh = 2, d = 64, nrot = 32, rows = 19, half = nrot / 2;
@@ -350,39 +371,42 @@ void check_pack(jc::PackStyle style) {
   dev.load_kernels(set);
   const std::vector<float> x = random_rows(rows, nh * d, 31), bias = random_rows(1, nh * d, 32);
   const double base = 10000.0;
-  std::vector<float> cs(static_cast<size_t>(rows * half)), sn(cs.size());
+  std::vector<double> cs(static_cast<size_t>(rows * half)), sn(cs.size());
   std::vector<int> pos(static_cast<size_t>(rows));
   for (int64_t r = 0; r < rows; ++r) {
     pos[r] = static_cast<int>((r * 7) % rows);  // any order
     for (int64_t p = 0; p < half; ++p) {
       const double th = double(r) * std::pow(base, -2.0 * double(p) / double(nrot));
-      cs[r * half + p] = static_cast<float>(std::cos(th));
-      sn[r * half + p] = static_cast<float>(std::sin(th));
+      cs[r * half + p] = std::cos(th);
+      sn[r * half + p] = std::sin(th);
     }
   }
-  Upload xd(dev, x.data(), x.size() * 4), bd(dev, bias.data(), bias.size() * 4), cd(dev, cs.data(), cs.size() * 4),
-      sd(dev, sn.data(), sn.size() * 4), pd(dev, pos.data(), pos.size() * 4);
+  Upload xd(dev, x.data(), x.size() * 4), bd(dev, bias.data(), bias.size() * 4), cd(dev, cs.data(), cs.size() * 8),
+      sd(dev, sn.data(), sn.size() * 8), pd(dev, pos.data(), pos.size() * 4);
   DeviceBuffer out(dev, jc::packed_heads_bytes(nh, d, rows));
   jc::gpu_pack(dev, desc, xd.buf.addr(), rows, nh * d, bd.buf.addr(), cd.buf.addr(), sd.buf.addr(), pd.buf.addr(),
                out.addr());
   const int64_t rp = jc::pad_rows(rows);
-  std::vector<uint16_t> got(static_cast<size_t>(nh * rp * d));
+  const size_t plane = static_cast<size_t>(nh * rp * d);
+  std::vector<uint16_t> got(2 * plane);
   dev.download(got.data(), out.addr(), got.size() * 2);
   for (int64_t r = 0; r < rp; ++r) {
     for (int64_t h = 0; h < nh; ++h) {
       std::vector<double> e(static_cast<size_t>(d), 0.0);
       if (r < rows) {
-        for (int64_t c = 0; c < d; ++c) e[c] = double(x[r * nh * d + h * d + c]) + bias[h * d + c];
+        for (int64_t c = 0; c < d; ++c) e[c] = double(x[r * nh * d + h * d + c] + bias[h * d + c]);
         for (int64_t p = 0; p < half; ++p) {
           const int64_t i0 = style == jc::PackStyle::Norm ? 2 * p : p, i1 = style == jc::PackStyle::Norm ? 2 * p + 1 : p + half;
           const double a = e[i0], b = e[i1], c0 = cs[pos[r] * half + p], s0 = sn[pos[r] * half + p];
-          e[i0] = a * c0 - b * s0;
-          e[i1] = a * s0 + b * c0;
+          e[i0] = static_cast<float>(a * c0 - b * s0);  // the f32 value forward.cpp writes
+          e[i1] = static_cast<float>(a * s0 + b * c0);
         }
       }
       for (int64_t c = 0; c < d; ++c) {
-        const float g = quant::fp16_to_f32(got[(h * rp + r) * d + c]);
-        ASSERT_NEAR(g, e[c], 2e-3 * std::max(1.0, std::fabs(e[c]))) << "row " << r << " head " << h << " dim " << c;
+        const size_t i = static_cast<size_t>((h * rp + r) * d + c);
+        const float hi = quant::fp16_to_f32(got[i]), lo = quant::fp16_to_f32(got[plane + i]);
+        ASSERT_EQ(got[i], quant::f32_to_fp16(static_cast<float>(e[c]))) << "row " << r << " head " << h << " dim " << c;
+        ASSERT_NEAR(double(hi) + lo, e[c], 1e-6 * std::max(1.0, std::fabs(e[c]))) << "row " << r << " dim " << c;
       }
     }
   }
@@ -450,11 +474,19 @@ INSTANTIATE_TEST_SUITE_P(TinyQuantised, GpuEmulatedForward,
                          ::testing::Values("tiny-llada-Q8_0", "tiny-llada-Q4_K_M", "tiny-dream-Q8_0",
                                            "tiny-dream-Q4_K_M"));
 
-// Greedy generations through the GPU forward pass give the reference tokens (two short runs; the real
-// device runs every quantised reference, tests/test_gpu_device.cpp).
+// Greedy generations through the GPU forward pass give the reference tokens: two short runs exactly, or
+// every quantised reference with DLLM_EMULATE_ALL_GENERATIONS=1 (minutes; measured 21 of 23 identical,
+// see GenerationTally; the real device runs them all in tests/test_gpu_device.cpp).
 TEST(GpuEmulated, GreedyGenerationsMatchTheReferences) {
-  for (const char* file : {"llada_b16_L16_N8_listsomehealthyb__tiny-llada-Q8_0__greedy.json",
-                           "dream_L12_N6_whatisthecapital__tiny-dream-Q4_K_M__greedy__margin.json"}) {
+  std::vector<std::string> files = {"llada_b16_L16_N8_listsomehealthyb__tiny-llada-Q8_0__greedy.json",
+                                    "dream_L12_N6_whatisthecapital__tiny-dream-Q4_K_M__greedy__margin.json"};
+  int allowed = 0;
+  if (const char* all = std::getenv("DLLM_EMULATE_ALL_GENERATIONS"); all && std::string(all) == "1") {
+    files = quantised_generation_files();
+    allowed = kChaoticGenerations;
+  }
+  GenerationTally tally;
+  for (const std::string& file : files) {
     const GenerationCase c = generation_case(file);
     const auto gguf_file = gguf::File::open(data_path("models/" + c.model_file));
     const model::HParams hp = model::read_hparams(*gguf_file);
@@ -462,8 +494,9 @@ TEST(GpuEmulated, GreedyGenerationsMatchTheReferences) {
     ThreadPool pool(2);
     jc::GpuExecutor gpu(std::make_unique<EmulatorDevice>(), pool);
     GpuLogitSource src(gpu, hp, tensors);
-    EXPECT_EQ(generated_tokens(src, c), c.expected) << file;
+    tally.add(file, generated_tokens(src, c), c.expected);
   }
+  tally.expect_at_most(allowed, "emulated generations");
 }
 
 TEST(GpuEmulated, F16ModelIsRejectedNamingATensor) {

@@ -249,6 +249,7 @@ inline T emu_shfl_xor(T v, int m) {
 }
 inline float shfl_xor_f(float v, int m) { return emu_shfl_xor(v, m); }
 inline int shfl_xor_i(int v, int m) { return emu_shfl_xor(v, m); }
+inline double shfl_xor_d(double v, int m) { return emu_shfl_xor(v, m); }
 
 // Warp-wide matrix products: each lane deposits its fragments; after the barrier the first lane to run
 // assembles the whole A and B tiles from the documented fragment layouts, computes the warp's 16x8
@@ -344,6 +345,7 @@ inline void mma_f16_16816(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
 }
 
 inline unsigned short f32_to_f16(float f) { return dllm::quant::f32_to_fp16(f); }
+inline float f16_to_f32(unsigned short h) { return dllm::quant::fp16_to_f32(h); }
 inline u32 pack_half2(float lo, float hi) {
   return static_cast<u32>(f32_to_f16(lo)) | (static_cast<u32>(f32_to_f16(hi)) << 16);
 }

@@ -39,10 +39,21 @@ void add_gemm_all_formats(std::map<std::string, Launcher>& r) {
   add_gemm<WT_Q4_K, N, K>(r);
   add_gemm<WT_Q6_K, N, K>(r);
 }
-template <int MODE, int K>
+template <int MODE, int ACT, int K>
 void add_quant(std::map<std::string, Launcher>& r) {
-  const jit::cuda::QuantDesc d{static_cast<jit::cuda::QuantMode>(MODE), K};
-  r[d.name()] = make_launcher<QuantRowsParams>([](const QuantRowsParams& p) { quant_rows_body<MODE, K>(p); });
+  const jit::cuda::QuantDesc d{static_cast<jit::cuda::QuantMode>(MODE), static_cast<jit::cuda::ActFormat>(ACT), K};
+  r[d.name()] = make_launcher<QuantRowsParams>([](const QuantRowsParams& p) { quant_rows_body<MODE, ACT, K>(p); });
+}
+template <int K>
+void add_quant_all(std::map<std::string, Launcher>& r) {  // both formats when K allows Q8_K
+  add_quant<QR_PLAIN, ACT_Q8_0, K>(r);
+  add_quant<QR_RMSNORM, ACT_Q8_0, K>(r);
+  add_quant<QR_SWIGLU, ACT_Q8_0, K>(r);
+  if constexpr (K % 256 == 0) {
+    add_quant<QR_PLAIN, ACT_Q8_K, K>(r);
+    add_quant<QR_RMSNORM, ACT_Q8_K, K>(r);
+    add_quant<QR_SWIGLU, ACT_Q8_K, K>(r);
+  }
 }
 template <int NH, int D, int NROT, int STYLE, int T>
 void add_pack(std::map<std::string, Launcher>& r) {
@@ -67,10 +78,10 @@ inline const std::map<std::string, Launcher>& emulated_kernels() {
     add_gemm_all_formats<1024, 256>(m);
     add_gemm_all_formats<24, 512>(m);  // unit tests: a partial block of columns
     add_gemm_all_formats<136, 96>(m);  // Q8_0 unit test: k-blocks padded (3 -> 4)
-    for (auto* f : {&add_quant<QR_PLAIN, 256>, &add_quant<QR_PLAIN, 768>, &add_quant<QR_RMSNORM, 256>,
-                    &add_quant<QR_SWIGLU, 768>, &add_quant<QR_PLAIN, 512>, &add_quant<QR_PLAIN, 96>}) {
-      f(m);
-    }
+    add_quant_all<256>(m);
+    add_quant_all<768>(m);
+    add_quant_all<512>(m);
+    add_quant_all<96>(m);
     add_pack<4, 64, 64, PK_NORM, 0>(m);  // llada q, k
     add_pack<4, 64, 64, PK_NONE, 1>(m);  // llada v
     add_pack<4, 64, 64, PK_NEOX, 0>(m);  // dream q

@@ -114,7 +114,9 @@ DevAddr CudaDevice::alloc(size_t bytes) {
 }
 
 void CudaDevice::free(DevAddr p) noexcept {
-  if (p) d_.cuMemFree(p);
+  if (!p) return;
+  d_.cuCtxSetCurrent(ctx_);
+  d_.cuMemFree(p);
 }
 
 void CudaDevice::upload(DevAddr dst, const void* src, size_t bytes) {

@@ -67,7 +67,7 @@ model::WeightHandle GpuExecutor::prepare_weight(const gguf::TensorInfo& t) {
   }
   weight_bytes_ += L.device_bytes();
   matmul_kernels_.add(w.desc());
-  matmul_kernels_.add(QuantDesc{QuantMode::Plain, L.k});
+  matmul_kernels_.add(QuantDesc{QuantMode::Plain, act_format_for(L.format), L.k});
   weights_.push_back(std::move(w));
   return model::WeightHandle{static_cast<int32_t>(weights_.size() - 1)};
 }
@@ -93,7 +93,14 @@ void GpuExecutor::matmul_shared(const model::WeightHandle* ws, float* const* ys,
   dev_->load_kernels(matmul_kernels_);  // one unit for every prepared weight; a no-op once loaded
   const DevAddr xd = x_.get(*dev_, static_cast<size_t>(rows * k) * sizeof(float));
   dev_->upload(xd, x, static_cast<size_t>(rows * k) * sizeof(float));
-  gpu_quant(*dev_, QuantMode::Plain, k, xd, 0, 0, 0, rows, k, 0.f, act_);
+  // One quantisation per activation format the matrices read (Q8_0 and/or Q8_K).
+  bool done[2] = {false, false};
+  for (int i = 0; i < n; ++i) {
+    const ActFormat f = act_format_for(weight(ws[i]).layout.format);
+    if (done[static_cast<size_t>(f)]) continue;
+    gpu_quant(*dev_, QuantMode::Plain, f, k, xd, 0, 0, 0, rows, k, 0.f, act_[static_cast<size_t>(f)]);
+    done[static_cast<size_t>(f)] = true;
+  }
   for (int i = 0; i < n; ++i) {
     const GpuWeight& w = weight(ws[i]);
     const size_t bytes = static_cast<size_t>(rows * w.layout.n) * sizeof(float);

@@ -59,7 +59,7 @@ class GpuExecutor : public model::Executor {
   std::unique_ptr<GpuForward> forward_;
   const model::ForwardWeights* forward_weights_ = nullptr;
   // per-call scratch
-  ActBuffers act_;
+  ActPair act_;
   Scratch x_, y_, q_, k_, v_, qh_, kh_, vt_, out_;
   std::vector<std::string> notes_;
 };

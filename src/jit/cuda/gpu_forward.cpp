@@ -37,17 +37,21 @@ std::string GpuProfile::report() const {
 GpuForward::GpuForward(Device& dev, ThreadPool& pool, const model::HParams& hp, const model::ForwardWeights& fw,
                        const std::vector<GpuWeight>& weights)
     : dev_(dev), pool_(pool), hp_(hp), fw_(fw), weights_(weights) {
-  // Every matrix must be on the device already (GpuExecutor::prepare_weight) and have a kernel.
+  // Every matrix must be on the device already (GpuExecutor::prepare_weight) and have a kernel; each
+  // reads activations quantised in its format.
   KernelSet set;
-  auto need = [&](model::WeightHandle h) { set.add(weight(h).desc()); };
+  auto need = [&](model::WeightHandle h, QuantMode mode) {
+    const GpuWeight& w = weight(h);
+    set.add(w.desc());
+    set.add(QuantDesc{mode, act_format_for(w.layout.format), w.layout.k});
+  };
   for (const auto& l : fw.layers) {
-    for (model::WeightHandle h : {l.wq, l.wk, l.wv, l.wo, l.ffn_gate, l.ffn_up, l.ffn_down}) need(h);
+    for (model::WeightHandle h : {l.wq, l.wk, l.wv, l.ffn_gate, l.ffn_up}) need(h, QuantMode::RmsNorm);
+    need(l.wo, QuantMode::Plain);
+    need(l.ffn_down, QuantMode::SwiGlu);
   }
-  need(fw.output);
+  need(fw.output, QuantMode::RmsNorm);
   if (const std::string err = head_dim_error(hp.head_dim, hp.n_rot); !err.empty()) throw Error(err);
-  set.add(QuantDesc{QuantMode::RmsNorm, hp.n_embd});
-  set.add(QuantDesc{QuantMode::Plain, hp.q_dim()});
-  set.add(QuantDesc{QuantMode::SwiGlu, hp.n_ff});
   set.add(q_pack_desc(hp));
   set.add(k_pack_desc(hp));
   set.add(v_pack_desc(hp));
@@ -73,25 +77,27 @@ const GpuWeight& GpuForward::weight(model::WeightHandle h) const {
   return weights_[static_cast<size_t>(h.index)];
 }
 
-// cos/sin of position * base^(-2p/n_rot), computed in double like the reference and rounded to f32.
+// cos/sin of position * base^(-2p/n_rot), in double exactly as the reference computes them.
 void GpuForward::ensure_positions(int64_t n) {
   if (n <= pos_cap_) return;
   const int64_t cap = std::max<int64_t>(pad_rows(n), std::min<int64_t>(2 * pos_cap_, hp_.n_ctx));
   const int64_t half = hp_.n_rot / 2;
-  std::vector<float> c(static_cast<size_t>(cap * half)), s(c.size());
+  std::vector<double> c(static_cast<size_t>(cap * half)), s(c.size());
   std::vector<int> pos(static_cast<size_t>(cap));
   for (int64_t p = 0; p < half; ++p) {
     const double inv_freq = std::pow(static_cast<double>(hp_.rope_base),
                                      -2.0 * static_cast<double>(p) / static_cast<double>(hp_.n_rot));
     for (int64_t i = 0; i < cap; ++i) {
       const double theta = static_cast<double>(i) * inv_freq;
-      c[static_cast<size_t>(i * half + p)] = static_cast<float>(std::cos(theta));
-      s[static_cast<size_t>(i * half + p)] = static_cast<float>(std::sin(theta));
+      c[static_cast<size_t>(i * half + p)] = std::cos(theta);
+      s[static_cast<size_t>(i * half + p)] = std::sin(theta);
     }
   }
   for (int64_t i = 0; i < cap; ++i) pos[static_cast<size_t>(i)] = static_cast<int>(i);
-  cos_ = upload_vector(dev_, c);
-  sin_ = upload_vector(dev_, s);
+  cos_ = DeviceBuffer(dev_, c.size() * sizeof(double));
+  dev_.upload(cos_.addr(), c.data(), cos_.bytes());
+  sin_ = DeviceBuffer(dev_, s.size() * sizeof(double));
+  dev_.upload(sin_.addr(), s.data(), sin_.bytes());
   pos_ = DeviceBuffer(dev_, pos.size() * sizeof(int));
   dev_.upload(pos_.addr(), pos.data(), pos_.bytes());
   pos_cap_ = cap;
@@ -117,7 +123,7 @@ size_t GpuForward::workspace_bytes(const model::HParams& hp, int64_t n, int64_t 
   b += static_cast<size_t>(n) * sizeof(float) * static_cast<size_t>(D + Q + 2 * KV + Q + 2 * F);
   b += packed_heads_bytes(hp.n_head, hp.head_dim, n) + 2 * packed_heads_bytes(hp.n_head_kv, hp.head_dim, n);
   b += static_cast<size_t>(m) * static_cast<size_t>(hp.n_vocab) * sizeof(float);
-  b += static_cast<size_t>(pad_rows(n)) * static_cast<size_t>(hp.n_rot + 1) * sizeof(float);  // RoPE tables
+  b += static_cast<size_t>(pad_rows(n)) * static_cast<size_t>(hp.n_rot + 1) * sizeof(double);  // RoPE tables
   return b + b / 4;  // growth headroom of the scratch buffers
 }
 
@@ -168,12 +174,14 @@ void GpuForward::forward(const model::ForwardRequest& req) {
   for (size_t l = 0; l < fw_.layers.size(); ++l) {
     const auto& L = fw_.layers[l];
     const LayerBuffers& B = layers_[l];
+    const GpuWeight &wq = weight(L.wq), &wk = weight(L.wk), &wv = weight(L.wv), &wo = weight(L.wo);
+    const GpuWeight &wg = weight(L.ffn_gate), &wu = weight(L.ffn_up), &wd = weight(L.ffn_down);
     // --- attention block ---
     timed(profile_.gemm_s, [&] {
-      gpu_quant(dev_, QuantMode::RmsNorm, D, x, 0, B.attn_norm.addr(), 0, n, D, eps, act_);
-      gpu_gemm(dev_, weight(L.wq), act_, n, qf, Q, false);
-      gpu_gemm(dev_, weight(L.wk), act_, n, kf, KV, false);
-      gpu_gemm(dev_, weight(L.wv), act_, n, vf, KV, false);
+      gpu_quant_for(dev_, QuantMode::RmsNorm, {&wq, &wk, &wv}, x, 0, B.attn_norm.addr(), 0, n, D, eps, act_);
+      gpu_gemm(dev_, wq, act_, n, qf, Q, false);
+      gpu_gemm(dev_, wk, act_, n, kf, KV, false);
+      gpu_gemm(dev_, wv, act_, n, vf, KV, false);
     });
     timed(profile_.attention_s, [&] {
       gpu_pack(dev_, qd, qf, n, Q, B.bq.addr(), cos_.addr(), sin_.addr(), pos_.addr(), qh);
@@ -182,21 +190,22 @@ void GpuForward::forward(const model::ForwardRequest& req) {
       gpu_attention(dev_, ad, qh, n, kh, vt, n, scale, att);
     });
     timed(profile_.gemm_s, [&] {
-      gpu_quant(dev_, QuantMode::Plain, Q, att, 0, 0, 0, n, Q, eps, act_);
-      gpu_gemm(dev_, weight(L.wo), act_, n, x, D, true);
+      gpu_quant_for(dev_, QuantMode::Plain, {&wo}, att, 0, 0, 0, n, Q, eps, act_);
+      gpu_gemm(dev_, wo, act_, n, x, D, true);
       // --- feed-forward block ---
-      gpu_quant(dev_, QuantMode::RmsNorm, D, x, 0, B.ffn_norm.addr(), 0, n, D, eps, act_);
-      gpu_gemm(dev_, weight(L.ffn_gate), act_, n, gate, F, false);
-      gpu_gemm(dev_, weight(L.ffn_up), act_, n, up, F, false);
-      gpu_quant(dev_, QuantMode::SwiGlu, F, gate, up, 0, 0, n, F, eps, act_);
-      gpu_gemm(dev_, weight(L.ffn_down), act_, n, x, D, true);
+      gpu_quant_for(dev_, QuantMode::RmsNorm, {&wg, &wu}, x, 0, B.ffn_norm.addr(), 0, n, D, eps, act_);
+      gpu_gemm(dev_, wg, act_, n, gate, F, false);
+      gpu_gemm(dev_, wu, act_, n, up, F, false);
+      gpu_quant_for(dev_, QuantMode::SwiGlu, {&wd}, gate, up, 0, 0, n, F, eps, act_);
+      gpu_gemm(dev_, wd, act_, n, x, D, true);
     });
   }
 
   // --- final norm of the requested rows (gathered through the row map) and the LM head ---
   timed(profile_.lm_head_s, [&] {
-    gpu_quant(dev_, QuantMode::RmsNorm, D, x, 0, output_norm_.addr(), rows, m, D, eps, act_);
-    gpu_gemm(dev_, weight(fw_.output), act_, m, logits, V, false);
+    const GpuWeight& wout = weight(fw_.output);
+    gpu_quant_for(dev_, QuantMode::RmsNorm, {&wout}, x, 0, output_norm_.addr(), rows, m, D, eps, act_);
+    gpu_gemm(dev_, wout, act_, m, logits, V, false);
   });
   timed(profile_.transfer_s, [&] { dev_.download(req.logits, logits, static_cast<size_t>(m * V) * f4); });
   ++profile_.steps;

@@ -59,7 +59,7 @@ class GpuForward {
   int64_t pos_cap_ = 0;
   DeviceBuffer cos_, sin_, pos_;
   // per-step scratch
-  ActBuffers act_;
+  ActPair act_;
   Scratch x_, qf_, kf_, vf_, qh_, kh_, vt_, att_, gate_, up_, rows_, logits_;
   std::vector<float> host_x_;
   bool profiling_ = false;

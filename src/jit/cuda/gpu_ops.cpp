@@ -27,9 +27,12 @@ DevAddr Scratch::get(Device& dev, size_t bytes) {
   return buf.addr();
 }
 
-void gpu_quant(Device& dev, QuantMode mode, int64_t k, DevAddr x, DevAddr x2, DevAddr w, DevAddr row_map, int64_t rows,
-               int64_t ld, float eps, ActBuffers& act) {
+void gpu_quant(Device& dev, QuantMode mode, ActFormat fmt, int64_t k, DevAddr x, DevAddr x2, DevAddr w,
+               DevAddr row_map, int64_t rows, int64_t ld, float eps, ActBuffers& act) {
   act.ensure(dev, rows, k);
+  act.format = fmt;
+  act.rows = rows;
+  act.k = k;
   QuantRowsParams p{};
   p.x = dev_ptr<const float>(x);
   p.x2 = dev_ptr<const float>(x2);
@@ -41,13 +44,26 @@ void gpu_quant(Device& dev, QuantMode mode, int64_t k, DevAddr x, DevAddr x2, De
   p.rows = static_cast<int>(rows);
   p.ld = static_cast<int>(ld);
   p.eps = eps;
-  dev.launch(QuantDesc{mode, k}.name(), quant_launch(rows), &p, sizeof p);
+  dev.launch(QuantDesc{mode, fmt, k}.name(), quant_launch(rows), &p, sizeof p);
+}
+
+void gpu_quant_for(Device& dev, QuantMode mode, std::initializer_list<const GpuWeight*> readers, DevAddr x,
+                   DevAddr x2, DevAddr w, DevAddr row_map, int64_t rows, int64_t ld, float eps, ActPair& act) {
+  bool done[2] = {false, false};
+  for (const GpuWeight* r : readers) {
+    const ActFormat f = act_format_for(r->layout.format);
+    const size_t i = static_cast<size_t>(f);
+    if (done[i]) continue;
+    gpu_quant(dev, mode, f, r->layout.k, x, x2, w, row_map, rows, ld, eps, act[i]);
+    done[i] = true;
+  }
 }
 
 void gpu_gemm(Device& dev, const GpuWeight& w, const ActBuffers& act, int64_t rows, DevAddr y, int64_t ldy,
               bool accumulate) {
-  if (act.q.bytes() < act_bytes(rows, w.layout.k)) {
-    throw Error("internal error: activation buffer too small for " + w.name);
+  if (act.k != w.layout.k || act.format != act_format_for(w.layout.format) || rows > act.rows ||
+      act.q.bytes() < act_bytes(rows, w.layout.k)) {
+    throw Error("internal error: the activations quantised for " + w.name + " do not fit it");
   }
   GemmParams p{};
   p.a = dev_ptr<const unsigned char>(act.q.addr());
@@ -69,8 +85,8 @@ void gpu_pack(Device& dev, const PackDesc& d, DevAddr x, int64_t rows, int64_t l
   PackParams p{};
   p.x = dev_ptr<const float>(x);
   p.bias = dev_ptr<const float>(bias);
-  p.cos_t = dev_ptr<const float>(cos_t);
-  p.sin_t = dev_ptr<const float>(sin_t);
+  p.cos_t = dev_ptr<const double>(cos_t);
+  p.sin_t = dev_ptr<const double>(sin_t);
   p.pos = dev_ptr<const int>(pos);
   p.out = dev_ptr<unsigned short>(out);
   p.rows = static_cast<int>(rows);

@@ -3,7 +3,9 @@
 // with RMSNorm or SwiGLU), the int8 GEMM against an uploaded weight, packing a projection into per-head
 // f16 operands (bias + RoPE fused), and flash attention. Also the uploaded weight itself.
 #pragma once
+#include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 
 #include "jit/cuda/device.h"
@@ -24,11 +26,15 @@ struct GpuWeight {
   GemmDesc desc() const { return {layout.format, layout.n, layout.k}; }
 };
 
-// int8 activation fragments with their scales, for up to `rows` rows of k values (grown on demand).
+// int8 activation fragments with their scales (grown on demand), and what they currently hold.
 struct ActBuffers {
   DeviceBuffer q, da, sa;
+  ActFormat format = ActFormat::Q8_0;
+  int64_t rows = 0, k = 0;  // of the last quantisation
   void ensure(Device& dev, int64_t rows, int64_t k);
 };
+// One set of buffers per activation format (indexed by ActFormat).
+using ActPair = std::array<ActBuffers, 2>;
 
 // A growable f32/f16/int device scratch buffer.
 struct Scratch {
@@ -36,17 +42,26 @@ struct Scratch {
   DevAddr get(Device& dev, size_t bytes);  // at least `bytes`, contents not preserved on growth
 };
 
-// act <- quantised rows: rows of x (row stride ld floats), through row_map when given. RmsNorm uses w
-// and eps; SwiGlu takes the gate from x and the up projection from x2.
-void gpu_quant(Device& dev, QuantMode mode, int64_t k, DevAddr x, DevAddr x2, DevAddr w, DevAddr row_map, int64_t rows,
-               int64_t ld, float eps, ActBuffers& act);
+// act <- quantised rows in format `fmt`: rows of x (row stride ld floats), through row_map when given.
+// RmsNorm uses w and eps; SwiGlu takes the gate from x and the up projection from x2.
+void gpu_quant(Device& dev, QuantMode mode, ActFormat fmt, int64_t k, DevAddr x, DevAddr x2, DevAddr w,
+               DevAddr row_map, int64_t rows, int64_t ld, float eps, ActBuffers& act);
+// The same once for each format the `readers` need (they all read k = their width).
+void gpu_quant_for(Device& dev, QuantMode mode, std::initializer_list<const GpuWeight*> readers, DevAddr x,
+                   DevAddr x2, DevAddr w, DevAddr row_map, int64_t rows, int64_t ld, float eps, ActPair& act);
 
-// y[r][j] (+)= act[r] . W[j] for r < rows (y's row stride ldy floats).
+// y[r][j] (+)= act[r] . W[j] for r < rows (y's row stride ldy floats). Checks that act holds this
+// weight's activation format and width.
 void gpu_gemm(Device& dev, const GpuWeight& w, const ActBuffers& act, int64_t rows, DevAddr y, int64_t ldy,
               bool accumulate);
+// The same with the buffer of w's format taken from the pair.
+inline void gpu_gemm(Device& dev, const GpuWeight& w, const ActPair& act, int64_t rows, DevAddr y, int64_t ldy,
+                     bool accumulate) {
+  gpu_gemm(dev, w, act[static_cast<size_t>(act_format_for(w.layout.format))], rows, y, ldy, accumulate);
+}
 
-// out <- f16 per-head layout of x ([rows][ld] f32) with bias and RoPE (tables [positions][n_rot/2],
-// positions per row in pos) as the descriptor says. out holds d.n_head * pad_rows(rows) * d.head_dim halves.
+// out <- split-f16 per-head layout of x ([rows][ld] f32) with bias and RoPE (double tables
+// [positions][n_rot/2], positions per row in pos) as the descriptor says. out holds d.n_head * pad_rows(rows) * d.head_dim halves.
 void gpu_pack(Device& dev, const PackDesc& d, DevAddr x, int64_t rows, int64_t ld, DevAddr bias, DevAddr cos_t,
               DevAddr sin_t, DevAddr pos, DevAddr out);
 
@@ -54,9 +69,9 @@ void gpu_pack(Device& dev, const PackDesc& d, DevAddr x, int64_t rows, int64_t l
 void gpu_attention(Device& dev, const AttnDesc& d, DevAddr q, int64_t n_q, DevAddr k, DevAddr vt, int64_t n_kv,
                    float scale, DevAddr out);
 
-// Bytes of the packed f16 operand of one projection (pack_heads output).
+// Bytes of the packed split-f16 operand of one projection (pack_heads output: hi and lo planes).
 inline size_t packed_heads_bytes(int64_t n_head, int64_t head_dim, int64_t rows) {
-  return static_cast<size_t>(n_head * head_dim * pad_rows(rows)) * 2;
+  return static_cast<size_t>(n_head * head_dim * pad_rows(rows)) * 2 * 2;
 }
 
 }  // namespace dllm::jit::cuda

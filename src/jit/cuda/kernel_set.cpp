@@ -63,7 +63,8 @@ std::string GemmDesc::name() const {
   return std::string("dllm_gemm_") + weight_format_name(format) + "_n" + std::to_string(n) + "_k" + std::to_string(k);
 }
 std::string QuantDesc::name() const {
-  return std::string("dllm_quant_") + quant_mode_name(mode) + "_k" + std::to_string(k);
+  return std::string("dllm_quant_") + quant_mode_name(mode) + (act == ActFormat::Q8_0 ? "_q8_0" : "_q8_k") + "_k" +
+         std::to_string(k);
 }
 std::string PackDesc::name() const {
   return "dllm_pack_h" + std::to_string(n_head) + "_d" + std::to_string(head_dim) + "_r" + std::to_string(n_rot) +
@@ -121,7 +122,8 @@ std::string KernelSet::source() const {
   s << "// ---- entry points\n";
   for (const auto& d : quant_) {
     s << "extern \"C\" __global__ void __launch_bounds__(" << kQuantThreads << ") " << d.name()
-      << "(const QuantRowsParams p) { quant_rows_body<" << static_cast<int>(d.mode) << ", " << d.k << ">(p); }\n";
+      << "(const QuantRowsParams p) { quant_rows_body<" << static_cast<int>(d.mode) << ", " << static_cast<int>(d.act)
+      << ", " << d.k << ">(p); }\n";
   }
   for (const auto& d : gemm_) {
     s << "extern \"C\" __global__ void __launch_bounds__(" << kGemmThreads << ") " << d.name()
@@ -213,9 +215,18 @@ KernelSet kernels_for_model(const model::HParams& hp, const model::ModelTensors&
     weight_format_of(m.type(), &f);
     set.add(GemmDesc{f, m.ne[1], m.ne[0]});
   });
-  set.add(QuantDesc{QuantMode::RmsNorm, hp.n_embd});  // before Q/K/V, before the FFN, before the LM head
-  set.add(QuantDesc{QuantMode::Plain, hp.q_dim()});   // attention output -> output projection
-  set.add(QuantDesc{QuantMode::SwiGlu, hp.n_ff});     // gate, up -> down projection
+  // The activation quantisers, in the format of each matrix that reads them.
+  auto quant = [&](QuantMode mode, const gguf::TensorInfo* m) {
+    WeightFormat f = WeightFormat::Q8_0;
+    weight_format_of(m->type(), &f);
+    set.add(QuantDesc{mode, act_format_for(f), m->ne[0]});
+  };
+  for (const model::LayerTensors& l : tensors.layers) {
+    for (const gguf::TensorInfo* m : {l.wq, l.wk, l.wv, l.ffn_gate, l.ffn_up}) quant(QuantMode::RmsNorm, m);
+    quant(QuantMode::Plain, l.wo);        // attention output -> output projection
+    quant(QuantMode::SwiGlu, l.ffn_down);  // gate, up -> down projection
+  }
+  quant(QuantMode::RmsNorm, tensors.output);  // final norm -> LM head
   set.add(q_pack_desc(hp));
   set.add(k_pack_desc(hp));
   set.add(v_pack_desc(hp));
@@ -229,9 +240,12 @@ KernelSet kernels_for_hparams(const model::HParams& hp, const std::vector<Weight
   for (WeightFormat f : formats) {
     for (const auto& [n, k] : {std::pair{Q, D}, {KV, D}, {D, Q}, {F, D}, {D, F}, {V, D}}) set.add(GemmDesc{f, n, k});
   }
-  set.add(QuantDesc{QuantMode::RmsNorm, D});
-  set.add(QuantDesc{QuantMode::SwiGlu, F});
-  for (int64_t k : {D, Q, F}) set.add(QuantDesc{QuantMode::Plain, k});
+  for (WeightFormat f : formats) {
+    const ActFormat a = act_format_for(f);
+    set.add(QuantDesc{QuantMode::RmsNorm, a, D});
+    set.add(QuantDesc{QuantMode::SwiGlu, a, F});
+    for (int64_t k : {D, Q, F}) set.add(QuantDesc{QuantMode::Plain, a, k});
+  }
   set.add(q_pack_desc(hp));
   set.add(k_pack_desc(hp));
   set.add(v_pack_desc(hp));

@@ -22,6 +22,9 @@ const char* weight_format_name(WeightFormat f);  // "q8_0", "q4_k", "q6_k"
 
 // Activation quantiser modes (quant.cuh QR_*).
 enum class QuantMode : int { Plain = 0, RmsNorm = 1, SwiGlu = 2 };
+// ggml's activation formats (quant.cuh ACT_*): Q8_0 for Q8_0 weights, Q8_K for Q4_K / Q6_K weights.
+enum class ActFormat : int { Q8_0 = 0, Q8_K = 1 };
+inline ActFormat act_format_for(WeightFormat f) { return f == WeightFormat::Q8_0 ? ActFormat::Q8_0 : ActFormat::Q8_K; }
 // RoPE styles of pack_heads (quant.cuh PK_*).
 enum class PackStyle : int { None = 0, Norm = 1, Neox = 2 };
 
@@ -33,9 +36,10 @@ struct GemmDesc {
 };
 struct QuantDesc {
   QuantMode mode;
+  ActFormat act;
   int64_t k;
   auto operator<=>(const QuantDesc&) const = default;
-  std::string name() const;  // dllm_quant_rmsnorm_k4096
+  std::string name() const;  // dllm_quant_rmsnorm_q8_k_k4096
 };
 struct PackDesc {
   int64_t n_head, head_dim, n_rot;

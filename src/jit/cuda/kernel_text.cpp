@@ -41,24 +41,24 @@ struct GemmParams {
   int accumulate;          // 1: y += result (residual connection); 0: y = result
 };
 
-// Bias, RoPE and conversion to f16 of one projection's output, rearranged per head for attention.
+// Bias, RoPE and conversion to split f16 of one projection's output, rearranged per head for attention.
 struct PackParams {
   const float* x;      // [rows][ld] f32 projection output (heads concatenated)
   const float* bias;   // [NH * D] or null
-  const float* cos_t;  // RoPE: [positions][NROT / 2]
-  const float* sin_t;
+  const double* cos_t; // RoPE: [positions][NROT / 2], in double like the CPU path
+  const double* sin_t;
   const int* pos;      // RoPE: position of each row
-  unsigned short* out; // f16: [NH][rows_pad][D], or [NH][D][rows_pad] when transposed (values)
+  unsigned short* out; // f16 hi plane then lo plane, each [NH][rows_pad][D] ([NH][D][rows_pad] transposed)
   int rows;            // valid rows (padding rows up to rows_pad are written as zeros)
   int rows_pad;
   int ld;              // row stride of x, in floats
 };
 
-// Flash attention over f16 operands packed by PackParams kernels.
+// Flash attention over split-f16 operands packed by PackParams kernels (hi plane, then lo plane).
 struct AttnParams {
-  const unsigned short* q;   // [H][q_pad][D]
-  const unsigned short* k;   // [HKV][kv_pad][D]
-  const unsigned short* vt;  // [HKV][D][kv_pad]
+  const unsigned short* q;   // 2 x [H][q_pad][D]
+  const unsigned short* k;   // 2 x [HKV][kv_pad][D]
+  const unsigned short* vt;  // 2 x [HKV][D][kv_pad]
   float* out;                // [n_q][H * D] f32
   int n_q;
   int n_kv;
@@ -91,6 +91,7 @@ typedef unsigned int u32;
 DEV void block_sync() { __syncthreads(); }
 DEV float shfl_xor_f(float v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
 DEV int shfl_xor_i(int v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
+DEV double shfl_xor_d(double v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
 
 // D(16x8, s32) += A(16x32, s8, row) * B(32x8, s8, col). Lane l = 4g + t holds
 //   A: a0 = row g k 4t..4t+3, a1 = row g+8 k 4t.., a2 = row g k 16+4t.., a3 = row g+8 k 16+4t..
@@ -129,6 +130,11 @@ DEV unsigned short f32_to_f16(float f) {
   unsigned short h;
   asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
   return h;
+}
+DEV float f16_to_f32(unsigned short h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
 }
 
 DEV int round_to_int(float x) { return __float2int_rn(x); }  // nearest, ties to even
@@ -169,17 +175,25 @@ DEV u32 u4_get(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i =
 constexpr char kFile2[] = R"dllm_cuh(// Element-wise kernels around the matrix products: quant_rows turns f32 activation rows into the int8
 // fragments the GEMM reads (optionally fusing the RMSNorm before a projection, or the SwiGLU between the
 // feed-forward projections), and pack_heads adds a bias, applies RoPE and converts one projection's
-// output to the per-head f16 layouts the attention kernel reads.
+// output to the per-head split-f16 (hi + lo) layouts the attention kernel reads.
 #ifndef DLLM_CUDA_QUANT_CUH
 #define DLLM_CUDA_QUANT_CUH
 
 // --- int8 activation fragments ------------------------------------------------------------------
-// Activations are quantised per row and per block of 32 values: d = max|x| / 127, q = round(x / d)
-// (q = 0 when the block is all zeros). The quants are stored pre-arranged as the A operand of
+// Activations are quantised per row exactly as ggml quantises them for its integer dot products, so the
+// GPU multiplies the same integers as the CPU path and llama.cpp do:
+//   ACT_Q8_0 (for Q8_0 weights), per 32 values: d = amax/127, q = roundf(x * (1/d)) (ties away from
+//            zero), and the scale used is d rounded to f16;
+//   ACT_Q8_K (for Q4_K / Q6_K weights), per 256 values: max = the value of largest |x| (the first on
+//            ties), iscale = -127/max, q = min(127, rint(iscale * x)) (ties to even), d = 1/iscale.
+// Either way the GEMM reads one scale da and one sum sa = da * sum(q) per 32 values (a Q8_K block's
+// scale repeated over its 8 sub-blocks). The quants are stored pre-arranged as the A operand of
 // mma.m16n8k32: for row tile mt (16 rows) and k-block kb, the 32 lanes' 16-byte records are contiguous;
 // lane 4g+t holds {row g, k 4t..4t+3}, {row g+8, k 4t..}, {row g, k 16+4t..}, {row g+8, k 16+4t..}.
 // KBP = the number of k-blocks rounded up to a multiple of 4 (extra blocks are zeros).
+// The fused RMSNorm runs in double like the CPU path (forward.cpp): y = float(double(x) * scale * w).
 enum { QR_PLAIN = 0, QR_RMSNORM = 1, QR_SWIGLU = 2 };
+enum { ACT_Q8_0 = 0, ACT_Q8_K = 1 };
 constexpr int kQuantThreads = 128;
 
 // Byte offset of activation (row r, column k) in the fragment array.
@@ -189,61 +203,111 @@ DEV long long a_frag_offset(int r, int k, int kbp) {
   return ((static_cast<long long>(mt) * kbp + kb) * 32 + g * 4 + t) * 16 + reg * 4 + (kk & 3);
 }
 
+// The activation value k of a row: the input itself, the RMS-normed input, or SwiGLU of gate and up.
+template <int MODE>
+DEV float act_value(const QuantRowsParams& p, const float* x, long long src, double scale, int k) {
+  if (MODE == QR_PLAIN) return x[k];
+  if (MODE == QR_RMSNORM) return static_cast<float>(static_cast<double>(x[k]) * scale * static_cast<double>(p.w[k]));
+  const float g = x[k];
+  return g / (1.f + expf(-g)) * p.x2[src * p.ld + k];
+}
+
+DEV void store_quant(const QuantRowsParams& p, int r, int k, int kbp, int q) {
+  p.q[a_frag_offset(r, k, kbp)] = static_cast<unsigned char>(static_cast<signed char>(q));
+}
+
 // One block of kQuantThreads per output row; gridDim.x = rows_pad (a multiple of 32).
-template <int MODE, int K>
+template <int MODE, int ACT, int K>
 DEV void quant_rows_body(const QuantRowsParams& p) {
-  static_assert(K % 32 == 0, "rows must hold whole blocks of 32");
+  static_assert(K % (ACT == ACT_Q8_K ? 256 : 32) == 0, "rows must hold whole blocks");
   constexpr int KB = K / 32, KBP = (KB + 3) / 4 * 4, WARPS = kQuantThreads / 32;
-  SHARED_ALIGN16 float red[WARPS];
+  SHARED_ALIGN16 double red[WARPS];
   const int r = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const long long rk = static_cast<long long>(r) * KBP;
   if (r >= p.rows) {  // padding row: zeros (the whole block takes this branch)
     for (int kb = warp; kb < KBP; kb += WARPS) {
-      p.q[a_frag_offset(r, kb * 32 + lane, KBP)] = 0;
-      if (lane == 0) p.da[static_cast<long long>(r) * KBP + kb] = p.sa[static_cast<long long>(r) * KBP + kb] = 0.f;
+      store_quant(p, r, kb * 32 + lane, KBP, 0);
+      if (lane == 0) p.da[rk + kb] = p.sa[rk + kb] = 0.f;
     }
     return;
   }
   const long long src = p.row_map ? p.row_map[r] : r;
   const float* x = p.x + src * p.ld;
-  float scale = 1.f;
+  double scale = 1.0;
   if (MODE == QR_RMSNORM) {
-    float ss = 0.f;
-    for (int i = threadIdx.x; i < K; i += kQuantThreads) ss += x[i] * x[i];
-    ss = warp_sum(ss);
+    double ss = 0.0;
+    for (int i = threadIdx.x; i < K; i += kQuantThreads) ss += static_cast<double>(x[i]) * x[i];
+    UNROLL
+    for (int m = 16; m > 0; m >>= 1) ss += shfl_xor_d(ss, m);
     if (lane == 0) red[warp] = ss;
     block_sync();
-    ss = 0.f;
+    ss = 0.0;
     UNROLL
     for (int w = 0; w < WARPS; ++w) ss += red[w];
-    scale = 1.f / sqrtf(ss / static_cast<float>(K) + p.eps);
+    scale = 1.0 / sqrt(ss / static_cast<double>(K) + static_cast<double>(p.eps));
   }
-  for (int kb = warp; kb < KBP; kb += WARPS) {
-    const int k = kb * 32 + lane;
-    float v = 0.f;
-    if (kb < KB) {
-      if (MODE == QR_PLAIN) {
-        v = x[k];
-      } else if (MODE == QR_RMSNORM) {
-        v = x[k] * scale * p.w[k];
-      } else {
-        const float g = x[k];
-        v = g / (1.f + expf(-g)) * p.x2[src * p.ld + k];
+  if (ACT == ACT_Q8_0) {
+    // A warp per block of 32, one value per lane.
+    for (int kb = warp; kb < KBP; kb += WARPS) {
+      const int k = kb * 32 + lane;
+      const float v = kb < KB ? act_value<MODE>(p, x, src, scale, k) : 0.f;
+      const float amax = warp_max(fabsf(v));
+      const float d = amax / 127.f;
+      const float id = d != 0.f ? 1.f / d : 0.f;
+      const int q = static_cast<int>(roundf(v * id));
+      const int qsum = warp_sum_i(q);
+      store_quant(p, r, k, KBP, q);
+      if (lane == 0) {
+        const float dh = f16_to_f32(f32_to_f16(d));
+        p.da[rk + kb] = dh;
+        p.sa[rk + kb] = dh * static_cast<float>(qsum);
       }
     }
-    const float amax = warp_max(fabsf(v));
-    const float d = amax / 127.f;
-    const int q = amax > 0.f ? max(-127, min(127, round_to_int(v / d))) : 0;
-    const int qsum = warp_sum_i(q);
-    p.q[a_frag_offset(r, k, KBP)] = static_cast<unsigned char>(static_cast<signed char>(q));
-    if (lane == 0) {
-      p.da[static_cast<long long>(r) * KBP + kb] = d;
-      p.sa[static_cast<long long>(r) * KBP + kb] = d * static_cast<float>(qsum);
+  } else {
+    // A warp per block of 256; lane l holds value l of each of the 8 sub-blocks of 32.
+    for (int b = warp; b < K / 256; b += WARPS) {
+      float v[8];
+      float best_ax = -1.f, best_v = 0.f;
+      int best_i = 0;
+      UNROLL
+      for (int i = 0; i < 8; ++i) {
+        v[i] = act_value<MODE>(p, x, src, scale, b * 256 + 32 * i + lane);
+        const float ax = fabsf(v[i]);
+        if (ax > best_ax) {  // ascending positions: keeps the first of equal magnitudes
+          best_ax = ax;
+          best_v = v[i];
+          best_i = 32 * i + lane;
+        }
+      }
+      UNROLL
+      for (int m = 16; m > 0; m >>= 1) {
+        const float oax = shfl_xor_f(best_ax, m), ov = shfl_xor_f(best_v, m);
+        const int oi = shfl_xor_i(best_i, m);
+        if (oax > best_ax || (oax == best_ax && oi < best_i)) {
+          best_ax = oax;
+          best_v = ov;
+          best_i = oi;
+        }
+      }
+      const bool zero = best_ax == 0.f;
+      const float iscale = zero ? 0.f : -127.f / best_v;
+      const float d = zero ? 0.f : 1.f / iscale;
+      UNROLL
+      for (int i = 0; i < 8; ++i) {
+        const int q = zero ? 0 : min(127, round_to_int(iscale * v[i]));
+        const int qsum = warp_sum_i(q);
+        store_quant(p, r, b * 256 + 32 * i + lane, KBP, q);
+        if (lane == 0) {
+          p.da[rk + b * 8 + i] = d;
+          p.sa[rk + b * 8 + i] = d * static_cast<float>(qsum);
+        }
+      }
     }
   }
 }
 
 // --- per-head f16 operands for attention -----------------------------------------------------------
-// One thread per (row, head, pair of dimensions). STYLE: PK_NONE (no rotation), PK_NORM (pairs 2i, 2i+1)
+// One thread per (row, head, pair of dimensions); the output has a hi and a lo plane (see below). STYLE: PK_NONE (no rotation), PK_NORM (pairs 2i, 2i+1)
 // or PK_NEOX (pairs i, i + NROT/2); dimensions at or beyond NROT are not rotated. TRANSPOSE writes
 // [NH][D][rows_pad] (values, read as the B operand of P.V) instead of [NH][rows_pad][D].
 enum { PK_NONE = 0, PK_NORM = 1, PK_NEOX = 2 };
@@ -279,21 +343,30 @@ DEV void pack_heads_body(const PackParams& p) {
       b += p.bias[h * D + c1];
     }
     if (rotate) {
+      // In double with double tables, as the CPU path rotates (forward.cpp).
       const long long t = static_cast<long long>(p.pos[r]) * RH + i;
-      const float cs = p.cos_t[t], sn = p.sin_t[t];
-      const float ra = a * cs - b * sn, rb = a * sn + b * cs;
-      a = ra;
-      b = rb;
+      const double cs = p.cos_t[t], sn = p.sin_t[t], da = a, db = b;
+      a = static_cast<float>(da * cs - db * sn);
+      b = static_cast<float>(da * sn + db * cs);
     }
   }
+  // Two planes: the f16 value (hi) and the f16 rounding of what it misses (lo); hi + lo carries about
+  // 22 bits of the f32 value, and the attention kernel multiplies hi.hi + hi.lo + lo.hi.
+  const unsigned short ha = f32_to_f16(a), hb = f32_to_f16(b);
+  const unsigned short la = f32_to_f16(a - f16_to_f32(ha)), lb = f32_to_f16(b - f16_to_f32(hb));
+  const long long plane = static_cast<long long>(NH) * D * p.rows_pad;
   if (TRANSPOSE) {
     unsigned short* o = p.out + static_cast<long long>(h) * D * p.rows_pad + r;
-    o[static_cast<long long>(c0) * p.rows_pad] = f32_to_f16(a);
-    o[static_cast<long long>(c1) * p.rows_pad] = f32_to_f16(b);
+    o[static_cast<long long>(c0) * p.rows_pad] = ha;
+    o[static_cast<long long>(c1) * p.rows_pad] = hb;
+    o[plane + static_cast<long long>(c0) * p.rows_pad] = la;
+    o[plane + static_cast<long long>(c1) * p.rows_pad] = lb;
   } else {
     unsigned short* o = p.out + (static_cast<long long>(h) * p.rows_pad + r) * D;
-    o[c0] = f32_to_f16(a);
-    o[c1] = f32_to_f16(b);
+    o[c0] = ha;
+    o[c1] = hb;
+    o[plane + c0] = la;
+    o[plane + c1] = lb;
   }
 }
 
@@ -452,11 +525,16 @@ DEV void gemm_body(const GemmParams& p) {
 )dllm_cuh";
 // attention.cuh
 constexpr char kFile4[] = R"dllm_cuh(// Bidirectional grouped-query flash attention on f16 tensor cores (mma.m16n8k16, f32 accumulation).
+// Operands arrive split in two f16 planes, x = hi + lo (quant.cuh pack_heads), and every product is taken
+// as hi.hi + hi.lo + lo.hi: three f16 mma per tile, about 22 bits of precision, so the result is as close
+// to exact attention as an f32 implementation. (Measured on the tiny fixtures: rounding only Q and K, or
+// only V, or only P to f16 changes 4 to 6 of the 23 quantised reference generations.)
+//
 // A block of 4 warps serves 64 query rows of one head; each warp owns 16 rows and keeps their Q
-// fragments, the running output O (16 x D, f32) and the online-softmax state (row max m, row sum l) in
-// registers. Keys and values stream through shared memory 64 keys at a time: S = Q.K^T (scaled into the
-// log2 domain), masked beyond n_kv, m and l updated and O rescaled, then O += P.V with P rounded to f16
-// and reused straight from the S accumulators as the A operand. At the end O / l is written as f32.
+// fragments (hi and lo), the running output O (16 x D, f32) and the online-softmax state (row max m,
+// row sum l) in registers. Keys and values stream through shared memory 32 keys at a time: S = Q.K^T
+// (scaled into the log2 domain), masked beyond n_kv, m and l updated and O rescaled, then O += P.V with P
+// split into hi + lo straight from the S accumulators as the A operand. At the end O / l is written as f32.
 // grid = (q_pad / 64, H); query head h reads key/value head h / (H / HKV).
 #ifndef DLLM_CUDA_ATTENTION_CUH
 #define DLLM_CUDA_ATTENTION_CUH
@@ -464,7 +542,21 @@ constexpr char kFile4[] = R"dllm_cuh(// Bidirectional grouped-query flash attent
 constexpr int kAttnWarps = 4;
 constexpr int kAttnThreads = 32 * kAttnWarps;
 constexpr int kAttnQRows = 16 * kAttnWarps;  // 64 query rows per block
-constexpr int kAttnKTile = 64;               // keys per shared-memory tile
+constexpr int kAttnKTile = 32;               // keys per shared-memory tile
+
+// Two floats as f16 hi parts and f16 lo parts (the rounding residuals), each pair packed lower-first.
+DEV void split_half2(float a, float b, u32& hi, u32& lo) {
+  const unsigned short ha = f32_to_f16(a), hb = f32_to_f16(b);
+  hi = static_cast<u32>(ha) | (static_cast<u32>(hb) << 16);
+  lo = pack_half2(a - f16_to_f32(ha), b - f16_to_f32(hb));
+}
+
+// d += a.b with split operands: a_hi.b_hi + a_hi.b_lo + a_lo.b_hi.
+DEV void mma_split(float (&d)[4], const u32 (&ah)[4], const u32 (&al)[4], u32 bh0, u32 bh1, u32 bl0, u32 bl1) {
+  mma_f16_16816(d, al, bh0, bh1);
+  mma_f16_16816(d, ah, bl0, bl1);
+  mma_f16_16816(d, ah, bh0, bh1);
+}
 
 template <int H, int HKV, int D>
 DEV void attention_body(const AttnParams& p) {
@@ -472,23 +564,29 @@ DEV void attention_body(const AttnParams& p) {
   constexpr int GROUP = H / HKV, KS = D / 16, DT = D / 8, ST = kAttnKTile / 8;
   // Rows padded by 8 halves (16 bytes) so that the 8 rows a warp reads at once fall in distinct banks.
   constexpr int SK = D + 8, SV = kAttnKTile + 8;
-  SHARED_ALIGN16 unsigned short sk[kAttnKTile * SK];  // [key][d]
-  SHARED_ALIGN16 unsigned short sv[D * SV];           // [d][key]
+  SHARED_ALIGN16 unsigned short skh[kAttnKTile * SK], skl[kAttnKTile * SK];  // [key][d]
+  SHARED_ALIGN16 unsigned short svh[D * SV], svl[D * SV];                    // [d][key]
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int h = blockIdx.y, hk = h / GROUP;
   const int q0 = blockIdx.x * kAttnQRows + warp * 16;
 
-  // Q fragments of this warp's 16 rows, all of D.
+  // Q fragments (hi and lo planes) of this warp's 16 rows, all of D.
+  const long long q_plane = static_cast<long long>(H) * p.q_pad * D;
   const unsigned short* qp = p.q + (static_cast<long long>(h) * p.q_pad + q0) * D;
-  u32 qa[KS][4];
+  u32 qh[KS][4], ql[KS][4];
   UNROLL
   for (int ks = 0; ks < KS; ++ks) {
-    qa[ks][0] = ld_u32(qp + g * D + ks * 16 + 2 * t);
-    qa[ks][1] = ld_u32(qp + (g + 8) * D + ks * 16 + 2 * t);
-    qa[ks][2] = ld_u32(qp + g * D + ks * 16 + 8 + 2 * t);
-    qa[ks][3] = ld_u32(qp + (g + 8) * D + ks * 16 + 8 + 2 * t);
+    const int o0 = g * D + ks * 16 + 2 * t, o1 = (g + 8) * D + ks * 16 + 2 * t;
+    qh[ks][0] = ld_u32(qp + o0);
+    qh[ks][1] = ld_u32(qp + o1);
+    qh[ks][2] = ld_u32(qp + o0 + 8);
+    qh[ks][3] = ld_u32(qp + o1 + 8);
+    ql[ks][0] = ld_u32(qp + q_plane + o0);
+    ql[ks][1] = ld_u32(qp + q_plane + o1);
+    ql[ks][2] = ld_u32(qp + q_plane + o0 + 8);
+    ql[ks][3] = ld_u32(qp + q_plane + o1 + 8);
   }
 
   float o[DT][4];
@@ -496,31 +594,38 @@ DEV void attention_body(const AttnParams& p) {
   for (int dt = 0; dt < DT; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.f;
   float m0 = -DLLM_INF, m1 = -DLLM_INF, l0 = 0.f, l1 = 0.f;  // rows g and g+8
 
+  const long long kv_plane = static_cast<long long>(HKV) * p.kv_pad * D;  // the same size for K and V^T
   const unsigned short* kp = p.k + static_cast<long long>(hk) * p.kv_pad * D;
   const unsigned short* vp = p.vt + static_cast<long long>(hk) * D * p.kv_pad;
 
+  // Every tile starts below n_kv, so it holds at least one real key.
   UNROLL_1
-  for (int kt = 0; kt < p.kv_pad; kt += kAttnKTile) {
+  for (int kt = 0; kt < p.n_kv; kt += kAttnKTile) {
     block_sync();  // the previous tile is no longer read
     for (int i = threadIdx.x; i < kAttnKTile * (D / 8); i += kAttnThreads) {
       const int row = i / (D / 8), c8 = i % (D / 8);
-      st_u4(sk + row * SK + c8 * 8, ld_u4(kp + static_cast<long long>(kt + row) * D + c8 * 8));
+      const long long src = static_cast<long long>(kt + row) * D + c8 * 8;
+      st_u4(skh + row * SK + c8 * 8, ld_u4(kp + src));
+      st_u4(skl + row * SK + c8 * 8, ld_u4(kp + kv_plane + src));
     }
     for (int i = threadIdx.x; i < D * (kAttnKTile / 8); i += kAttnThreads) {
       const int row = i / (kAttnKTile / 8), c8 = i % (kAttnKTile / 8);
-      st_u4(sv + row * SV + c8 * 8, ld_u4(vp + static_cast<long long>(row) * p.kv_pad + kt + c8 * 8));
+      const long long src = static_cast<long long>(row) * p.kv_pad + kt + c8 * 8;
+      st_u4(svh + row * SV + c8 * 8, ld_u4(vp + src));
+      st_u4(svl + row * SV + c8 * 8, ld_u4(vp + kv_plane + src));
     }
     block_sync();
 
-    // S = Q K^T for 64 keys: 8 tiles of 8 keys; s[n][0..1] row g, s[n][2..3] row g+8, keys 8n+2t, +1.
+    // S = Q K^T for 32 keys: 4 tiles of 8 keys; s[n][0..1] row g, s[n][2..3] row g+8, keys 8n+2t, +1.
     float s[ST][4];
     UNROLL
     for (int n = 0; n < ST; ++n) {
       s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
       UNROLL
       for (int ks = 0; ks < KS; ++ks) {
-        const unsigned short* kr = sk + (n * 8 + g) * SK + ks * 16 + 2 * t;
-        mma_f16_16816(s[n], qa[ks], lds_u32(kr), lds_u32(kr + 8));
+        const int off = (n * 8 + g) * SK + ks * 16 + 2 * t;
+        mma_split(s[n], qh[ks], ql[ks], lds_u32(skh + off), lds_u32(skh + off + 8), lds_u32(skl + off),
+                  lds_u32(skl + off + 8));
       }
     }
     float mx0 = -DLLM_INF, mx1 = -DLLM_INF;
@@ -534,7 +639,7 @@ DEV void attention_body(const AttnParams& p) {
       mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
       mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
     }
-    // The 4 lanes of a group hold one row's 64 scores between them.
+    // The 4 lanes of a group hold one row's scores between them.
     mx0 = fmaxf(mx0, shfl_xor_f(mx0, 1));
     mx0 = fmaxf(mx0, shfl_xor_f(mx0, 2));
     mx1 = fmaxf(mx1, shfl_xor_f(mx1, 1));
@@ -563,15 +668,19 @@ DEV void attention_body(const AttnParams& p) {
       o[dt][2] *= al1;
       o[dt][3] *= al1;
     }
-    // O += P V: 16 keys per step; P's A fragment is two adjacent S tiles.
+    // O += P V: 16 keys per step; P's A fragment is two adjacent S tiles (split into hi + lo).
     UNROLL
     for (int j = 0; j < kAttnKTile / 16; ++j) {
-      const u32 pa[4] = {pack_half2(s[2 * j][0], s[2 * j][1]), pack_half2(s[2 * j][2], s[2 * j][3]),
-                         pack_half2(s[2 * j + 1][0], s[2 * j + 1][1]), pack_half2(s[2 * j + 1][2], s[2 * j + 1][3])};
+      u32 ph[4], pl[4];
+      split_half2(s[2 * j][0], s[2 * j][1], ph[0], pl[0]);
+      split_half2(s[2 * j][2], s[2 * j][3], ph[1], pl[1]);
+      split_half2(s[2 * j + 1][0], s[2 * j + 1][1], ph[2], pl[2]);
+      split_half2(s[2 * j + 1][2], s[2 * j + 1][3], ph[3], pl[3]);
       UNROLL
       for (int dt = 0; dt < DT; ++dt) {
-        const unsigned short* vr = sv + (dt * 8 + g) * SV + j * 16 + 2 * t;
-        mma_f16_16816(o[dt], pa, lds_u32(vr), lds_u32(vr + 8));
+        const int off = (dt * 8 + g) * SV + j * 16 + 2 * t;
+        mma_split(o[dt], ph, pl, lds_u32(svh + off), lds_u32(svh + off + 8), lds_u32(svl + off),
+                  lds_u32(svl + off + 8));
       }
     }
   }
@@ -580,20 +689,19 @@ DEV void attention_body(const AttnParams& p) {
   l0 += shfl_xor_f(l0, 2);
   l1 += shfl_xor_f(l1, 1);
   l1 += shfl_xor_f(l1, 2);
-  const float inv0 = 1.f / l0, inv1 = 1.f / l1;
   const int r0 = q0 + g, r1 = q0 + g + 8;
   UNROLL
   for (int dt = 0; dt < DT; ++dt) {
     const int c = h * D + dt * 8 + 2 * t;
     if (r0 < p.n_q) {
       float* out = p.out + static_cast<long long>(r0) * (H * D) + c;
-      out[0] = o[dt][0] * inv0;
-      out[1] = o[dt][1] * inv0;
+      out[0] = o[dt][0] / l0;
+      out[1] = o[dt][1] / l0;
     }
     if (r1 < p.n_q) {
       float* out = p.out + static_cast<long long>(r1) * (H * D) + c;
-      out[0] = o[dt][2] * inv1;
-      out[1] = o[dt][3] * inv1;
+      out[0] = o[dt][2] / l1;
+      out[1] = o[dt][3] / l1;
     }
   }
 }

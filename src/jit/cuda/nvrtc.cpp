@@ -130,8 +130,7 @@ CompiledUnit Nvrtc::compile(const std::string& source, const std::string& name, 
     ~Guard() { nv->nvrtcDestroyProgram_(p); }
   } guard{this, &prog};
 
-  std::vector<std::string> opts = {"--gpu-architecture=" + target, "-std=c++17", "-default-device",
-                                   "--device-as-default-execution-space"};
+  std::vector<std::string> opts = {"--gpu-architecture=" + target, "-std=c++17", "--device-as-default-execution-space"};
   opts.insert(opts.end(), extra.begin(), extra.end());
   std::vector<const char*> argv;
   for (const std::string& o : opts) argv.push_back(o.c_str());

@@ -19,6 +19,7 @@ typedef unsigned int u32;
 DEV void block_sync() { __syncthreads(); }
 DEV float shfl_xor_f(float v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
 DEV int shfl_xor_i(int v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
+DEV double shfl_xor_d(double v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
 
 // D(16x8, s32) += A(16x32, s8, row) * B(32x8, s8, col). Lane l = 4g + t holds
 //   A: a0 = row g k 4t..4t+3, a1 = row g+8 k 4t.., a2 = row g k 16+4t.., a3 = row g+8 k 16+4t..
@@ -57,6 +58,11 @@ DEV unsigned short f32_to_f16(float f) {
   unsigned short h;
   asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
   return h;
+}
+DEV float f16_to_f32(unsigned short h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
 }
 
 DEV int round_to_int(float x) { return __float2int_rn(x); }  // nearest, ties to even

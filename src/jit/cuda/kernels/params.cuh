@@ -33,24 +33,24 @@ struct GemmParams {
   int accumulate;          // 1: y += result (residual connection); 0: y = result
 };
 
-// Bias, RoPE and conversion to f16 of one projection's output, rearranged per head for attention.
+// Bias, RoPE and conversion to split f16 of one projection's output, rearranged per head for attention.
 struct PackParams {
   const float* x;      // [rows][ld] f32 projection output (heads concatenated)
   const float* bias;   // [NH * D] or null
-  const float* cos_t;  // RoPE: [positions][NROT / 2]
-  const float* sin_t;
+  const double* cos_t; // RoPE: [positions][NROT / 2], in double like the CPU path
+  const double* sin_t;
   const int* pos;      // RoPE: position of each row
-  unsigned short* out; // f16: [NH][rows_pad][D], or [NH][D][rows_pad] when transposed (values)
+  unsigned short* out; // f16 hi plane then lo plane, each [NH][rows_pad][D] ([NH][D][rows_pad] transposed)
   int rows;            // valid rows (padding rows up to rows_pad are written as zeros)
   int rows_pad;
   int ld;              // row stride of x, in floats
 };
 
-// Flash attention over f16 operands packed by PackParams kernels.
+// Flash attention over split-f16 operands packed by PackParams kernels (hi plane, then lo plane).
 struct AttnParams {
-  const unsigned short* q;   // [H][q_pad][D]
-  const unsigned short* k;   // [HKV][kv_pad][D]
-  const unsigned short* vt;  // [HKV][D][kv_pad]
+  const unsigned short* q;   // 2 x [H][q_pad][D]
+  const unsigned short* k;   // 2 x [HKV][kv_pad][D]
+  const unsigned short* vt;  // 2 x [HKV][D][kv_pad]
   float* out;                // [n_q][H * D] f32
   int n_q;
   int n_kv;

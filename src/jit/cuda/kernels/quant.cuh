@@ -1,17 +1,25 @@
 // Element-wise kernels around the matrix products: quant_rows turns f32 activation rows into the int8
 // fragments the GEMM reads (optionally fusing the RMSNorm before a projection, or the SwiGLU between the
 // feed-forward projections), and pack_heads adds a bias, applies RoPE and converts one projection's
-// output to the per-head f16 layouts the attention kernel reads.
+// output to the per-head split-f16 (hi + lo) layouts the attention kernel reads.
 #ifndef DLLM_CUDA_QUANT_CUH
 #define DLLM_CUDA_QUANT_CUH
 
 // --- int8 activation fragments ------------------------------------------------------------------
-// Activations are quantised per row and per block of 32 values: d = max|x| / 127, q = round(x / d)
-// (q = 0 when the block is all zeros). The quants are stored pre-arranged as the A operand of
+// Activations are quantised per row exactly as ggml quantises them for its integer dot products, so the
+// GPU multiplies the same integers as the CPU path and llama.cpp do:
+//   ACT_Q8_0 (for Q8_0 weights), per 32 values: d = amax/127, q = roundf(x * (1/d)) (ties away from
+//            zero), and the scale used is d rounded to f16;
+//   ACT_Q8_K (for Q4_K / Q6_K weights), per 256 values: max = the value of largest |x| (the first on
+//            ties), iscale = -127/max, q = min(127, rint(iscale * x)) (ties to even), d = 1/iscale.
+// Either way the GEMM reads one scale da and one sum sa = da * sum(q) per 32 values (a Q8_K block's
+// scale repeated over its 8 sub-blocks). The quants are stored pre-arranged as the A operand of
 // mma.m16n8k32: for row tile mt (16 rows) and k-block kb, the 32 lanes' 16-byte records are contiguous;
 // lane 4g+t holds {row g, k 4t..4t+3}, {row g+8, k 4t..}, {row g, k 16+4t..}, {row g+8, k 16+4t..}.
 // KBP = the number of k-blocks rounded up to a multiple of 4 (extra blocks are zeros).
+// The fused RMSNorm runs in double like the CPU path (forward.cpp): y = float(double(x) * scale * w).
 enum { QR_PLAIN = 0, QR_RMSNORM = 1, QR_SWIGLU = 2 };
+enum { ACT_Q8_0 = 0, ACT_Q8_K = 1 };
 constexpr int kQuantThreads = 128;
 
 // Byte offset of activation (row r, column k) in the fragment array.
@@ -21,61 +29,111 @@ DEV long long a_frag_offset(int r, int k, int kbp) {
   return ((static_cast<long long>(mt) * kbp + kb) * 32 + g * 4 + t) * 16 + reg * 4 + (kk & 3);
 }
 
+// The activation value k of a row: the input itself, the RMS-normed input, or SwiGLU of gate and up.
+template <int MODE>
+DEV float act_value(const QuantRowsParams& p, const float* x, long long src, double scale, int k) {
+  if (MODE == QR_PLAIN) return x[k];
+  if (MODE == QR_RMSNORM) return static_cast<float>(static_cast<double>(x[k]) * scale * static_cast<double>(p.w[k]));
+  const float g = x[k];
+  return g / (1.f + expf(-g)) * p.x2[src * p.ld + k];
+}
+
+DEV void store_quant(const QuantRowsParams& p, int r, int k, int kbp, int q) {
+  p.q[a_frag_offset(r, k, kbp)] = static_cast<unsigned char>(static_cast<signed char>(q));
+}
+
 // One block of kQuantThreads per output row; gridDim.x = rows_pad (a multiple of 32).
-template <int MODE, int K>
+template <int MODE, int ACT, int K>
 DEV void quant_rows_body(const QuantRowsParams& p) {
-  static_assert(K % 32 == 0, "rows must hold whole blocks of 32");
+  static_assert(K % (ACT == ACT_Q8_K ? 256 : 32) == 0, "rows must hold whole blocks");
   constexpr int KB = K / 32, KBP = (KB + 3) / 4 * 4, WARPS = kQuantThreads / 32;
-  SHARED_ALIGN16 float red[WARPS];
+  SHARED_ALIGN16 double red[WARPS];
   const int r = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const long long rk = static_cast<long long>(r) * KBP;
   if (r >= p.rows) {  // padding row: zeros (the whole block takes this branch)
     for (int kb = warp; kb < KBP; kb += WARPS) {
-      p.q[a_frag_offset(r, kb * 32 + lane, KBP)] = 0;
-      if (lane == 0) p.da[static_cast<long long>(r) * KBP + kb] = p.sa[static_cast<long long>(r) * KBP + kb] = 0.f;
+      store_quant(p, r, kb * 32 + lane, KBP, 0);
+      if (lane == 0) p.da[rk + kb] = p.sa[rk + kb] = 0.f;
     }
     return;
   }
   const long long src = p.row_map ? p.row_map[r] : r;
   const float* x = p.x + src * p.ld;
-  float scale = 1.f;
+  double scale = 1.0;
   if (MODE == QR_RMSNORM) {
-    float ss = 0.f;
-    for (int i = threadIdx.x; i < K; i += kQuantThreads) ss += x[i] * x[i];
-    ss = warp_sum(ss);
+    double ss = 0.0;
+    for (int i = threadIdx.x; i < K; i += kQuantThreads) ss += static_cast<double>(x[i]) * x[i];
+    UNROLL
+    for (int m = 16; m > 0; m >>= 1) ss += shfl_xor_d(ss, m);
     if (lane == 0) red[warp] = ss;
     block_sync();
-    ss = 0.f;
+    ss = 0.0;
     UNROLL
     for (int w = 0; w < WARPS; ++w) ss += red[w];
-    scale = 1.f / sqrtf(ss / static_cast<float>(K) + p.eps);
+    scale = 1.0 / sqrt(ss / static_cast<double>(K) + static_cast<double>(p.eps));
   }
-  for (int kb = warp; kb < KBP; kb += WARPS) {
-    const int k = kb * 32 + lane;
-    float v = 0.f;
-    if (kb < KB) {
-      if (MODE == QR_PLAIN) {
-        v = x[k];
-      } else if (MODE == QR_RMSNORM) {
-        v = x[k] * scale * p.w[k];
-      } else {
-        const float g = x[k];
-        v = g / (1.f + expf(-g)) * p.x2[src * p.ld + k];
+  if (ACT == ACT_Q8_0) {
+    // A warp per block of 32, one value per lane.
+    for (int kb = warp; kb < KBP; kb += WARPS) {
+      const int k = kb * 32 + lane;
+      const float v = kb < KB ? act_value<MODE>(p, x, src, scale, k) : 0.f;
+      const float amax = warp_max(fabsf(v));
+      const float d = amax / 127.f;
+      const float id = d != 0.f ? 1.f / d : 0.f;
+      const int q = static_cast<int>(roundf(v * id));
+      const int qsum = warp_sum_i(q);
+      store_quant(p, r, k, KBP, q);
+      if (lane == 0) {
+        const float dh = f16_to_f32(f32_to_f16(d));
+        p.da[rk + kb] = dh;
+        p.sa[rk + kb] = dh * static_cast<float>(qsum);
       }
     }
-    const float amax = warp_max(fabsf(v));
-    const float d = amax / 127.f;
-    const int q = amax > 0.f ? max(-127, min(127, round_to_int(v / d))) : 0;
-    const int qsum = warp_sum_i(q);
-    p.q[a_frag_offset(r, k, KBP)] = static_cast<unsigned char>(static_cast<signed char>(q));
-    if (lane == 0) {
-      p.da[static_cast<long long>(r) * KBP + kb] = d;
-      p.sa[static_cast<long long>(r) * KBP + kb] = d * static_cast<float>(qsum);
+  } else {
+    // A warp per block of 256; lane l holds value l of each of the 8 sub-blocks of 32.
+    for (int b = warp; b < K / 256; b += WARPS) {
+      float v[8];
+      float best_ax = -1.f, best_v = 0.f;
+      int best_i = 0;
+      UNROLL
+      for (int i = 0; i < 8; ++i) {
+        v[i] = act_value<MODE>(p, x, src, scale, b * 256 + 32 * i + lane);
+        const float ax = fabsf(v[i]);
+        if (ax > best_ax) {  // ascending positions: keeps the first of equal magnitudes
+          best_ax = ax;
+          best_v = v[i];
+          best_i = 32 * i + lane;
+        }
+      }
+      UNROLL
+      for (int m = 16; m > 0; m >>= 1) {
+        const float oax = shfl_xor_f(best_ax, m), ov = shfl_xor_f(best_v, m);
+        const int oi = shfl_xor_i(best_i, m);
+        if (oax > best_ax || (oax == best_ax && oi < best_i)) {
+          best_ax = oax;
+          best_v = ov;
+          best_i = oi;
+        }
+      }
+      const bool zero = best_ax == 0.f;
+      const float iscale = zero ? 0.f : -127.f / best_v;
+      const float d = zero ? 0.f : 1.f / iscale;
+      UNROLL
+      for (int i = 0; i < 8; ++i) {
+        const int q = zero ? 0 : min(127, round_to_int(iscale * v[i]));
+        const int qsum = warp_sum_i(q);
+        store_quant(p, r, b * 256 + 32 * i + lane, KBP, q);
+        if (lane == 0) {
+          p.da[rk + b * 8 + i] = d;
+          p.sa[rk + b * 8 + i] = d * static_cast<float>(qsum);
+        }
+      }
     }
   }
 }
 
 // --- per-head f16 operands for attention -----------------------------------------------------------
-// One thread per (row, head, pair of dimensions). STYLE: PK_NONE (no rotation), PK_NORM (pairs 2i, 2i+1)
+// One thread per (row, head, pair of dimensions); the output has a hi and a lo plane (see below). STYLE: PK_NONE (no rotation), PK_NORM (pairs 2i, 2i+1)
 // or PK_NEOX (pairs i, i + NROT/2); dimensions at or beyond NROT are not rotated. TRANSPOSE writes
 // [NH][D][rows_pad] (values, read as the B operand of P.V) instead of [NH][rows_pad][D].
 enum { PK_NONE = 0, PK_NORM = 1, PK_NEOX = 2 };
@@ -111,21 +169,30 @@ DEV void pack_heads_body(const PackParams& p) {
       b += p.bias[h * D + c1];
     }
     if (rotate) {
+      // In double with double tables, as the CPU path rotates (forward.cpp).
       const long long t = static_cast<long long>(p.pos[r]) * RH + i;
-      const float cs = p.cos_t[t], sn = p.sin_t[t];
-      const float ra = a * cs - b * sn, rb = a * sn + b * cs;
-      a = ra;
-      b = rb;
+      const double cs = p.cos_t[t], sn = p.sin_t[t], da = a, db = b;
+      a = static_cast<float>(da * cs - db * sn);
+      b = static_cast<float>(da * sn + db * cs);
     }
   }
+  // Two planes: the f16 value (hi) and the f16 rounding of what it misses (lo); hi + lo carries about
+  // 22 bits of the f32 value, and the attention kernel multiplies hi.hi + hi.lo + lo.hi.
+  const unsigned short ha = f32_to_f16(a), hb = f32_to_f16(b);
+  const unsigned short la = f32_to_f16(a - f16_to_f32(ha)), lb = f32_to_f16(b - f16_to_f32(hb));
+  const long long plane = static_cast<long long>(NH) * D * p.rows_pad;
   if (TRANSPOSE) {
     unsigned short* o = p.out + static_cast<long long>(h) * D * p.rows_pad + r;
-    o[static_cast<long long>(c0) * p.rows_pad] = f32_to_f16(a);
-    o[static_cast<long long>(c1) * p.rows_pad] = f32_to_f16(b);
+    o[static_cast<long long>(c0) * p.rows_pad] = ha;
+    o[static_cast<long long>(c1) * p.rows_pad] = hb;
+    o[plane + static_cast<long long>(c0) * p.rows_pad] = la;
+    o[plane + static_cast<long long>(c1) * p.rows_pad] = lb;
   } else {
     unsigned short* o = p.out + (static_cast<long long>(h) * p.rows_pad + r) * D;
-    o[c0] = f32_to_f16(a);
-    o[c1] = f32_to_f16(b);
+    o[c0] = ha;
+    o[c1] = hb;
+    o[plane + c0] = la;
+    o[plane + c1] = lb;
   }
 }
 
