@@ -228,7 +228,7 @@ TEST(Cli, EveryFlagReachesSettings) {
   EXPECT_EQ(d.block_length, 32);
   EXPECT_EQ(d.temperature, 0.0);
   EXPECT_EQ(d.seed, 42u);
-  EXPECT_EQ(d.device, "cpu");
+  EXPECT_EQ(d.device, "auto");  // a usable GPU, else the CPU (issue 8)
   EXPECT_EQ(d.threads, 0);
 
   Settings l = parse_ok({"logits", "--model", "m", "--tokens", "1,2,3", "--rows", "0,2", "--out", "o.f32",

@@ -30,7 +30,7 @@ TIME = "/usr/bin/time"
 
 
 def sh(cmd, **kw):
-    return subprocess.run(cmd, capture_output=True, text=True, **kw)
+    return subprocess.run(cmd, capture_output=True, text=True, errors="replace", **kw)
 
 
 def machine_description():
@@ -68,17 +68,23 @@ def prompt_for(model, n_tokens):
             sys.exit(f"dllm tokenize failed: {r.stderr}")
         got = json.loads(r.stdout)["ids"]
         if len(got) > n_tokens:
+            if not ids:  # the chat template alone is longer: use the shortest prompt there is
+                text, ids = candidate, got
             break
         text, ids = candidate, got
         if len(ids) == n_tokens:
             return text, ids
-    # pad with single letters (one token each in a byte-level vocabulary) to hit the count exactly
+    # then add short pieces (one or two tokens each) until the count is exact
+    pieces = [".", "!", "?", ",", " x", "x", " a", " it"]
     while len(ids) < n_tokens:
-        candidate = text + " x"
-        got = json.loads(sh([DLLM, "tokenize", "--model", model, "--prompt", candidate, "--json"]).stdout)["ids"]
-        if len(got) > n_tokens:
+        best = None
+        for p in pieces:
+            got = json.loads(sh([DLLM, "tokenize", "--model", model, "--prompt", text + p, "--json"]).stdout)["ids"]
+            if len(ids) < len(got) <= n_tokens and (best is None or len(got) > len(best[1])):
+                best = (text + p, got)
+        if best is None:
             break
-        text, ids = candidate, got
+        text, ids = best
     return text, ids
 
 
@@ -105,8 +111,8 @@ def run_dllm(cfg, ids):
             "output_ids": j["output_ids"]}
 
 
-def run_llama(cfg, text, llama_bin):
-    canvas = cfg["prompt"] + cfg["gen"]
+def run_llama(cfg, text, llama_bin, n_prompt):
+    canvas = n_prompt + cfg["gen"]
     cmd = [TIME, "-v", llama_bin, "-m", cfg["model"], "-p", text, "-t", str(cfg["threads"]), "-tb",
            str(cfg["threads"]), "-ub", str(canvas), "-b", str(canvas), "-c", str(canvas),
            "--diffusion-steps", str(cfg["steps"]), "--top-k", "1", "--temp", "0", "--seed", "42"]
@@ -266,12 +272,13 @@ def main():
         text, ids = prompts[key]
         row = {k: v for k, v in cfg.items() if k not in ("llama",)}
         row["model"] = os.path.basename(cfg["model"])
+        row["prompt"] = len(ids)  # the prompt as tokenized (the chat template may make it longer than asked)
         row["model_bytes"] = os.path.getsize(cfg["model"])
         d = median_of(lambda: run_dllm(cfg, ids), args.repeat)
         row.update(dllm_step_ms=d["step_ms"], dllm_total_ms=d["total_ms"], dllm_load_ms=d["load_ms"],
                    dllm_steps_run=d["steps_run"], dllm_peak_rss=d["peak_rss"])
         if llama_bin and cfg.get("llama", True):
-            l = median_of(lambda: run_llama(cfg, text, llama_bin), args.repeat)
+            l = median_of(lambda: run_llama(cfg, text, llama_bin, len(ids)), args.repeat)
             row.update(llama_step_ms=l["step_ms"], llama_total_ms=l["total_ms"], llama_peak_rss=l["peak_rss"],
                        speedup_per_step=l["step_ms"] / d["step_ms"])
         rows.append(row)

@@ -18,6 +18,7 @@
 #include <set>
 
 #include "cli/commands.h"
+#include "cli/commands_gpu.h"
 #include "cli/commands_hub.h"
 #include "cli/commands_jit.h"
 #include "hub/hub.h"
@@ -64,7 +65,8 @@ const Flag kRunModel{"model", "PATH", kRunModelDefault.c_str(),
                      Kind::String};
 const Flag kPrompt{"prompt", "TEXT", "", "the user message", Kind::String};
 const Flag kThreads{"threads", "N", "all logical CPUs", "worker threads", Kind::Count};
-const Flag kDevice{"device", "D", "cpu", "cpu, or gpu for an NVIDIA GPU with compute capability 8.0 or newer",
+const Flag kDevice{"device", "D", "auto",
+                   "auto (a usable GPU, else the CPU), cpu, or gpu for an NVIDIA GPU with compute capability 8.0+",
                    Kind::Choice, "cpu,gpu,auto"};
 const Flag kNoChat{"no-chat", "", "off", "skip the chat template", Kind::Bool};
 const Flag kJson{"json", "", "off", "print one JSON object", Kind::Bool};
@@ -145,6 +147,31 @@ const std::vector<Command>& commands() {
   return cmds;
 }
 
+// dllm kernels: the CPU kernels (cmd_kernels), or with --gpu-arch sm_XX the generated CUDA sources, PTX and
+// CUBIN (cmd_kernels_gpu, no GPU needed).
+int kernels_dispatch(const std::vector<std::string>& args) {
+  if (std::find(args.begin(), args.end(), "--gpu-arch") == args.end()) return cmd_kernels(args);
+  std::string arch, model, out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    std::string* dst = a == "--gpu-arch" ? &arch : (a == "--model" || a == "-m") ? &model : a == "--out" ? &out : nullptr;
+    if (!dst) throw usage_error("unknown flag " + a + " for 'kernels --gpu-arch' (it takes --gpu-arch, --model, --out)",
+                                "see: dllm kernels --help");
+    if (i + 1 >= args.size()) throw usage_error("flag " + a + " needs a value");
+    *dst = args[++i];
+  }
+  if (model.empty()) throw usage_error("missing required flag --model for 'kernels'", "see: dllm kernels --help");
+  if (out.empty()) throw usage_error("missing required flag --out for 'kernels'", "see: dllm kernels --help");
+  return cmd_kernels_gpu(model, arch, out);
+}
+
+std::string kernels_dispatch_usage() {
+  return kernels_usage() +
+         "\n  dllm kernels --gpu-arch sm_XX --model PATH --out DIR\n"
+         "      writes the CUDA kernels generated for the model (.cu), their PTX and CUBIN and a manifest,\n"
+         "      compiled by NVRTC for that architecture (sm_80 or newer); needs no GPU\n";
+}
+
 // Commands that declare and parse their own flags (with the same error conventions); the parser only
 // routes to them and gives their usage for --help.
 struct Passthrough {
@@ -156,7 +183,8 @@ struct Passthrough {
 
 const std::vector<Passthrough>& passthrough_commands() {
   static const std::vector<Passthrough> p = {
-      {"kernels", "kernels --model PATH --out DIR [--isa F] [--rows N]", kernels_usage, cmd_kernels},
+      {"kernels", "kernels --model PATH --out DIR [--isa F] [--rows N] | --gpu-arch sm_XX --model PATH --out DIR",
+       kernels_dispatch_usage, kernels_dispatch},
       {"bench", "bench peak|gemm [options]", bench_usage, cmd_bench},
       {"pull", "pull [ID] [--quant Q] [--check] [--ask]", pull_usage, cmd_pull},
   };

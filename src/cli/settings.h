@@ -32,7 +32,7 @@ struct Settings {
 
   // execution
   int64_t threads = 0;                // --threads; 0 = all logical CPUs
-  std::string device = "cpu";         // --device
+  std::string device = "auto";        // --device (auto: a usable GPU, else the CPU)
 
   // output
   bool visual = false;                // --visual

@@ -14,6 +14,10 @@
 
 namespace dllm::model {
 
+struct HParams;
+struct ForwardWeights;
+struct ForwardRequest;
+
 // Opaque handle of a prepared weight; only the executor that returned it knows what it refers to.
 struct WeightHandle {
   int32_t index = -1;
@@ -59,6 +63,13 @@ class Executor {
   // concatenated in head order. A query row's result must not depend on the other query rows.
   virtual void attention(const AttentionShape& shape, const float* q, int64_t n_q, const float* k,
                          const float* v, int64_t n_kv, float* out) = 0;
+
+  // A backend that runs the whole forward pass itself (the GPU: weights, activations and caches stay on the
+  // device, only the requested logits come back) does it here and returns true; false (the default, and for
+  // requests it does not take) lets forward.cpp drive the pass through the operations above.
+  virtual bool run_forward(const HParams& hp, const ForwardWeights& weights, const ForwardRequest& request) {
+    return false;
+  }
 
   // The LM head: `rows` final-normed rows [rows, D] times the output weight -> logits [rows, n_vocab].
   // The caller passes only the rows it needs logits for. Same contract as matmul; a backend may

@@ -23,10 +23,12 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
 }
 
 void Model::forward(std::span<const int32_t> tokens, std::span<const int64_t> logit_rows, float* logits) {
-  model::forward(hp_, weights_, *executor_, *pool_, ForwardRequest{tokens, logit_rows, logits});
+  forward(ForwardRequest{tokens, logit_rows, logits});
 }
 
-void Model::forward(const ForwardRequest& request) { model::forward(hp_, weights_, *executor_, *pool_, request); }
+void Model::forward(const ForwardRequest& request) {
+  if (!executor_->run_forward(hp_, weights_, request)) model::forward(hp_, weights_, *executor_, *pool_, request);
+}
 
 std::vector<float> Model::forward(std::span<const int32_t> tokens, std::span<const int64_t> logit_rows) {
   std::vector<float> logits(logit_rows.size() * static_cast<size_t>(hp_.n_vocab));

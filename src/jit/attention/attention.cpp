@@ -176,7 +176,7 @@ void flash_attention(const model::AttentionShape& sh, const float* q, int64_t n_
   if (n_kv <= 0 || sh.n_head <= 0 || sh.n_head_kv <= 0 || sh.n_head % sh.n_head_kv != 0 || sh.head_dim <= 0)
     throw Error("internal error: bad attention shape");
   const int64_t d = sh.head_dim, Hkv = sh.n_head_kv, H = sh.n_head;
-  int width = isa == Isa::Avx512Vnni ? 16 : (isa == Isa::Portable ? 1 : 8);
+  int width = isa_has_avx512(isa) ? 16 : (isa == Isa::Portable ? 1 : 8);
   if (d % width) width = 1;  // head dims that are not a multiple of the vector width take the plain path
 
   Geometry g{q, H * d, v, Hkv * d, out, d, H / Hkv, n_kv, (n_kv + kTile - 1) / kTile * kTile, sh.scale};
