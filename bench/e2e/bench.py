@@ -159,13 +159,13 @@ def sweep(models, threads):
     L4 = models["llada4"]
     out = []
     for th in sorted({1, threads}):
-        for gen in (32, 96, 224, 480):
+        for gen in (32, 96, 256):
             out.append(dict(name=f"canvas-{32 + gen}-t{th}", arch="llada", model=L4, prompt=32, gen=gen, block=32,
-                            steps=gen // 4, threads=th, llama=gen <= 224))
-    for block in (8, 16, 32, 64):
+                            steps=gen // 4, threads=th))
+    for block in (8, 32, 64):
         out.append(dict(name=f"block-{block}", arch="llada", model=L4, prompt=32, gen=64, block=block, steps=64 // block * 4,
                         threads=threads, llama=False))
-    for thr in (0.7, 0.9):
+    for thr in (0.9,):
         out.append(dict(name=f"threshold-{thr}", arch="llada", model=L4, prompt=32, gen=128, block=32, steps=128,
                         threads=threads, threshold=thr, llama=False))
     out.append(dict(name="threshold-baseline", arch="llada", model=L4, prompt=32, gen=128, block=32, steps=128,

@@ -216,19 +216,6 @@ const Flag* flag_of_arg(const Command& c, const std::string& arg) {
   return nullptr;
 }
 
-// Levenshtein distance, for "did you mean" suggestions.
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j)
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
-
 std::string help_text(const Command& c) {
   cxxopts::Options opts(std::string("dllm ") + c.name, c.summary);
   const std::string synopsis = c.synopsis;
@@ -385,6 +372,18 @@ void apply_flag(Settings& s, const Flag& f, const std::string& v) {
 bool is_flag_like(const std::string& a) { return a.size() > 1 && a[0] == '-'; }
 
 }  // namespace
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
 
 std::string global_usage() {
   std::string u = "dllm - diffusion language models (LLaDA, Dream) from GGUF files\n\nUsage:\n";

@@ -1,6 +1,7 @@
 // Command-line contract: the commands, their flags (declared with cxxopts), help, and every usage error.
 #pragma once
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cli/settings.h"
@@ -15,6 +16,9 @@ Settings parse_command_line(const std::vector<std::string>& args, std::string* h
 std::string global_usage();
 // Usage of one command; "" for an unknown command.
 std::string command_usage(const std::string& command);
+
+// Levenshtein distance, for "did you mean" suggestions (flags, tensor names).
+size_t edit_distance(std::string_view a, std::string_view b);
 
 // Parses, runs the command, prints "ERROR: ..." lines for errors; returns the exit status.
 int main_entry(int argc, char** argv);

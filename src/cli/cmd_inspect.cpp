@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/args.h"
 #include "model/error.h"
 #include "model/gguf.h"
 #include "model/quant.h"
@@ -264,21 +265,6 @@ void print_json(const gguf::File& f, std::ostream& out) {
 }
 
 // ---- --tensor NAME --out FILE ----
-
-size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
 
 [[noreturn]] void no_such_tensor(const gguf::File& f, const std::string& name) {
   std::string msg = "no tensor named '" + name + "' in " + f.path();
