@@ -5,7 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 
 #include "jit/gemm.h"
@@ -223,3 +227,32 @@ INSTANTIATE_TEST_SUITE_P(AllFamilies, GemmFamily, ::testing::ValuesIn(kAllIsas),
                            std::string s = isa_short_name(info.param);
                            return s;
                          });
+
+// DLLM_PERF_MAP=1 names each generated kernel in /tmp/perf-PID.map (address, size, name) for `perf report`;
+// without it nothing is written.
+TEST(PerfMap, NamesGeneratedKernelsOnlyWhenAsked) {
+  const std::string path = "/tmp/perf-" + std::to_string(getpid()) + ".map";
+  std::remove(path.c_str());
+  GemmDesc desc;
+  desc.isa = Isa::Avx2;
+  if (!cpu_features().supports(desc.isa)) GTEST_SKIP() << "this CPU lacks avx2";
+  desc.wtype = GgmlType::Q8_0;
+  desc.n = 16;
+  desc.k = 64;
+  desc.m = 1;
+  unsetenv("DLLM_PERF_MAP");
+  generate_kernel(desc);
+  EXPECT_FALSE(std::ifstream(path).good()) << path << " was written without DLLM_PERF_MAP";
+
+  setenv("DLLM_PERF_MAP", "1", 1);
+  const auto k = generate_kernel(desc);
+  unsetenv("DLLM_PERF_MAP");
+  std::ifstream in(path);
+  ASSERT_TRUE(in.good()) << path;
+  std::string addr, size, name;
+  in >> std::hex >> addr >> size >> name;
+  std::remove(path.c_str());
+  EXPECT_EQ(std::stoull(addr, nullptr, 16), reinterpret_cast<uintptr_t>(k->code()));
+  EXPECT_EQ(std::stoull(size, nullptr, 16), k->code_size());
+  EXPECT_EQ(name, k->name());
+}
