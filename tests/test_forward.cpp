@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/error.h"
+#include "model/fast_math.h"
 #include "model/model.h"
 #include "model/reference_executor.h"
 #include "support.h"
@@ -158,3 +159,23 @@ TEST(ReferenceExecutor, RowsAreIndependentOfTheCall) {
 
 }  // namespace
 }  // namespace dllm::test
+
+// The f32 exponential behind SwiGLU: within 2 ulp of the exact value over the whole range it serves,
+// clamped (finite, no overflow to inf) beyond it.
+TEST(FastMath, ExpWithinTwoUlpAndClamped) {
+  double worst = 0;
+  for (double x = -87.0; x <= 88.0; x += 0.000731) {
+    const float xf = static_cast<float>(x);
+    const double want = std::exp(static_cast<double>(xf));
+    const double got = dllm::model::exp_f32(xf);
+    const double ulp = std::ldexp(1.0, std::ilogb(want) - 23);
+    worst = std::max(worst, std::fabs(got - want) / ulp);
+  }
+  EXPECT_LE(worst, 2.0);
+  EXPECT_EQ(dllm::model::exp_f32(0.0f), 1.0f);
+  EXPECT_TRUE(std::isfinite(dllm::model::exp_f32(1000.0f)));
+  EXPECT_GT(dllm::model::exp_f32(1000.0f), 1e38f);
+  EXPECT_GE(dllm::model::exp_f32(-1000.0f), 0.0f);
+  EXPECT_LT(dllm::model::exp_f32(-1000.0f), 1e-37f);
+  EXPECT_EQ(dllm::model::exp_f32(std::nanf("")), 1.0f);
+}
