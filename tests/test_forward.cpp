@@ -179,3 +179,17 @@ TEST(FastMath, ExpWithinTwoUlpAndClamped) {
   EXPECT_LT(dllm::model::exp_f32(-1000.0f), 1e-37f);
   EXPECT_EQ(dllm::model::exp_f32(std::nanf("")), 1.0f);
 }
+
+// The double exponential behind the samplers' softmax: within 1 ulp of libm over the range it serves.
+TEST(FastMath, ExpDoubleWithinOneUlp) {
+  double worst = 0;
+  for (double x = -700.0; x <= 700.0; x += 0.0123457) {
+    const double want = std::exp(x), got = dllm::model::exp_f64(x);
+    worst = std::max(worst, std::fabs(got - want) / std::ldexp(1.0, std::ilogb(want) - 52));
+  }
+  EXPECT_LE(worst, 1.0);
+  EXPECT_EQ(dllm::model::exp_f64(0.0), 1.0);
+  EXPECT_TRUE(std::isnan(dllm::model::exp_f64(std::nan(""))));
+  EXPECT_GT(dllm::model::exp_f64(-1e9), 0.0);
+  EXPECT_LT(dllm::model::exp_f64(-1e9), 1e-300);
+}

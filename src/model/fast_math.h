@@ -23,4 +23,34 @@ inline float exp_f32(float x) {
   return er * std::bit_cast<float>(bits);
 }
 
+// e^x in double for x in [-708, 709] (clamped outside), within about 1 ulp; NaN stays NaN. Range
+// reduction x = n ln2 + r (|r| <= ln2/2, ln2 split so that n * ln2_hi is exact), then the Taylor series
+// of e^r to degree 13 (truncation below 1e-17 relative) and 2^n through the exponent bits.
+inline double exp_f64(double x) {
+  const double xc = x < -708.0 ? -708.0 : x > 709.0 ? 709.0 : x == x ? x : 0.0;
+  constexpr double kShift = 6755399441055744.0;  // 1.5 * 2^52: adding it rounds to an integer in the low bits
+  const double shifted = xc * 1.4426950408889634 + kShift;
+  const double n = shifted - kShift;
+  const double r = (xc - n * 6.93147180369123816490e-01) - n * 1.90821492927058770002e-10;
+  double p = 1.0 / 6227020800.0;  // 1/13!
+  p = p * r + 1.0 / 479001600.0;
+  p = p * r + 1.0 / 39916800.0;
+  p = p * r + 1.0 / 3628800.0;
+  p = p * r + 1.0 / 362880.0;
+  p = p * r + 1.0 / 40320.0;
+  p = p * r + 1.0 / 5040.0;
+  p = p * r + 1.0 / 720.0;
+  p = p * r + 1.0 / 120.0;
+  p = p * r + 1.0 / 24.0;
+  p = p * r + 1.0 / 6.0;
+  p = p * r + 0.5;
+  p = p * r + 1.0;
+  p = p * r + 1.0;
+  // n as an integer without a double -> int64 conversion (which AVX2 lacks): the difference of the bits.
+  const int64_t ni = std::bit_cast<int64_t>(shifted) - std::bit_cast<int64_t>(kShift);
+  const int64_t bits = (ni + 1023) << 52;
+  const double e = p * std::bit_cast<double>(bits);
+  return x == x ? e : x;
+}
+
 }  // namespace dllm::model
