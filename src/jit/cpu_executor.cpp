@@ -59,9 +59,16 @@ void CpuExecutor::matmul(model::WeightHandle w, const float* x, int64_t rows, fl
 void CpuExecutor::matmul_shared(const model::WeightHandle* ws, float* const* ys, int n, const float* x,
                                 int64_t rows) {
   if (rows <= 0) return;
-  bool quantised = false;
+  // Consecutive JIT matrices that read the same quantised activations run as one gemm_many pass.
+  std::vector<const QuantMatrix*> batch;
+  std::vector<float*> outs;
   ActFormat fmt{};
   int64_t k = 0;
+  auto flush = [&] {
+    if (!batch.empty()) gemm_many(batch.data(), outs.data(), static_cast<int>(batch.size()), acts_, pool_);
+    batch.clear();
+    outs.clear();
+  };
   for (int i = 0; i < n; ++i) {
     if (ws[i].index < 0 || static_cast<size_t>(ws[i].index) >= slots_.size())
       throw Error("internal error: bad weight handle");
@@ -71,12 +78,15 @@ void CpuExecutor::matmul_shared(const model::WeightHandle* ws, float* const* ys,
       continue;
     }
     const ActFormat want = act_format_for(s.jit->type);
-    if (!quantised || want != fmt || s.jit->k != k) {
+    if (batch.empty() || want != fmt || s.jit->k != k) {
+      flush();
       quantize_acts(want, x, rows, s.jit->k, acts_, pool_);
-      quantised = true, fmt = want, k = s.jit->k;
+      fmt = want, k = s.jit->k;
     }
-    gemm(*s.jit, acts_, ys[i], pool_);
+    batch.push_back(s.jit.get());
+    outs.push_back(ys[i]);
   }
+  flush();
 }
 
 void CpuExecutor::attention(const model::AttentionShape& shape, const float* q, int64_t n_q, const float* k,

@@ -79,52 +79,97 @@ std::vector<std::shared_ptr<const Kernel>> kernels_for(const QuantMatrix& w, int
   return out;
 }
 
-void gemm(const QuantMatrix& w, const QuantizedActs& a, float* y, ThreadPool& pool, KernelCache& cache) {
-  check_operands(w, a);
-  if (a.rows == 0) return;
-  if (w.isa == Isa::Portable) return gemm_portable(w, a, y, pool);
+namespace {
 
+// One matrix of a gemm call, cut into work items: runs of panels (small enough to stay in L2 while the
+// row tiles pass over them) times groups of row tiles, so that even narrow matrices give every thread work.
+struct GemmPlan {
+  const QuantMatrix* w = nullptr;
+  float* y = nullptr;
+  std::vector<RowTile> tiles;
+  std::vector<GemmKernelFn> fns;
+  int64_t run = 1, n_runs = 1, tiles_per_group = 1, n_groups = 1;
+  int64_t items() const { return n_runs * n_groups; }
+};
+
+GemmPlan plan_gemm(const QuantMatrix& w, const QuantizedActs& a, float* y, int64_t threads, KernelCache& cache) {
+  GemmPlan g;
+  g.w = &w;
+  g.y = y;
   const PackedLayout& L = w.layout;
-  const std::vector<RowTile> tiles = plan_row_tiles(w.isa, w.type, w.n, w.k, a.rows);
-  std::vector<GemmKernelFn> fns(tiles.size());
-  bool amx = false;  // AMX kernels read the quants as 16-row tiles (quant_act.h)
-  for (size_t i = 0; i < tiles.size(); ++i) {
-    fns[i] = cache.get(tiles[i].desc)->fn();
-    amx = amx || tiles[i].desc.isa == Isa::Amx;
-  }
-  if (amx) build_amx_tiles(a, pool);
-
-  // Work items: runs of panels (small enough to stay in L2 while the row tiles pass over them) times
-  // groups of row tiles, so that even narrow matrices give every thread work.
-  const int64_t threads = pool.size();
+  g.tiles = plan_row_tiles(w.isa, w.type, w.n, w.k, a.rows);
+  for (const RowTile& t : g.tiles) g.fns.push_back(cache.get(t.desc)->fn());
+  // Runs: at most max_run panels (512 KB), at least 4 per thread, and a multiple of the thread count of
+  // equal length, so that the last items do not leave threads idle.
   const int64_t max_run = std::max<int64_t>(1, (512 * 1024) / L.panel_bytes);
-  const int64_t run = std::clamp<int64_t>(L.n_panels / (4 * threads), 1, max_run);
-  const int64_t n_runs = (L.n_panels + run - 1) / run;
-  const int64_t n_tiles = static_cast<int64_t>(tiles.size());
-  const int64_t groups = std::clamp<int64_t>((4 * threads + n_runs - 1) / n_runs, 1, n_tiles);
-  const int64_t tiles_per_group = (n_tiles + groups - 1) / groups;
-  const int64_t n_groups = (n_tiles + tiles_per_group - 1) / tiles_per_group;
+  int64_t n_runs = std::max<int64_t>(4 * threads, (L.n_panels + max_run - 1) / max_run);
+  n_runs = (n_runs + threads - 1) / threads * threads;
+  g.run = std::max<int64_t>(1, (L.n_panels + n_runs - 1) / n_runs);
+  g.n_runs = (L.n_panels + g.run - 1) / g.run;
+  const int64_t n_tiles = static_cast<int64_t>(g.tiles.size());
+  const int64_t groups = std::clamp<int64_t>((4 * threads + g.n_runs - 1) / g.n_runs, 1, n_tiles);
+  g.tiles_per_group = (n_tiles + groups - 1) / groups;
+  g.n_groups = (n_tiles + g.tiles_per_group - 1) / g.tiles_per_group;
+  return g;
+}
+
+void run_item(const GemmPlan& g, const QuantizedActs& a, int64_t item) {
+  const QuantMatrix& w = *g.w;
+  const PackedLayout& L = w.layout;
+  const int64_t p0 = (item / g.n_groups) * g.run, grp = item % g.n_groups;
+  const int64_t np = std::min(g.run, L.n_panels - p0);
   const int64_t last_cols = w.n - (L.n_panels - 1) * L.p;
   const int64_t nb_act = a.blocks_per_row(), corr = a.corr_per_row();
+  const int64_t n_tiles = static_cast<int64_t>(g.tiles.size());
+  GemmKernelArgs args{};
+  args.w = w.packed.data() + p0 * L.panel_bytes;
+  args.n_panels = np;
+  args.tail_cols = p0 + np == L.n_panels ? last_cols : L.p;
+  for (int64_t t = grp * g.tiles_per_group; t < std::min(n_tiles, (grp + 1) * g.tiles_per_group); ++t) {
+    const RowTile& tile = g.tiles[static_cast<size_t>(t)];
+    args.xq = tile.desc.isa == Isa::Amx ? a.tiles.data() + (tile.r0 / 16) * a.tile_chunks() * 1024
+                                        : a.qs.data() + tile.r0 * a.k;
+    args.xd = a.d.data() + tile.r0 * nb_act;
+    args.xs = a.fmt == ActFormat::Q8_K ? a.s32.data() + tile.r0 * (a.k / 32) : nullptr;
+    args.xc = a.corr.data() + tile.r0 * corr;
+    args.y = g.y + tile.r0 * w.n + p0 * L.p;
+    g.fns[static_cast<size_t>(t)](&args);
+  }
+}
 
-  pool.parallel_for(n_runs * n_groups, [&](int64_t item, int) {
-    const int64_t p0 = (item / n_groups) * run, g = item % n_groups;
-    const int64_t np = std::min(run, L.n_panels - p0);
-    GemmKernelArgs args{};
-    args.w = w.packed.data() + p0 * L.panel_bytes;
-    args.n_panels = np;
-    args.tail_cols = p0 + np == L.n_panels ? last_cols : L.p;
-    for (int64_t t = g * tiles_per_group; t < std::min(n_tiles, (g + 1) * tiles_per_group); ++t) {
-      const RowTile& tile = tiles[t];
-      args.xq = tile.desc.isa == Isa::Amx ? a.tiles.data() + (tile.r0 / 16) * a.tile_chunks() * 1024
-                                          : a.qs.data() + tile.r0 * a.k;
-      args.xd = a.d.data() + tile.r0 * nb_act;
-      args.xs = a.fmt == ActFormat::Q8_K ? a.s32.data() + tile.r0 * (a.k / 32) : nullptr;
-      args.xc = a.corr.data() + tile.r0 * corr;
-      args.y = y + tile.r0 * w.n + p0 * L.p;
-      fns[t](&args);
+}  // namespace
+
+void gemm_many(const QuantMatrix* const* ws, float* const* ys, int n, const QuantizedActs& a, ThreadPool& pool,
+               KernelCache& cache) {
+  std::vector<GemmPlan> plans;
+  bool amx = false;  // AMX kernels read the quants as 16-row tiles (quant_act.h)
+  for (int i = 0; i < n; ++i) {
+    const QuantMatrix& w = *ws[i];
+    check_operands(w, a);
+    if (a.rows == 0) continue;
+    if (w.isa == Isa::Portable) {
+      gemm_portable(w, a, ys[i], pool);
+      continue;
     }
+    plans.push_back(plan_gemm(w, a, ys[i], pool.size(), cache));
+    for (const RowTile& t : plans.back().tiles) amx = amx || t.desc.isa == Isa::Amx;
+  }
+  if (plans.empty()) return;
+  if (amx) build_amx_tiles(a, pool);
+  // One pass over every matrix's items: one wake-up of the pool, and the threads stay busy across the
+  // boundaries between matrices.
+  std::vector<int64_t> first(plans.size() + 1, 0);
+  for (size_t i = 0; i < plans.size(); ++i) first[i + 1] = first[i] + plans[i].items();
+  pool.parallel_for(first.back(), [&](int64_t item, int) {
+    const size_t i = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), item) - first.begin() - 1);
+    run_item(plans[i], a, item - first[i]);
   });
+}
+
+void gemm(const QuantMatrix& w, const QuantizedActs& a, float* y, ThreadPool& pool, KernelCache& cache) {
+  const QuantMatrix* ws[1] = {&w};
+  float* ys[1] = {y};
+  gemm_many(ws, ys, 1, a, pool, cache);
 }
 
 void gemm(const QuantMatrix& w, const float* x, int64_t rows, float* y, ThreadPool& pool, KernelCache& cache) {

@@ -27,6 +27,11 @@ namespace dllm::jit {
 void gemm(const QuantMatrix& w, const QuantizedActs& a, float* y, ThreadPool& pool,
           KernelCache& cache = KernelCache::global());
 
+// The same for n matrices of the same row length and activation format, ys[i] = a times ws[i] transposed,
+// in one pass of the pool over all their work items (Q, K and V; gate and up).
+void gemm_many(const QuantMatrix* const* ws, float* const* ys, int n, const QuantizedActs& a, ThreadPool& pool,
+               KernelCache& cache = KernelCache::global());
+
 // Quantises x (rows x w.k) first, then gemm(). For callers that do not share the quantisation.
 void gemm(const QuantMatrix& w, const float* x, int64_t rows, float* y, ThreadPool& pool,
           KernelCache& cache = KernelCache::global());
