@@ -20,6 +20,7 @@ namespace {
 
 constexpr int kTile = 64;       // keys per tile (a multiple of every vector width)
 constexpr int64_t kQueryRows = 8;  // query rows per work item
+constexpr int kGroupRows = 4;      // query rows computed together (they share each key and value load)
 
 struct Geometry {
   const float* q;
@@ -191,7 +192,7 @@ void flash_attention(const model::AttentionShape& sh, const float* q, int64_t n_
     }
   });
 
-  const int64_t per_scratch = (kTile + d + 15) / 16 * 16;
+  const int64_t per_scratch = kGroupRows * (kTile + (d + 15) / 16 * 16);
   Buffer scratch = aligned_floats(static_cast<size_t>(per_scratch * pool.size()));
   const int64_t row_blocks = (n_q + kQueryRows - 1) / kQueryRows;
   pool.parallel_for(H * row_blocks, [&](int64_t item, int thread) {
