@@ -24,9 +24,25 @@ GemmGenerator<Vmm>::GemmGenerator(const GemmDesc& desc)
       m_(desc.m) {
   if ((desc.isa == Isa::Avx512Vnni) != kZmm || desc.isa == Isa::Portable)
     throw Error("cannot generate kernel " + desc.name() + ": family and register width disagree");
-  if (desc.m < 1 || plan_.m != desc.m || desc.m > row_tile_cap(desc.wtype))
+  if (desc.m < 1 || plan_.m != desc.m || desc.m > row_tile_cap(desc.wtype) || (!kZmm && desc.m > 6))
     throw Error("cannot generate kernel " + desc.name() + ": a row tile of " + std::to_string(desc.m) +
                 " does not fit the " + std::to_string(vector_registers(desc.isa)) + " vector registers");
+  masks_in_regs_ = desc.wtype == GgmlType::Q4_K && plan_.total() + 2 <= vector_registers(desc.isa);
+}
+
+template <class Vmm>
+RegExp GemmGenerator<Vmm>::xq(int r, int byte) const {
+  switch (r) {
+    case 0: return reg_xq_ + byte;
+    case 1: return reg_xq_ + reg_kstride_ + byte;
+    case 2: return reg_xq_ + reg_kstride_ * 2 + byte;
+    case 3: return reg_xq3_ + byte;
+    case 4: return reg_xq_ + reg_kstride_ * 4 + byte;
+    case 5: return reg_xq3_ + reg_kstride_ * 2 + byte;
+    case 6: return reg_xq6_ + byte;
+    case 7: return reg_xq6_ + reg_kstride_ + byte;
+    default: throw Error(kernel_name() + ": activation row index out of range");
+  }
 }
 
 // ---- registers ----
@@ -134,6 +150,12 @@ void GemmGenerator<Vmm>::dot_pairs(const Vmm& acc, const Vmm& w, const RegExp& e
 
 template <class Vmm>
 void GemmGenerator<Vmm>::and_bytes(const Vmm& dst, const Vmm& src, const Xbyak::Label& mask) {
+  if (masks_in_regs_) {
+    const Vmm m = &mask == &l_mask0f_ ? vmask0f() : vmaskf0();
+    if constexpr (kZmm) vpandd(dst, src, m);
+    else vpand(dst, src, m);
+    return;
+  }
   if constexpr (kZmm) vpandd(dst, src, ptr_b[rip + mask]);
   else vpand(dst, src, ptr[rip + mask]);
 }
@@ -228,6 +250,16 @@ void GemmGenerator<Vmm>::generate() {
     neg(reg_tmp_);
     lea(reg_tail_, ptr[reg_tail_ + reg_tmp_ * 4 + 4 * kP]);
   }
+  mov(reg_kstride_, desc_.k);
+  if (masks_in_regs_) {
+    if constexpr (kZmm) {
+      vmovdqu32(vmask0f(), ptr[rip + l_mask0f_]);
+      vmovdqu32(vmaskf0(), ptr[rip + l_mask_f0_]);
+    } else {
+      vmovdqu(vmask0f(), ptr[rip + l_mask0f_]);
+      vmovdqu(vmaskf0(), ptr[rip + l_mask_f0_]);
+    }
+  }
   mov(reg_panel_, ptr[reg_args_ + offsetof(GemmKernelArgs, w)]);
   mov(reg_y_, ptr[reg_args_ + offsetof(GemmKernelArgs, y)]);
   mov(reg_np_, ptr[reg_args_ + offsetof(GemmKernelArgs, n_panels)]);
@@ -239,6 +271,14 @@ void GemmGenerator<Vmm>::generate() {
     mov(reg_wq_, reg_panel_);
     lea(reg_wm_, ptr[reg_panel_ + layout_.meta_offset()]);
     mov(reg_xq_, ptr[reg_args_ + offsetof(GemmKernelArgs, xq)]);
+    if (m_ > 3) {
+      lea(reg_xq3_, ptr[reg_xq_ + reg_kstride_ * 2]);
+      add(reg_xq3_, reg_kstride_);
+    }
+    if (m_ > 6) {
+      lea(reg_xq6_, ptr[reg_xq3_ + reg_kstride_ * 2]);
+      add(reg_xq6_, reg_kstride_);
+    }
     mov(reg_xd_, ptr[reg_args_ + offsetof(GemmKernelArgs, xd)]);
     mov(reg_xs_, ptr[reg_args_ + offsetof(GemmKernelArgs, xs)]);
     mov(reg_xc_, ptr[reg_args_ + offsetof(GemmKernelArgs, xc)]);
@@ -249,6 +289,8 @@ void GemmGenerator<Vmm>::generate() {
       add(reg_wq_, static_cast<uint32_t>(blocks * layout_.quant_bytes));
       add(reg_wm_, static_cast<uint32_t>(blocks * layout_.meta_bytes));
       add(reg_xq_, blocks * layout_.block);
+      if (m_ > 3) add(reg_xq3_, blocks * layout_.block);
+      if (m_ > 6) add(reg_xq6_, blocks * layout_.block);
       add(reg_xd_, 4 * blocks);
       if (q8k) add(reg_xs_, 16 * blocks);
       add(reg_xc_, (q8k ? 64 : 4) * blocks);

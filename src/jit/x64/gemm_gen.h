@@ -45,7 +45,9 @@ class GemmGenerator : public JitGenerator {
   Vmm vbcast() const;     // ymm: the broadcast activation register
 
   // ---- activation addresses (row r of the tile, current block) ----
-  Xbyak::RegExp xq(int r, int byte) const { return reg_xq_ + r * desc_.k + byte; }
+  // Row r's quants are r * k bytes after row 0: addressed as a base plus the stride register times 1, 2
+  // or 4, so that the displacement is the byte within the block and fits the short (disp8) encoding.
+  Xbyak::RegExp xq(int r, int byte) const;
   Xbyak::RegExp xd(int r, int block = 0) const { return reg_xd_ + r * layout_.nblocks * 4 + 4 * block; }
   Xbyak::RegExp xs(int r, int i) const { return reg_xs_ + r * (desc_.k / 32) * 2 + 2 * i; }
   Xbyak::RegExp xc(int r, int i) const { return reg_xc_ + r * corr_stride() + 4 * i; }
@@ -63,7 +65,8 @@ class GemmGenerator : public JitGenerator {
   void dot_s8s8_avx2(const Vmm& acc, const Vmm& wabs, const Vmm& w, const Xbyak::RegExp& e);
   // acc += w0*x0 + w1*x1 per dword: int16 pairs w times the int16 pair at e, broadcast.
   void dot_pairs(const Vmm& acc, const Vmm& w, const Xbyak::RegExp& e);
-  void and_bytes(const Vmm& dst, const Vmm& src, const Xbyak::Label& mask);  // dst = src & mask (bytes)
+  // dst = src & mask (bytes); the mask from a register when masks_in_regs_ (Q4_K tiles with room for them).
+  void and_bytes(const Vmm& dst, const Vmm& src, const Xbyak::Label& mask);
   // dst = src * (f32 at e, broadcast); dst != src.
   void mul_bcast_f32(const Vmm& dst, const Vmm& src, const Xbyak::RegExp& e);
   // acc[r] += a * b; a is clobbered when the accumulators live on the stack.
@@ -87,7 +90,14 @@ class GemmGenerator : public JitGenerator {
   const Xbyak::Reg64 reg_wq_ = rsi, reg_wm_ = rdx;
   const Xbyak::Reg64 reg_xq_ = rcx, reg_xd_ = r8, reg_xs_ = r9, reg_xc_ = r10;
   const Xbyak::Reg64 reg_y_ = r11, reg_np_ = r12, reg_blk_ = r13, reg_panel_ = r14, reg_tail_ = r15;
-  const Xbyak::Reg64 reg_tmp_ = rax;
+  const Xbyak::Reg64 reg_tmp_ = rax;  // prologue only
+  // Activation addressing (xq): the row stride k, and rows 3 and 6 of the tile (rax and r15 are free once
+  // the prologue has used them; r15 only on zmm, where the tail mask lives in k1).
+  const Xbyak::Reg64 reg_kstride_ = rbx, reg_xq3_ = rax, reg_xq6_ = r15;
+  // The 0x0F / 0xF0 byte masks held in the last two vector registers, when the plan leaves them free.
+  bool masks_in_regs_ = false;
+  Vmm vmask0f() const { return Vmm(vector_registers(desc_.isa) - 2); }
+  Vmm vmaskf0() const { return Vmm(vector_registers(desc_.isa) - 1); }
 
  private:
   void generate() override;
