@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include <atomic>
 #include <stdexcept>
 #include <vector>
@@ -33,4 +36,25 @@ TEST(ThreadPool, RethrowsFirstException) {
   std::atomic<int64_t> sum{0};
   pool.parallel_for(10, [&](int64_t i, int) { sum += i; });
   EXPECT_EQ(sum.load(), 45);
+}
+
+// Many short calls back to back (the workers are still spinning), then calls after the workers have gone
+// to sleep, then a pool destroyed while its workers sleep: every item runs once, nothing hangs.
+TEST(ThreadPool, ShortCallsAndCallsAfterSleepBothComplete) {
+  for (int threads : {2, 3, 4}) {
+    ThreadPool pool(threads);
+    std::atomic<int64_t> sum{0};
+    for (int call = 0; call < 5000; ++call) {
+      pool.parallel_for(3, [&](int64_t i, int) { sum.fetch_add(i + 1, std::memory_order_relaxed); });
+    }
+    EXPECT_EQ(sum.load(), 5000 * 6);
+    for (int call = 0; call < 5; ++call) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));  // long enough for the workers to sleep
+      std::vector<std::atomic<int>> hits(100);
+      pool.parallel_for(100, [&](int64_t i, int) { hits[static_cast<size_t>(i)].fetch_add(1); });
+      for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+    }
+  }
+  ThreadPool idle(4);
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
 }

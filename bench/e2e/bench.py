@@ -10,7 +10,8 @@ for dllm and, when LLAMA_DIFFUSION_CLI names a llama.cpp build of llama-diffusio
 same prompt tokens, canvas, steps, block length and greedy decoding, and writes results.csv, results.json,
 machine.txt and plots (PNG) into --out. Each measurement is the median of --repeat runs. Times per step come
 from each program's own report (dllm: --json timings; llama.cpp: its "time per step" line); peak resident
-memory from GNU time.
+memory from GNU time. The two programs' runs alternate (dllm, llama.cpp, dllm, ...), so that a noisy stretch
+of a shared machine slows both.
 """
 import argparse
 import csv
@@ -128,14 +129,23 @@ def run_llama(cfg, text, llama_bin, n_prompt):
     return {"step_ms": float(m.group(2)), "total_ms": float(m.group(1)), "peak_rss": peak_rss_from_time(r.stderr)}
 
 
-def median_of(fn, repeat):
-    runs = [fn() for _ in range(repeat)]
+def median_of_runs(runs):
     best = dict(runs[0])
     for key in ("step_ms", "total_ms", "load_ms"):
         if key in best:
             best[key] = statistics.median(r[key] for r in runs)
     best["peak_rss"] = max((r["peak_rss"] or 0) for r in runs)
     return best
+
+
+def interleaved(fns, repeat):
+    """Runs each function `repeat` times, alternating (a b a b ...), so that both programs see the same
+    stretches of a noisy machine; returns the medians per function."""
+    runs = [[] for _ in fns]
+    for _ in range(repeat):
+        for i, fn in enumerate(fns):
+            runs[i].append(fn())
+    return [median_of_runs(r) for r in runs]
 
 
 def presets(models, threads):
@@ -274,11 +284,16 @@ def main():
         row["model"] = os.path.basename(cfg["model"])
         row["prompt"] = len(ids)  # the prompt as tokenized (the chat template may make it longer than asked)
         row["model_bytes"] = os.path.getsize(cfg["model"])
-        d = median_of(lambda: run_dllm(cfg, ids), args.repeat)
+        with_llama = bool(llama_bin and cfg.get("llama", True))
+        fns = [lambda: run_dllm(cfg, ids)]
+        if with_llama:
+            fns.append(lambda: run_llama(cfg, text, llama_bin, len(ids)))
+        medians = interleaved(fns, args.repeat)
+        d = medians[0]
         row.update(dllm_step_ms=d["step_ms"], dllm_total_ms=d["total_ms"], dllm_load_ms=d["load_ms"],
                    dllm_steps_run=d["steps_run"], dllm_peak_rss=d["peak_rss"])
-        if llama_bin and cfg.get("llama", True):
-            l = median_of(lambda: run_llama(cfg, text, llama_bin, len(ids)), args.repeat)
+        if with_llama:
+            l = medians[1]
             row.update(llama_step_ms=l["step_ms"], llama_total_ms=l["total_ms"], llama_peak_rss=l["peak_rss"],
                        speedup_per_step=l["step_ms"] / d["step_ms"])
         rows.append(row)

@@ -5,16 +5,32 @@
 
 namespace dllm {
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
+namespace {
+
+// Spin iterations before sleeping: tens of microseconds, longer than the gaps inside a forward pass.
+// Only when every thread has a CPU of its own: an oversubscribed pool would spin on the CPU that the
+// thread it waits for needs.
+constexpr int kSpin = 2048;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
+
+ThreadPool::ThreadPool(int n_threads)
+    : n_threads_(n_threads < 1 ? 1 : n_threads), spin_(n_threads_ <= hardware_threads() ? kSpin : 0) {
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker(i); });
 }
 
 ThreadPool::~ThreadPool() {
+  stop_.store(true);
   {
     std::lock_guard<std::mutex> lk(mu_);
-    stop_ = true;
+    cv_start_.notify_all();
   }
-  cv_start_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
@@ -46,16 +62,26 @@ void ThreadPool::run_items(int thread) {
 void ThreadPool::worker(int index) {
   uint64_t seen = 0;
   for (;;) {
-    {
+    // Wait for the next call: spin, then sleep. sleepers_ (seq_cst) and the caller's generation_
+    // increment see each other, so a call never misses a sleeping worker.
+    int spins = 0;
+    uint64_t g;
+    while ((g = generation_.load()) == seen && !stop_.load()) {
+      if (++spins < spin_) {
+        cpu_relax();
+        continue;
+      }
       std::unique_lock<std::mutex> lk(mu_);
-      cv_start_.wait(lk, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
+      sleepers_.fetch_add(1);
+      cv_start_.wait(lk, [&] { return stop_.load() || generation_.load() != seen; });
+      sleepers_.fetch_sub(1);
     }
+    if (stop_.load()) return;
+    seen = g;
     run_items(index);
-    {
+    if (active_.fetch_sub(1) == 1 && caller_waiting_.load()) {
       std::lock_guard<std::mutex> lk(mu_);
-      if (--active_ == 0) cv_done_.notify_one();
+      cv_done_.notify_one();
     }
   }
 }
@@ -66,21 +92,28 @@ void ThreadPool::parallel_for(int64_t n_items, const std::function<void(int64_t,
     for (int64_t i = 0; i < n_items; ++i) fn(i, 0);
     return;
   }
-  {
+  // Every worker finished the previous call (active_ reached 0), so nothing reads these now.
+  fn_ = &fn;
+  n_items_ = n_items;
+  next_.store(0, std::memory_order_relaxed);
+  error_ = nullptr;
+  active_.store(n_threads_ - 1);
+  generation_.fetch_add(1);  // publishes the fields above
+  if (sleepers_.load() > 0) {
     std::lock_guard<std::mutex> lk(mu_);
-    fn_ = &fn;
-    n_items_ = n_items;
-    next_.store(0, std::memory_order_relaxed);
-    error_ = nullptr;
-    active_ = n_threads_ - 1;
-    ++generation_;
+    cv_start_.notify_all();
   }
-  cv_start_.notify_all();
   run_items(0);
+  for (int spins = 0; active_.load() != 0 && spins < spin_; ++spins) cpu_relax();
+  if (active_.load() != 0) {
+    std::unique_lock<std::mutex> lk(mu_);
+    caller_waiting_.store(true);
+    cv_done_.wait(lk, [&] { return active_.load() == 0; });
+    caller_waiting_.store(false);
+  }
   std::exception_ptr err;
   {
-    std::unique_lock<std::mutex> lk(mu_);
-    cv_done_.wait(lk, [&] { return active_ == 0; });
+    std::lock_guard<std::mutex> lk(mu_);
     fn_ = nullptr;
     err = error_;
   }
