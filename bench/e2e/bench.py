@@ -169,9 +169,11 @@ def sweep(models, threads):
     L4 = models["llada4"]
     out = []
     for th in sorted({1, threads}):
-        for gen in (32, 96, 256):
+        # Steps: a multiple of dllm's block count (gen / 32) and of llama.cpp's, which cuts the whole canvas,
+        # prompt included, into blocks ((32 + gen) / 32): 8, 24 and 72.
+        for gen, steps in ((32, 8), (96, 24), (256, 72)):
             out.append(dict(name=f"canvas-{32 + gen}-t{th}", arch="llada", model=L4, prompt=32, gen=gen, block=32,
-                            steps=gen // 4, threads=th))
+                            steps=steps, threads=th))
     for block in (8, 32, 64):
         out.append(dict(name=f"block-{block}", arch="llada", model=L4, prompt=32, gen=64, block=block, steps=64 // block * 4,
                         threads=threads, llama=False))
