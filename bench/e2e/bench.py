@@ -189,6 +189,15 @@ def sweep(models, threads):
     return out
 
 
+def baseline_of(name, runs):
+    """The exact run a fast-path run is measured against: its "-baseline" twin (dual cache), or
+    threshold-baseline for a threshold-<value> run; None when there is none among `runs`."""
+    if name.endswith("-baseline"):
+        return None
+    b = "threshold-baseline" if name.startswith("threshold-") else name + "-baseline"
+    return b if b in runs else None
+
+
 def plot(rows, out_dir):
     try:
         import matplotlib
@@ -230,10 +239,8 @@ def plot(rows, out_dir):
         fig.tight_layout()
         fig.savefig(os.path.join(out_dir, "throughput_vs_canvas.png"), dpi=120)
         made.append("throughput_vs_canvas.png")
-    pairs = [("dual-cache", "dual-cache-baseline"), ("dual-cache-32L", "dual-cache-32L-baseline")] + [(r["name"], "threshold-baseline") for r in rows
-                                                         if r["name"].startswith("threshold-0")]
     have = {r["name"]: r for r in rows}
-    pairs = [(a, b) for a, b in pairs if a in have and b in have]
+    pairs = [(a, b) for a, b in ((name, baseline_of(name, have)) for name in have) if b]
     if pairs:
         fig, ax = plt.subplots(figsize=(7, 4))
         ax.bar([a for a, _ in pairs], [have[b]["dllm_total_ms"] / have[a]["dllm_total_ms"] for a, b in pairs])
@@ -306,9 +313,10 @@ def main():
         print(json.dumps(row), flush=True)
 
     base = {r["name"]: r for r in rows}
-    for name, r in base.items():  # each fast-path run against its "-baseline" twin
-        if name + "-baseline" in base:
-            r["speedup_vs_exact"] = base[name + "-baseline"]["dllm_total_ms"] / r["dllm_total_ms"]
+    for name, r in base.items():
+        b = baseline_of(name, base)
+        if b:
+            r["speedup_vs_exact"] = base[b]["dllm_total_ms"] / r["dllm_total_ms"]
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump({"rows": rows, "llama_diffusion_cli": llama_bin}, f, indent=1)
     keys = sorted({k for r in rows for k in r})

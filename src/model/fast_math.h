@@ -5,19 +5,29 @@
 
 namespace dllm::model {
 
-// e^x in f32 for x in [-87.3, 88.3] (clamped outside; NaN counts as 0), within 2 ulp: Cody-Waite range reduction
-// x = n ln2 + r and Cephes' degree-6 polynomial for e^r, then 2^n through the exponent bits. Written so
-// that the compiler vectorises a loop over it (no calls, no branches).
+// Cephes' single-precision exponential: e^x = 2^n * e^r with n = round(x log2 e), r = x - n ln2 (ln2 split
+// in two so that n * kLn2Hi is exact), e^r = 1 + r + r^2 * P(r) with P of degree 5. Shared by exp_f32 below
+// and the vector exponentials of the CPU flash attention (src/jit/attention).
+namespace cephes_expf {
+inline constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+inline constexpr float kP0 = 1.9875691500e-4f, kP1 = 1.3981999507e-3f, kP2 = 8.3334519073e-3f,
+                       kP3 = 4.1665795894e-2f, kP4 = 1.6666665459e-1f, kP5 = 5.0000001201e-1f;
+}  // namespace cephes_expf
+
+// e^x in f32 for x in [-87.3, 88.3] (clamped outside, so that 2^n stays a normal number built from the
+// exponent bits; NaN counts as 0), within 2 ulp. Written so that the compiler vectorises a loop over it
+// (no calls, no branches).
 inline float exp_f32(float x) {
+  using namespace cephes_expf;
   x = x < -87.3f ? -87.3f : x > 88.3f ? 88.3f : x == x ? x : 0.0f;  // the int conversion below needs a number
-  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round to nearest
-  const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
+  const float n = (x * kLog2e + 12582912.0f) - 12582912.0f;         // round to nearest
+  const float r = (x - n * kLn2Hi) - n * kLn2Lo;
+  float p = kP0;
+  p = p * r + kP1;
+  p = p * r + kP2;
+  p = p * r + kP3;
+  p = p * r + kP4;
+  p = p * r + kP5;
   const float er = p * r * r + r + 1.0f;
   const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
   return er * std::bit_cast<float>(bits);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "model/error.h"
+#include "model/fast_math.h"
 
 namespace dllm::jit {
 
@@ -32,11 +33,10 @@ struct Geometry {
   float scale;
 };
 
-// Cephes-style single-precision exp: range reduction by ln 2 and a degree-6 polynomial (~1 ulp).
+// Cephes' single-precision exp (coefficients shared with model/fast_math.h). Attention only exponentiates
+// scores minus their maximum (x <= 0), so of these clamps only the low one ever acts.
 constexpr float kExpHi = 88.3762626647949f, kExpLo = -87.3365447504019f;
-constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
-constexpr float kP0 = 1.9875691500E-4f, kP1 = 1.3981999507E-3f, kP2 = 8.3334519073E-3f, kP3 = 4.1665795894E-2f,
-                kP4 = 1.6666665459E-1f, kP5 = 5.0000001201E-1f;
+using namespace model::cephes_expf;  // kLog2e, kLn2Hi/Lo, kP0..kP5 (model/fast_math.h)
 
 }  // namespace
 
