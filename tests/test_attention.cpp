@@ -47,6 +47,8 @@ TEST(FlashAttention, MatchesReferenceOnManyShapes) {
       {1, 1, 1, 1, 16},     {1, 7, 2, 1, 64},    {5, 5, 4, 4, 64},      {13, 13, 4, 2, 64},
       {37, 37, 4, 4, 64},   {64, 64, 4, 2, 128}, {65, 65, 7, 1, 128},   {100, 100, 28, 4, 128},
       {8, 200, 4, 4, 128},  {130, 130, 2, 2, 48}, {3, 129, 6, 3, 24},   {288, 288, 4, 1, 128},
+      // the longest canvases run generates (prompt + up to 1024): a whole canvas, and a block against it
+      {1056, 1056, 2, 1, 64}, {32, 1100, 4, 2, 128},
   };
   std::mt19937 rng(1234);
   ThreadPool pool(2);
