@@ -3,10 +3,12 @@
 // AVX2 and plain C++ (the same algorithm with one float per "vector"), each in its own target region.
 #include "jit/attention/attention.h"
 
-// GCC 12 reports its own _mm512_undefined_ps() inside the AVX-512 intrinsics as maybe-uninitialized.
+// GCC 12 reports its own _mm512_undefined_ps() inside the AVX-512 intrinsics as (maybe-)uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <memory>
@@ -22,6 +24,7 @@ namespace {
 constexpr int kTile = 64;       // keys per tile (a multiple of every vector width)
 constexpr int64_t kQueryRows = 8;  // query rows per work item
 constexpr int kGroupRows = 4;      // query rows computed together (they share each key and value load)
+constexpr int64_t kTransposeBlock = 16;  // keys per block of the key transposition (divides kTile)
 
 struct Geometry {
   const float* q;
@@ -152,6 +155,39 @@ struct V {
   static float reduce_add(reg x) { return _mm512_reduce_add_ps(x); }
 };
 #include "jit/attention/attention_kernel.inc"
+
+// dst[c * ld + j] = src[j * stride + c] for 16 keys j < nj (zeros for j >= nj) and 16 dims c: a 16x16
+// transpose in registers (32-bit, then 64-bit interleaves within 128-bit lanes, then two 128-bit lane
+// shuffles).
+static void transpose16(const float* src, int64_t stride, int64_t nj, float* dst, int64_t ld) {
+  __m512 r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = i < nj ? _mm512_loadu_ps(src + i * stride) : _mm512_setzero_ps();
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  // After this, r[4b + i] holds, in 128-bit lane l, column 4l + i of rows 4b..4b+3.
+  for (int b = 0; b < 16; b += 4) {
+    const __m512d t0 = _mm512_castps_pd(t[b]), t1 = _mm512_castps_pd(t[b + 1]);
+    const __m512d t2 = _mm512_castps_pd(t[b + 2]), t3 = _mm512_castps_pd(t[b + 3]);
+    r[b] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
+    r[b + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
+    r[b + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
+    r[b + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
+  }
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0x88);       // lanes 0, 2 of rows 0-3, then of rows 4-7
+    t[4 + i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0xDD);   // lanes 1, 3
+    t[8 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0x88);
+    t[12 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0xDD);
+  }
+  for (int i = 0; i < 4; ++i) {
+    _mm512_storeu_ps(dst + (0 + i) * ld, _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88));
+    _mm512_storeu_ps(dst + (8 + i) * ld, _mm512_shuffle_f32x4(t[i], t[8 + i], 0xDD));
+    _mm512_storeu_ps(dst + (4 + i) * ld, _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0x88));
+    _mm512_storeu_ps(dst + (12 + i) * ld, _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0xDD));
+  }
+}
 }  // namespace avx512_impl
 #pragma GCC pop_options
 
@@ -183,12 +219,24 @@ void flash_attention(const model::AttentionShape& sh, const float* q, int64_t n_
   Geometry g{q, H * d, v, Hkv * d, out, d, H / Hkv, n_kv, (n_kv + kTile - 1) / kTile * kTile, sh.scale};
   // Keys transposed per kv head: kt[kv][c][j], zero-padded to a whole number of tiles.
   Buffer kt = aligned_floats(static_cast<size_t>(Hkv * d * g.ld));
+  // In blocks of 16 keys: the 16 key rows being read stay in L1 while every dimension c takes its 16
+  // values from them (reading one key row per c instead strides 4*Hkv*d bytes a value: 10x slower).
   pool.parallel_for(Hkv, [&](int64_t kv, int) {
     float* dst = kt.get() + kv * d * g.ld;
-    for (int64_t c = 0; c < d; ++c) {
-      float* row = dst + c * g.ld;
-      for (int64_t j = 0; j < n_kv; ++j) row[j] = k[j * g.kv_stride + kv * d + c];
-      for (int64_t j = n_kv; j < g.ld; ++j) row[j] = 0.0f;
+    const float* src = k + kv * d;
+    for (int64_t j0 = 0; j0 < g.ld; j0 += kTransposeBlock) {
+      const int64_t nj = std::min<int64_t>(kTransposeBlock, n_kv - j0);
+      if (width == 16) {  // d is a multiple of 16
+        for (int64_t c = 0; c < d; c += 16)
+          avx512_impl::transpose16(src + j0 * g.kv_stride + c, g.kv_stride, nj, dst + c * g.ld + j0, g.ld);
+        continue;
+      }
+      for (int64_t c = 0; c < d; ++c) {
+        float* out_row = dst + c * g.ld + j0;
+        int64_t j = 0;
+        for (; j < nj; ++j) out_row[j] = src[(j0 + j) * g.kv_stride + c];
+        for (; j < kTransposeBlock; ++j) out_row[j] = 0.0f;
+      }
     }
   });
 
@@ -196,7 +244,8 @@ void flash_attention(const model::AttentionShape& sh, const float* q, int64_t n_
   Buffer scratch = aligned_floats(static_cast<size_t>(per_scratch * pool.size()));
   const int64_t row_blocks = (n_q + kQueryRows - 1) / kQueryRows;
   pool.parallel_for(H * row_blocks, [&](int64_t item, int thread) {
-    const int64_t h = item % H, i0 = item / H * kQueryRows;
+    // Consecutive items take the row blocks of one head, whose keys and values then stay in cache.
+    const int64_t h = item / row_blocks, i0 = item % row_blocks * kQueryRows;
     const int64_t i1 = i0 + kQueryRows < n_q ? i0 + kQueryRows : n_q;
     float* s = scratch.get() + thread * per_scratch;
     if (width == 16) avx512_impl::attend_rows(g, h, i0, i1, kt.get(), s);
