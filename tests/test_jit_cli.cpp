@@ -89,6 +89,24 @@ TEST(JitCli, BenchKernelReportsItsShareOfThePeak) {
   EXPECT_EQ(j[0]["kernel"].get<std::string>().rfind("q6k_q8k_gemm_", 0), 0u);
 }
 
+TEST(JitCli, BenchKernelResidentTimesOneTileOverCachedPanels) {
+  const dllm::jit::Isa isa = dllm::jit::default_isa();
+  if (isa == dllm::jit::Isa::Portable) GTEST_SKIP() << "no JIT family on this CPU";
+  // Q4_K, k = 1024: a panel of 16 columns is 16 * 4 * 144 bytes plus padding, so several fit in 32 KB;
+  // n = 48 caps them at 3 panels.
+  const auto r = run_dllm({"bench", "kernel", "--type", "Q4_K", "--n", "48", "--k", "1024", "--resident", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(r.out);
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_TRUE(j[0]["resident"].get<bool>());
+  EXPECT_EQ(j[0]["panels"], 3);
+  EXPECT_EQ(j[0]["rows_timed"], dllm::jit::max_row_tile(isa, dllm::GgmlType::Q4_K));
+  EXPECT_GT(j[0]["gops_per_cpu_second"].get<double>(), 0);
+  const auto streamed = run_dllm({"bench", "kernel", "--type", "Q4_K", "--n", "48", "--k", "1024", "--json"});
+  ASSERT_EQ(streamed.exit_code, 0) << streamed.err;
+  EXPECT_FALSE(json::parse(streamed.out)[0]["resident"].get<bool>());
+}
+
 TEST(JitCli, BenchUsageErrors) {
   const std::vector<std::vector<std::string>> bad = {
       {"bench"},

@@ -24,7 +24,8 @@ const char* kGemmSynopsis =
     "bench gemm --type Q4_K|Q6_K|Q8_0 --n N --k K --rows M[,M...] [--threads N] [--isa F] [--warm] "
     "[--min-seconds S] [--no-peak] [--json]";
 
-const char* kKernelSynopsis = "bench kernel --type Q4_K|Q6_K|Q8_0 --n N --k K [--rows M[,M...]] [--isa F] [--json]";
+const char* kKernelSynopsis =
+    "bench kernel --type Q4_K|Q6_K|Q8_0 --n N --k K [--rows M[,M...]] [--isa F] [--resident] [--json]";
 
 const char* kGemmHelp =
     "  --type T         weight type: Q4_K, Q6_K or Q8_0\n"
@@ -213,7 +214,9 @@ std::string bench_usage() {
          "  gemm   the JIT GEMM on random repacked weights of one shape: median time, GOPS, and the\n"
          "         fractions of the measured peak and bandwidth\n"
          "  kernel   one kernel alone on one thread, timed by its own CPU time (robust on a busy machine),\n"
-         "         over --rows rows (default 128) in full tiles: the kernel's share of the int8 peak\n\n"
+         "         over --rows rows (default 128) in full tiles: the kernel's share of the int8 peak;\n"
+         "         --resident: one tile over 32 KB of weights, called repeatedly (operands stay in\n"
+         "         L1/L2), the kernel's ceiling without memory traffic (--rows is then ignored)\n\n"
          "bench peak:\n"
          "  --threads N      worker threads (default: all logical CPUs)\n"
          "  --isa F          kernel family (default: the best this CPU has, capped by DLLM_ISA)\n"
@@ -238,7 +241,7 @@ static int bench_kernel(const std::vector<std::string>& args) {
   cxxopts::Options opts("dllm bench kernel", "Times one GEMM kernel alone on one thread (CPU time).");
   opts.add_options()("type", "", cxxopts::value<std::string>())("n-out", "", cxxopts::value<int64_t>())(
       "k-in", "", cxxopts::value<int64_t>())("rows", "", cxxopts::value<std::string>())(
-      "isa", "", cxxopts::value<std::string>())("json", "")("h,help", "");
+      "isa", "", cxxopts::value<std::string>())("resident", "")("json", "")("h,help", "");
   const auto res = parse(opts, args, "bench kernel");
   if (res.count("help")) {
     std::cout << bench_usage();
@@ -262,15 +265,17 @@ static int bench_kernel(const std::vector<std::string>& args) {
   if (isa == jit::Isa::Portable) throw usage_error("bench kernel needs a JIT kernel family, not portable");
   nlohmann::json out = nlohmann::json::array();
   for (int64_t m : rows) {
-    const jit::KernelBenchResult r = jit::bench_kernel(type, n, k, m, isa);
+    const jit::KernelBenchResult r = jit::bench_kernel(type, n, k, m, isa, res.count("resident") > 0);
     const double f = r.gops_per_cpu_second / r.peak_gops_per_cpu_second;
     if (res.count("json")) {
       out.push_back({{"type", tname}, {"n", n}, {"k", k}, {"rows", m}, {"rows_timed", r.rows}, {"isa", jit::isa_name(isa)},
-                     {"kernel", r.kernel},
+                     {"kernel", r.kernel}, {"resident", r.resident}, {"panels", r.panels},
                      {"gops_per_cpu_second", r.gops_per_cpu_second},
                      {"peak_gops_per_cpu_second", r.peak_gops_per_cpu_second}, {"fraction_of_peak", f}});
     } else {
-      std::cout << r.kernel << " (" << r.rows << " rows, one thread): " << fmt(r.gops_per_cpu_second, 1)
+      std::cout << r.kernel << " (" << r.rows << " rows, "
+                << (r.resident ? std::to_string(r.panels) + (r.panels == 1 ? " panel" : " panels") + " resident in cache, " : "")
+                << "one thread): " << fmt(r.gops_per_cpu_second, 1)
                 << " GOPS per CPU-second = " << fmt(100 * f, 1) << "% of the int8 peak loop ("
                 << fmt(r.peak_gops_per_cpu_second, 1) << ")\n";
     }

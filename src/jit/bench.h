@@ -61,12 +61,16 @@ struct KernelBenchResult {
   double ops_per_call = 0;
   double gops_per_cpu_second = 0;  // one thread, kernel calls only (no driver, no threads), best of 5 passes
   double peak_gops_per_cpu_second = 0;  // the same thread's int8 peak loop
+  bool resident = false;           // one tile over panels whose weights fit in 32 KB, called repeatedly
+  int64_t panels = 0;              // resident: the panels each call covers
 };
 
 // The kernel alone on one thread, timed with the thread's own CPU time (robust on a busy machine):
 // `rows` activation rows in full tiles (rows rounded down to the family's tile; at least one tile),
-// panel runs of 4 panels with every row tile passing over each run (the driver's blocking).
-KernelBenchResult bench_kernel(GgmlType type, int64_t n, int64_t k, int64_t rows, Isa isa);
+// panel runs of 4 panels with every row tile passing over each run (the driver's blocking). With
+// resident set: one full tile over the first panels (weights within 32 KB), called over and over, so
+// that weights and activations stay in L1/L2: the kernel's instruction-bound ceiling, no memory traffic.
+KernelBenchResult bench_kernel(GgmlType type, int64_t n, int64_t k, int64_t rows, Isa isa, bool resident = false);
 
 // Random rows in ggml's block format (random quants, plausible finite scales); for benches and tests.
 void random_ggml_rows(GgmlType type, int64_t n, int64_t k, uint64_t seed, uint8_t* out);
