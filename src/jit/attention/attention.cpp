@@ -58,6 +58,8 @@ struct V {
   static reg sub(reg a, reg b) { return a - b; }
   static reg mul(reg a, reg b) { return a * b; }
   static reg fma(reg a, reg b, reg c) { return a * b + c; }
+  static reg max(reg a, reg b) { return a > b ? a : b; }
+  static float reduce_max(reg x) { return x; }
   static reg exp(reg x) { return std::exp(x); }
   static float exp1(float x) { return std::exp(x); }
   static reg keep_first(reg x, int64_t n) { return n > 0 ? x : 0.0f; }
@@ -83,6 +85,13 @@ struct V {
   static reg sub(reg a, reg b) { return _mm256_sub_ps(a, b); }
   static reg mul(reg a, reg b) { return _mm256_mul_ps(a, b); }
   static reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
+  static reg max(reg a, reg b) { return _mm256_max_ps(a, b); }
+  static float reduce_max(reg x) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+  }
   static reg exp(reg x) {
     x = _mm256_min_ps(_mm256_max_ps(x, set1(kExpLo)), set1(kExpHi));
     reg n = _mm256_round_ps(_mm256_mul_ps(x, set1(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -133,6 +142,8 @@ struct V {
   static reg sub(reg a, reg b) { return _mm512_sub_ps(a, b); }
   static reg mul(reg a, reg b) { return _mm512_mul_ps(a, b); }
   static reg fma(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
+  static reg max(reg a, reg b) { return _mm512_max_ps(a, b); }
+  static float reduce_max(reg x) { return _mm512_reduce_max_ps(x); }
   static reg exp(reg x) {
     x = _mm512_min_ps(_mm512_max_ps(x, set1(kExpLo)), set1(kExpHi));
     reg n = _mm512_roundscale_ps(_mm512_mul_ps(x, set1(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -240,7 +251,7 @@ void flash_attention(const model::AttentionShape& sh, const float* q, int64_t n_
     }
   });
 
-  const int64_t per_scratch = kGroupRows * (kTile + (d + 15) / 16 * 16);
+  const int64_t per_scratch = kGroupRows * (kTile + 2 * ((d + 15) / 16 * 16));
   Buffer scratch = aligned_floats(static_cast<size_t>(per_scratch * pool.size()));
   const int64_t row_blocks = (n_q + kQueryRows - 1) / kQueryRows;
   pool.parallel_for(H * row_blocks, [&](int64_t item, int thread) {
