@@ -25,12 +25,14 @@ constexpr int kTile = 64;       // keys per tile (a multiple of every vector wid
 constexpr int64_t kQueryRows = 8;  // query rows per work item
 constexpr int kGroupRows = 4;      // query rows computed together (they share each key and value load)
 constexpr int64_t kTransposeBlock = 16;  // keys per block of the key transposition (divides kTile)
+constexpr int64_t kGatherValuesRows = 128;  // query rows from which values are gathered per head first
 
 struct Geometry {
   const float* q;
   int64_t q_stride;
-  const float* v;
-  int64_t kv_stride;
+  const float* v;          // value c of key j of kv head kv: v[kv * v_head + j * v_key + c]
+  int64_t v_key, v_head;
+  int64_t kv_stride;       // of the caller's k and v rows (Hkv * d)
   float* out;
   int64_t d, group, n_kv, ld;
   float scale;
@@ -216,6 +218,24 @@ Buffer aligned_floats(size_t n) {
   return Buffer(p);
 }
 
+// A buffer kept across calls on the calling thread and grown when a call needs more: the per-call
+// buffers are a megabyte or more, which malloc maps and unmaps each time, so that every call would fault
+// in fresh zeroed pages (measured: 60% of a 64x64 call).
+class ReusedBuffer {
+ public:
+  float* get(size_t n) {
+    if (n > cap_) {
+      buf_ = aligned_floats(n);
+      cap_ = n;
+    }
+    return buf_.get();
+  }
+
+ private:
+  Buffer buf_;
+  size_t cap_ = 0;
+};
+
 }  // namespace
 
 void flash_attention(const model::AttentionShape& sh, const float* q, int64_t n_q, const float* k,
@@ -227,13 +247,23 @@ void flash_attention(const model::AttentionShape& sh, const float* q, int64_t n_
   int width = isa_has_avx512(isa) ? 16 : (isa == Isa::Portable ? 1 : 8);
   if (d % width) width = 1;  // head dims that are not a multiple of the vector width take the plain path
 
-  Geometry g{q, H * d, v, Hkv * d, out, d, H / Hkv, n_kv, (n_kv + kTile - 1) / kTile * kTile, sh.scale};
+  // With many query rows, values are gathered per kv head into one contiguous stream, which every group
+  // of query rows then reads (the caller's rows put Hkv * d floats between two keys of one head: a new
+  // page every few keys). With few query rows the copy costs more than it saves.
+  thread_local ReusedBuffer vh_buf, kt_buf, scratch_buf;
+  const bool gather_v = n_q >= kGatherValuesRows;
+  float* const vh = gather_v ? vh_buf.get(static_cast<size_t>(Hkv * n_kv * d)) : nullptr;
+  Geometry g{q, H * d, gather_v ? vh : v, gather_v ? d : Hkv * d, gather_v ? n_kv * d : d, Hkv * d, out, d, H / Hkv, n_kv, (n_kv + kTile - 1) / kTile * kTile, sh.scale};
   // Keys transposed per kv head: kt[kv][c][j], zero-padded to a whole number of tiles.
-  Buffer kt = aligned_floats(static_cast<size_t>(Hkv * d * g.ld));
+  float* const kt = kt_buf.get(static_cast<size_t>(Hkv * d * g.ld));
   // In blocks of 16 keys: the 16 key rows being read stay in L1 while every dimension c takes its 16
   // values from them (reading one key row per c instead strides 4*Hkv*d bytes a value: 10x slower).
   pool.parallel_for(Hkv, [&](int64_t kv, int) {
-    float* dst = kt.get() + kv * d * g.ld;
+    if (gather_v) {
+      float* vdst = vh + kv * n_kv * d;
+      for (int64_t j = 0; j < n_kv; ++j) std::copy_n(v + j * g.kv_stride + kv * d, d, vdst + j * d);
+    }
+    float* dst = kt + kv * d * g.ld;
     const float* src = k + kv * d;
     for (int64_t j0 = 0; j0 < g.ld; j0 += kTransposeBlock) {
       const int64_t nj = std::min<int64_t>(kTransposeBlock, n_kv - j0);
@@ -252,16 +282,16 @@ void flash_attention(const model::AttentionShape& sh, const float* q, int64_t n_
   });
 
   const int64_t per_scratch = kGroupRows * (kTile + 2 * ((d + 15) / 16 * 16));
-  Buffer scratch = aligned_floats(static_cast<size_t>(per_scratch * pool.size()));
+  float* const scratch = scratch_buf.get(static_cast<size_t>(per_scratch * pool.size()));
   const int64_t row_blocks = (n_q + kQueryRows - 1) / kQueryRows;
   pool.parallel_for(H * row_blocks, [&](int64_t item, int thread) {
     // Consecutive items take the row blocks of one head, whose keys and values then stay in cache.
     const int64_t h = item / row_blocks, i0 = item % row_blocks * kQueryRows;
     const int64_t i1 = i0 + kQueryRows < n_q ? i0 + kQueryRows : n_q;
-    float* s = scratch.get() + thread * per_scratch;
-    if (width == 16) avx512_impl::attend_rows(g, h, i0, i1, kt.get(), s);
-    else if (width == 8) avx2_impl::attend_rows(g, h, i0, i1, kt.get(), s);
-    else scalar_impl::attend_rows(g, h, i0, i1, kt.get(), s);
+    float* s = scratch + thread * per_scratch;
+    if (width == 16) avx512_impl::attend_rows(g, h, i0, i1, kt, s);
+    else if (width == 8) avx2_impl::attend_rows(g, h, i0, i1, kt, s);
+    else scalar_impl::attend_rows(g, h, i0, i1, kt, s);
   });
 }
 
