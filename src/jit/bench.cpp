@@ -242,7 +242,6 @@ KernelBenchResult bench_kernel(GgmlType type, int64_t n, int64_t k, int64_t rows
   res.kernel = kernel->name();
   std::vector<float> y(static_cast<size_t>(tiles * m * n));
   const PackedLayout& L = w.layout;
-  const int64_t nb = a.blocks_per_row(), cr = a.corr_per_row();
   if (resident) {
     // One tile over the first panels, their weights within 32 KB (at least one panel), called until a
     // pass has taken 0.1 s of CPU time: the kernel with its operands in L1/L2, no memory traffic.
@@ -251,10 +250,7 @@ KernelBenchResult bench_kernel(GgmlType type, int64_t n, int64_t k, int64_t rows
     args.w = w.packed.data();
     args.n_panels = res.panels;
     args.tail_cols = res.panels == L.n_panels ? n - (L.n_panels - 1) * L.p : L.p;
-    args.xq = isa == Isa::Amx ? a.tiles.data() : a.qs.data();
-    args.xd = a.d.data();
-    args.xs = a.fmt == ActFormat::Q8_K ? a.s32.data() : nullptr;
-    args.xc = a.corr.data();
+    point_at_rows(args, a, isa, 0);
     args.y = y.data();
     int64_t calls = 1;
     for (double t = 0; t < 0.1; calls *= 2) {
@@ -284,10 +280,7 @@ KernelBenchResult bench_kernel(GgmlType type, int64_t n, int64_t k, int64_t rows
       args.tail_cols = p0 + args.n_panels == L.n_panels ? n - (L.n_panels - 1) * L.p : L.p;
       for (int64_t t = 0; t < tiles; ++t) {
         const int64_t r0 = t * m;
-        args.xq = isa == Isa::Amx ? a.tiles.data() + (r0 / 16) * a.tile_chunks() * 1024 : a.qs.data() + r0 * k;
-        args.xd = a.d.data() + r0 * nb;
-        args.xs = a.fmt == ActFormat::Q8_K ? a.s32.data() + r0 * (k / 32) : nullptr;
-        args.xc = a.corr.data() + r0 * cr;
+        point_at_rows(args, a, isa, r0);
         args.y = y.data() + r0 * n + p0 * L.p;
         kernel->fn()(&args);
       }

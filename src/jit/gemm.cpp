@@ -68,6 +68,13 @@ std::vector<RowTile> plan_row_tiles(Isa isa, GgmlType t, int64_t n, int64_t k, i
   return tiles;
 }
 
+void point_at_rows(GemmKernelArgs& args, const QuantizedActs& a, Isa isa, int64_t r0) {
+  args.xq = isa == Isa::Amx ? a.tiles.data() + (r0 / 16) * a.tile_chunks() * 1024 : a.qs.data() + r0 * a.k;
+  args.xd = a.d.data() + r0 * a.blocks_per_row();
+  args.xs = a.fmt == ActFormat::Q8_K ? a.s32.data() + r0 * (a.k / 32) : nullptr;
+  args.xc = a.corr.data() + r0 * a.corr_per_row();
+}
+
 std::vector<std::shared_ptr<const Kernel>> kernels_for(const QuantMatrix& w, int64_t rows, KernelCache& cache) {
   std::vector<std::shared_ptr<const Kernel>> out;
   std::vector<GemmDesc> seen;
@@ -119,7 +126,6 @@ void run_item(const GemmPlan& g, const QuantizedActs& a, int64_t item) {
   const int64_t p0 = (item / g.n_groups) * g.run, grp = item % g.n_groups;
   const int64_t np = std::min(g.run, L.n_panels - p0);
   const int64_t last_cols = w.n - (L.n_panels - 1) * L.p;
-  const int64_t nb_act = a.blocks_per_row(), corr = a.corr_per_row();
   const int64_t n_tiles = static_cast<int64_t>(g.tiles.size());
   GemmKernelArgs args{};
   args.w = w.packed.data() + p0 * L.panel_bytes;
@@ -127,11 +133,7 @@ void run_item(const GemmPlan& g, const QuantizedActs& a, int64_t item) {
   args.tail_cols = p0 + np == L.n_panels ? last_cols : L.p;
   for (int64_t t = grp * g.tiles_per_group; t < std::min(n_tiles, (grp + 1) * g.tiles_per_group); ++t) {
     const RowTile& tile = g.tiles[static_cast<size_t>(t)];
-    args.xq = tile.desc.isa == Isa::Amx ? a.tiles.data() + (tile.r0 / 16) * a.tile_chunks() * 1024
-                                        : a.qs.data() + tile.r0 * a.k;
-    args.xd = a.d.data() + tile.r0 * nb_act;
-    args.xs = a.fmt == ActFormat::Q8_K ? a.s32.data() + tile.r0 * (a.k / 32) : nullptr;
-    args.xc = a.corr.data() + tile.r0 * corr;
+    point_at_rows(args, a, tile.desc.isa, tile.r0);
     args.y = g.y + tile.r0 * w.n + p0 * L.p;
     g.fns[static_cast<size_t>(t)](&args);
   }

@@ -45,6 +45,10 @@ struct RowTile {
 };
 std::vector<RowTile> plan_row_tiles(Isa isa, GgmlType t, int64_t n, int64_t k, int64_t rows);
 
+// Points args' activation fields (xq, xd, xs, xc) at row r0 of a, for a kernel of family isa (AMX
+// kernels read the 16-row tile form).
+void point_at_rows(GemmKernelArgs& args, const QuantizedActs& a, Isa isa, int64_t r0);
+
 // The kernels gemm() uses for `rows` activation rows, generated now; for warm-up at load.
 std::vector<std::shared_ptr<const Kernel>> kernels_for(const QuantMatrix& w, int64_t rows,
                                                        KernelCache& cache = KernelCache::global());

@@ -253,7 +253,19 @@ void flash_attention(const model::AttentionShape& sh, const float* q, int64_t n_
   thread_local ReusedBuffer vh_buf, kt_buf, scratch_buf;
   const bool gather_v = n_q >= kGatherValuesRows;
   float* const vh = gather_v ? vh_buf.get(static_cast<size_t>(Hkv * n_kv * d)) : nullptr;
-  Geometry g{q, H * d, gather_v ? vh : v, gather_v ? d : Hkv * d, gather_v ? n_kv * d : d, Hkv * d, out, d, H / Hkv, n_kv, (n_kv + kTile - 1) / kTile * kTile, sh.scale};
+  Geometry g{};
+  g.q = q;
+  g.q_stride = H * d;
+  g.v = gather_v ? vh : v;
+  g.v_key = gather_v ? d : Hkv * d;
+  g.v_head = gather_v ? n_kv * d : d;
+  g.kv_stride = Hkv * d;
+  g.out = out;
+  g.d = d;
+  g.group = H / Hkv;
+  g.n_kv = n_kv;
+  g.ld = (n_kv + kTile - 1) / kTile * kTile;
+  g.scale = sh.scale;
   // Keys transposed per kv head: kt[kv][c][j], zero-padded to a whole number of tiles.
   float* const kt = kt_buf.get(static_cast<size_t>(Hkv * d * g.ld));
   // In blocks of 16 keys: the 16 key rows being read stay in L1 while every dimension c takes its 16
