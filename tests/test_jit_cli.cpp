@@ -50,9 +50,9 @@ TEST(JitCli, BenchGemmJsonReportsEveryRowCount) {
     EXPECT_GT(res["median_s"].get<double>(), 0);
     EXPECT_EQ(res["gguf_bytes"], 40 * 2 * 144);
     if (best != dllm::jit::Isa::Portable) {
-      const int mmax = dllm::jit::max_row_tile(best, dllm::GgmlType::Q4_K);
+      const int mmax = dllm::jit::max_row_tile(best, dllm::GgmlType::Q4_K, 512);
       const std::string tile = std::to_string(i == 0 ? 1 : std::min(9, mmax)) + "x" +
-                               std::to_string(dllm::jit::panel_rows(best));
+                               std::to_string(dllm::jit::panel_rows(best, dllm::GgmlType::Q4_K, 512));
       EXPECT_EQ(res["kernel"], "q4k_q8k_gemm_" + tile + "__" + dllm::jit::isa_short_name(best) + "_k512_n40");
     }
   }
@@ -100,7 +100,7 @@ TEST(JitCli, BenchKernelResidentTimesOneTileOverCachedPanels) {
   ASSERT_EQ(j.size(), 1u);
   EXPECT_TRUE(j[0]["resident"].get<bool>());
   EXPECT_EQ(j[0]["panels"], 3);
-  EXPECT_EQ(j[0]["rows_timed"], dllm::jit::max_row_tile(isa, dllm::GgmlType::Q4_K));
+  EXPECT_EQ(j[0]["rows_timed"], dllm::jit::max_row_tile(isa, dllm::GgmlType::Q4_K, 1024));
   EXPECT_GT(j[0]["gops_per_cpu_second"].get<double>(), 0);
   const auto streamed = run_dllm({"bench", "kernel", "--type", "Q4_K", "--n", "48", "--k", "1024", "--json"});
   ASSERT_EQ(streamed.exit_code, 0) << streamed.err;
@@ -150,7 +150,7 @@ TEST(JitCli, KernelsDumpCoversEveryMatrix) {
     if (t.n_dims == 2 && t.name != "token_embd.weight" && dllm::jit::jit_supports_type(t.type()))
       want.insert(std::string(t.name));
   ASSERT_FALSE(want.empty());
-  const int mmax = dllm::jit::max_row_tile(isa, dllm::GgmlType::Q8_0);
+  const int mmax = dllm::jit::max_row_tile(isa, dllm::GgmlType::Q8_0, 256);
   std::set<int> tiles;
   for (const json& k : m["kernels"]) {
     for (const auto& t : k["tensors"]) listed.insert(t.get<std::string>());

@@ -40,6 +40,7 @@ const Shape kShapes[] = {
     {GgmlType::Q6_K, 1, 16, 256},   {GgmlType::Q6_K, 3, 33, 512},  {GgmlType::Q6_K, 7, 8, 256},
     {GgmlType::Q6_K, 13, 100, 768}, {GgmlType::Q6_K, 17, 5, 256},  {GgmlType::Q6_K, 2, 24, 4096},
     {GgmlType::Q6_K, 9, 1, 256},    {GgmlType::Q6_K, 20, 40, 1024}, {GgmlType::Q6_K, 6, 16, 512},
+    {GgmlType::Q6_K, 9, 37, 8448},  // past kTwoVectorMaxK: one-vector panels on avx512-vnni too
     {GgmlType::Q8_0, 1, 16, 32},    {GgmlType::Q8_0, 3, 33, 96},   {GgmlType::Q8_0, 7, 8, 288},
     {GgmlType::Q8_0, 13, 100, 768}, {GgmlType::Q8_0, 17, 5, 32},   {GgmlType::Q8_0, 2, 24, 4096},
     {GgmlType::Q8_0, 25, 1, 64},    {GgmlType::Q8_0, 30, 40, 1024}, {GgmlType::Q8_0, 6, 16, 64},

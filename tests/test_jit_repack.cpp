@@ -119,6 +119,15 @@ TEST(JitRepack, LayoutSizes) {
   const PackedLayout c = packed_layout(Isa::AvxVnni, GgmlType::Q6_K, 9, 256);
   EXPECT_EQ(c.quant_bytes, 256 * 8);
   EXPECT_EQ(c.n_panels, 2);
+  // Q6_K on avx512-vnni: panels of two vectors (32 rows); AMX keeps one-vector panels (its tile rows).
+  const PackedLayout e = packed_layout(Isa::Avx512Vnni, GgmlType::Q6_K, 33, 512);
+  EXPECT_EQ(e.p, 32);
+  EXPECT_EQ(e.n_panels, 2);
+  EXPECT_EQ(e.quant_bytes, 256 * 32);
+  EXPECT_EQ(e.meta_bytes, 18 * 32);
+  EXPECT_EQ(packed_layout(Isa::Amx, GgmlType::Q6_K, 33, 512).p, 16);
+  EXPECT_EQ(packed_layout(Isa::Avx512Vnni, GgmlType::Q6_K, 33, kTwoVectorMaxK).p, 32);
+  EXPECT_EQ(packed_layout(Isa::Avx512Vnni, GgmlType::Q6_K, 33, kTwoVectorMaxK + 256).p, 16);
 }
 
 TEST(JitRepack, ErrorsNameTheMatrix) {
@@ -170,14 +179,19 @@ TEST(JitDesc, NamesAndTiles) {
   d.wtype = GgmlType::Q6_K;
   d.m = 3;
   EXPECT_EQ(d.name(), "q6k_q8k_gemm_3x8__avx2_k4096_n12288");
-  // Register budgets (reg_plan.h): 32 zmm allow 8 rows; 16 ymm allow 3 (Q8_0: 5, accumulators on the stack).
+  // Register budgets (reg_plan.h): 32 zmm allow 8 rows (Q6_K: 4 rows of two-vector panels, accumulators on
+  // the stack); 16 ymm allow 3 (Q8_0: 5, accumulators on the stack).
   for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0}) {
     const int ymm = t == GgmlType::Q8_0 ? 5 : 3;
-    EXPECT_EQ(max_row_tile(Isa::Avx512Vnni, t), 8) << ggml_type_name(t);
-    EXPECT_EQ(max_row_tile(Isa::AvxVnni, t), ymm) << ggml_type_name(t);
-    EXPECT_EQ(max_row_tile(Isa::Avx2, t), ymm) << ggml_type_name(t);
-    EXPECT_EQ(max_row_tile(Isa::Amx, t), 16) << ggml_type_name(t);  // the rows of an AMX tile
+    EXPECT_EQ(max_row_tile(Isa::Avx512Vnni, t, 4096), t == GgmlType::Q6_K ? 4 : 8) << ggml_type_name(t);
+    EXPECT_EQ(max_row_tile(Isa::Avx512Vnni, t, 12288), 8) << ggml_type_name(t);  // one-vector panels
+    EXPECT_EQ(max_row_tile(Isa::AvxVnni, t, 4096), ymm) << ggml_type_name(t);
+    EXPECT_EQ(max_row_tile(Isa::Avx2, t, 4096), ymm) << ggml_type_name(t);
+    EXPECT_EQ(max_row_tile(Isa::Amx, t, 4096), 16) << ggml_type_name(t);  // the rows of an AMX tile
   }
+  d.isa = Isa::Avx512Vnni;
+  d.m = 4;
+  EXPECT_EQ(d.name(), "q6k_q8k_gemm_4x32__avx512vnni_k4096_n12288");
   d.isa = Isa::Amx;
   d.m = 16;
   EXPECT_EQ(d.name(), "q6k_q8k_gemm_16x16__amx_k4096_n12288");
@@ -263,7 +277,7 @@ TEST(JitKernelCache, YmmFamiliesUseNoEvex) {
       d.wtype = t;
       d.n = 20;
       d.k = 512;
-      d.m = max_row_tile(isa, t);
+      d.m = max_row_tile(isa, t, d.k);
       const auto k = generate_kernel(d);
       const std::string bin = ::testing::TempDir() + "/" + d.name() + ".bin";
       std::ofstream(bin, std::ios::binary).write(reinterpret_cast<const char*>(k->code()), k->code_size());

@@ -144,7 +144,7 @@ int cmd_kernels(const std::vector<std::string>& args) {
     if (rows > 0) {
       row_counts.push_back(rows);
     } else {
-      for (int64_t r = 1; r <= jit::max_row_tile(isa, t.type()); ++r) row_counts.push_back(r);
+      for (int64_t r = 1; r <= jit::max_row_tile(isa, t.type(), t.ne[0]); ++r) row_counts.push_back(r);
     }
     std::vector<std::string> names;
     for (int64_t r : row_counts) {

@@ -221,7 +221,7 @@ KernelBenchResult bench_kernel(GgmlType type, int64_t n, int64_t k, int64_t rows
   std::vector<uint8_t> src(static_cast<size_t>(n * (k / info->block_size) * info->type_size));
   random_ggml_rows(type, n, k, 1, src.data());
   const QuantMatrix w = prepare_matrix(type, k, n, src.data(), isa, one, "bench matrix");
-  const int m = max_row_tile(isa, type);
+  const int m = max_row_tile(isa, type, k);
   const int64_t tiles = resident ? 1 : std::max<int64_t>(1, rows / m);
   res.rows = tiles * m;
   res.resident = resident;

@@ -37,12 +37,12 @@ ActFormat act_format_for(GgmlType wtype) { return wtype == GgmlType::Q8_0 ? ActF
 
 bool jit_supports_type(GgmlType t) { return t == GgmlType::Q4_K || t == GgmlType::Q6_K || t == GgmlType::Q8_0; }
 
-int max_row_tile(Isa isa, GgmlType wtype) {
+int max_row_tile(Isa isa, GgmlType wtype, int64_t k) {
   if (isa == Isa::Portable) return 1;
   if (isa == Isa::Amx) return 16;  // the rows of an AMX tile
   int best = 1;
   for (int m = 1; m <= row_tile_cap(wtype); ++m)
-    if (plan_registers(isa, wtype, m).m == m) best = m;
+    if (plan_registers(isa, wtype, m, k).m == m) best = m;
   return best;
 }
 

@@ -109,7 +109,7 @@ PackedLayout packed_layout(Isa isa, GgmlType wtype, int64_t n, int64_t k) {
   PackedLayout l;
   l.isa = isa;
   l.wtype = wtype;
-  l.p = panel_rows(isa);
+  l.p = panel_rows(isa, wtype, k);
   l.n = n;
   l.k = k;
   l.block = wtype == GgmlType::Q8_0 ? 32 : 256;
@@ -157,7 +157,7 @@ QuantMatrix prepare_matrix(GgmlType type, int64_t k, int64_t n, const void* data
     uint8_t* base = m.packed.data() + panel * L.panel_bytes;
     std::memset(base + L.nblocks * (L.quant_bytes + L.meta_bytes), 0,
                 L.panel_bytes - L.nblocks * (L.quant_bytes + L.meta_bytes));
-    const void* rows[16] = {};
+    const void* rows[32] = {};
     for (int64_t blk = 0; blk < L.nblocks; ++blk) {
       for (int p = 0; p < L.p; ++p) {
         const int64_t row = panel * L.p + p;

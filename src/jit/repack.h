@@ -2,7 +2,9 @@
 // read, so that one vpdpbusd multiplies P weight rows (16 in a zmm, 8 in a ymm) by 4 int8 activations.
 // Nothing but the kernels (and the tests) reads this layout.
 //
-// The weight rows are cut into panels of P rows (the last one padded with zero rows). A panel is
+// The weight rows are cut into panels of P rows (the last one padded with zero rows): P = panel_rows()
+// (gemm_desc.h), the rows of one vector register, except Q6_K on avx512-vnni with k <= 8192, where P = 32
+// (two zmm per group). A panel is
 //   [quant stream: nblocks x quant_bytes][meta stream: nblocks x meta_bytes], padded to 64 bytes,
 // and panels follow each other. "Vector" below is P dwords: dword p holds 4 bytes of weight row p, for
 // 4 consecutive k ("a group"). Per block (256 values for the K-quants, 32 for Q8_0):

@@ -20,13 +20,19 @@ GemmGenerator<Vmm>::GemmGenerator(const GemmDesc& desc)
     : JitGenerator(desc.name(), kMaxCodeBytes),
       desc_(desc),
       layout_(packed_layout(desc.isa, desc.wtype, desc.n, desc.k)),
-      plan_(plan_registers(desc.isa, desc.wtype, desc.m)),
-      m_(desc.m) {
+      plan_(plan_registers(desc.isa, desc.wtype, desc.m, desc.k)),
+      m_(desc.m),
+      nv_(plan_.vectors),
+      mv_(m_ * nv_),
+      pvb_(nv_ * kVB) {
   if ((desc.isa == Isa::Avx512Vnni) != kZmm || desc.isa == Isa::Portable)
     throw Error("cannot generate kernel " + desc.name() + ": family and register width disagree");
   if (desc.m < 1 || plan_.m != desc.m || desc.m > row_tile_cap(desc.wtype) || (!kZmm && desc.m > 6))
     throw Error("cannot generate kernel " + desc.name() + ": a row tile of " + std::to_string(desc.m) +
                 " does not fit the " + std::to_string(vector_registers(desc.isa)) + " vector registers");
+  if (layout_.p != nv_ * kP || (nv_ == 2 && (!kZmm || desc.wtype != GgmlType::Q6_K)))
+    throw Error("cannot generate kernel " + desc.name() + ": no body for panels of " + std::to_string(layout_.p) +
+                " rows");
   masks_in_regs_ = desc.wtype == GgmlType::Q4_K && plan_.total() + 2 <= vector_registers(desc.isa);
 }
 
@@ -48,27 +54,31 @@ RegExp GemmGenerator<Vmm>::xq(int r, int byte) const {
 // ---- registers ----
 
 template <class Vmm>
-Vmm GemmGenerator<Vmm>::vdot_a(int r) const {
-  if (r < 0 || r >= m_) throw Error(kernel_name() + ": dot register index out of range");
-  return Vmm(r);
+int GemmGenerator<Vmm>::slot(int r, int v) const {
+  if (r < 0 || r >= m_ || v < 0 || v >= nv_) throw Error(kernel_name() + ": row or vector index out of range");
+  return r * nv_ + v;
 }
 
 template <class Vmm>
-Vmm GemmGenerator<Vmm>::vdot_b(int r) const {
-  if (r < 0 || r >= m_) throw Error(kernel_name() + ": dot register index out of range");
-  return Vmm(m_ + r);
+Vmm GemmGenerator<Vmm>::vdot_a(int r, int v) const {
+  return Vmm(slot(r, v));
 }
 
 template <class Vmm>
-Vmm GemmGenerator<Vmm>::vsb(int r) const {
-  if (r < 0 || r >= m_ || desc_.wtype == GgmlType::Q8_0) throw Error(kernel_name() + ": super-block sum misuse");
-  return Vmm(2 * m_ + r);
+Vmm GemmGenerator<Vmm>::vdot_b(int r, int v) const {
+  return Vmm(mv_ + slot(r, v));
 }
 
 template <class Vmm>
-Vmm GemmGenerator<Vmm>::vacc(int r) const {
-  if (r < 0 || r >= m_ || plan_.acc_in_mem) throw Error(kernel_name() + ": accumulator register misuse");
-  return Vmm((plan_.per_row - 1) * m_ + r);
+Vmm GemmGenerator<Vmm>::vsb(int r, int v) const {
+  if (desc_.wtype == GgmlType::Q8_0) throw Error(kernel_name() + ": super-block sum misuse");
+  return Vmm(2 * mv_ + slot(r, v));
+}
+
+template <class Vmm>
+Vmm GemmGenerator<Vmm>::vacc(int s) const {
+  if (s < 0 || s >= mv_ || plan_.acc_in_mem) throw Error(kernel_name() + ": accumulator register misuse");
+  return Vmm((plan_.per_row / nv_ - 1) * mv_ + s);
 }
 
 template <class Vmm>
@@ -171,24 +181,25 @@ void GemmGenerator<Vmm>::mul_bcast_f32(const Vmm& dst, const Vmm& src, const Reg
 }
 
 template <class Vmm>
-void GemmGenerator<Vmm>::acc_fma(int r, const Vmm& a, const Vmm& b) {
+void GemmGenerator<Vmm>::acc_fma(int s, const Vmm& a, const Vmm& b) {
   if (!plan_.acc_in_mem) {
-    vfmadd231ps(vacc(r), a, b);
+    vfmadd231ps(vacc(s), a, b);
     return;
   }
-  const Xbyak::Address acc = ptr[rsp + r * kVB];
+  if (s < 0 || s >= mv_) throw Error(kernel_name() + ": accumulator slot out of range");
+  const Xbyak::Address acc = ptr[rsp + s * kVB];
   vfmadd213ps(a, b, acc);  // a = b*a + acc
   vmovaps(acc, a);
 }
 
 template <class Vmm>
-void GemmGenerator<Vmm>::acc_fma_bcast(int r, const Vmm& a, const RegExp& e, const Vmm& tmp) {
+void GemmGenerator<Vmm>::acc_fma_bcast(int s, const Vmm& a, const RegExp& e, const Vmm& tmp) {
   if (kZmm && !plan_.acc_in_mem) {
-    vfmadd231ps(vacc(r), a, ptr_b[e]);
+    vfmadd231ps(vacc(s), a, ptr_b[e]);
     return;
   }
   vbroadcastss(tmp, ptr[e]);
-  acc_fma(r, a, tmp);
+  acc_fma(s, a, tmp);
 }
 
 template <class Vmm>
@@ -209,26 +220,29 @@ void GemmGenerator<Vmm>::load_f16_to_f32(const Vmm& v, const RegExp& e) { vcvtph
 template <class Vmm>
 void GemmGenerator<Vmm>::zero_accumulators() {
   if (!plan_.acc_in_mem) {
-    for (int r = 0; r < m_; ++r) vzero(vacc(r));
+    for (int s = 0; s < mv_; ++s) vzero(vacc(s));
     return;
   }
   vzero(vtmp(0));
-  for (int r = 0; r < m_; ++r) vmovaps(ptr[rsp + r * kVB], vtmp(0));
+  for (int s = 0; s < mv_; ++s) vmovaps(ptr[rsp + s * kVB], vtmp(0));
 }
 
 template <class Vmm>
 void GemmGenerator<Vmm>::store_panel(bool masked) {
   if (masked && !kZmm) vmovdqu(vtmp(0), ptr[reg_tail_]);  // lanes < tail_cols all ones
   for (int r = 0; r < m_; ++r) {
-    Vmm src = plan_.acc_in_mem ? vtmp(1) : vacc(r);
-    if (plan_.acc_in_mem) vmovaps(src, ptr[rsp + r * kVB]);
-    const RegExp y = reg_y_ + r * desc_.n * 4;
-    if (!masked) {
-      vmovups(ptr[y], src);
-    } else if constexpr (kZmm) {
-      vmovups(ptr[y] | k1, src);
-    } else {
-      vmaskmovps(ptr[y], vtmp(0), src);
+    for (int v = 0; v < nv_; ++v) {
+      const int s = slot(r, v);
+      Vmm src = plan_.acc_in_mem ? vtmp(1) : vacc(s);
+      if (plan_.acc_in_mem) vmovaps(src, ptr[rsp + s * kVB]);
+      const RegExp y = reg_y_ + r * desc_.n * 4 + v * kVB;
+      if (!masked) {
+        vmovups(ptr[y], src);
+      } else if constexpr (kZmm) {
+        vmovups(ptr[y] | (v == 0 ? k1 : k2), src);
+      } else {
+        vmaskmovps(ptr[y], vtmp(0), src);
+      }
     }
   }
 }
@@ -238,13 +252,24 @@ void GemmGenerator<Vmm>::generate() {
   const bool q8k = desc_.wtype != GgmlType::Q8_0;
   preamble();
   if (plan_.acc_in_mem) {
-    sub(rsp, m_ * kVB);
+    sub(rsp, mv_ * kVB);
     and_(rsp, -64);
   }
-  // Tail mask of a partial last panel: k1 (zmm), or a pointer to P lanes of the ones/zeros table (ymm).
+  // Tail mask of a partial last panel: k1 (zmm; k2 for a panel's second vector), or a pointer to P lanes
+  // of the ones/zeros table (ymm).
   mov(reg_tmp_, ptr[reg_args_ + offsetof(GemmKernelArgs, tail_cols)]);
   lea(reg_tail_, ptr[rip + l_tail_]);
   if constexpr (kZmm) {
+    if (nv_ == 2) {  // lanes of the second vector: max(tail - 16, 0); of the first: min(tail, 16)
+      xor_(reg_kstride_, reg_kstride_);
+      lea(reg_blk_, ptr[reg_tmp_ - kP]);
+      cmp(reg_blk_, 0);
+      cmovg(reg_kstride_, reg_blk_);
+      kmovw(k2, ptr[reg_tail_ + reg_kstride_ * 2]);
+      mov(reg_blk_, kP);
+      cmp(reg_tmp_, kP);
+      cmovg(reg_tmp_, reg_blk_);
+    }
     kmovw(k1, ptr[reg_tail_ + reg_tmp_ * 2]);
   } else {
     neg(reg_tmp_);
@@ -312,7 +337,7 @@ void GemmGenerator<Vmm>::generate() {
     Xbyak::Label l_full, l_stored;
     cmp(reg_np_, 1);
     jne(l_full, T_NEAR);
-    cmp(qword[reg_args_ + offsetof(GemmKernelArgs, tail_cols)], kP);
+    cmp(qword[reg_args_ + offsetof(GemmKernelArgs, tail_cols)], layout_.p);
     je(l_full, T_NEAR);
     store_panel(true);
     jmp(l_stored, T_NEAR);
@@ -320,7 +345,7 @@ void GemmGenerator<Vmm>::generate() {
     store_panel(false);
     L(l_stored);
     add(reg_panel_, static_cast<uint32_t>(layout_.panel_bytes));
-    add(reg_y_, kVB);
+    add(reg_y_, pvb_);
     dec(reg_np_);
     jnz(l_panel, T_NEAR);
   }

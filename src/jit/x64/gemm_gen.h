@@ -32,15 +32,18 @@ class GemmGenerator : public JitGenerator {
   // (this block of activation row 0). Q8_0 handles `blocks` (1 or 2) consecutive blocks at once.
   void body_q4k();
   void body_q6k();
+  void body_q6k_two_vectors();  // zmm, panels of two vectors
   void body_q8_0(int blocks);
 
   // ---- registers ----
-  // Per row (in this order, each kind M registers): two int32 dot chains, the f32 super-block sum
-  // (K-quants), the f32 accumulator (unless on the stack); then the temporaries.
-  Vmm vdot_a(int r) const;
-  Vmm vdot_b(int r) const;
-  Vmm vsb(int r) const;
-  Vmm vacc(int r) const;
+  // Per row and vector of the panel (in this order, each kind M x V registers, V = vectors per panel):
+  // two int32 dot chains, the f32 super-block sum (K-quants), the f32 accumulator (unless on the stack);
+  // then the temporaries. Row r, vector v is slot r * V + v; the accumulators are addressed by slot.
+  int slot(int r, int v = 0) const;
+  Vmm vdot_a(int r, int v = 0) const;
+  Vmm vdot_b(int r, int v = 0) const;
+  Vmm vsb(int r, int v = 0) const;
+  Vmm vacc(int s) const;
   Vmm vtmp(int i) const;  // temporaries 0 .. plan_.temps-1 (the last one is vbcast() on ymm)
   Vmm vbcast() const;     // ymm: the broadcast activation register
 
@@ -69,10 +72,10 @@ class GemmGenerator : public JitGenerator {
   void and_bytes(const Vmm& dst, const Vmm& src, const Xbyak::Label& mask);
   // dst = src * (f32 at e, broadcast); dst != src.
   void mul_bcast_f32(const Vmm& dst, const Vmm& src, const Xbyak::RegExp& e);
-  // acc[r] += a * b; a is clobbered when the accumulators live on the stack.
-  void acc_fma(int r, const Vmm& a, const Vmm& b);
-  // acc[r] += a * (f32 at e, broadcast); a and tmp may be clobbered.
-  void acc_fma_bcast(int r, const Vmm& a, const Xbyak::RegExp& e, const Vmm& tmp);
+  // acc[s] += a * b (s = slot(r, v)); a is clobbered when the accumulators live on the stack.
+  void acc_fma(int s, const Vmm& a, const Vmm& b);
+  // acc[s] += a * (f32 at e, broadcast); a and tmp may be clobbered.
+  void acc_fma_bcast(int s, const Vmm& a, const Xbyak::RegExp& e, const Vmm& tmp);
   // f32 vector of P scales: u8 / i8 bytes at e, converted, times the f32 vector d.
   void load_scales_f32(const Vmm& dst, const Xbyak::RegExp& e, bool is_signed, const Vmm& d);
   void load_u8_pairs_to_i16(const Vmm& v, const Xbyak::RegExp& e);
@@ -84,6 +87,9 @@ class GemmGenerator : public JitGenerator {
   const PackedLayout layout_;
   const RegPlan plan_;
   const int m_;
+  const int nv_;   // vectors per panel (1, or 2 for Q6_K on zmm)
+  const int mv_;   // slots: m_ * nv_
+  const int pvb_;  // bytes of one 4-value group across the panel: nv_ * kVB
 
   // General registers (System V: rdi holds the argument pointer).
   const Xbyak::Reg64 reg_args_ = rdi;

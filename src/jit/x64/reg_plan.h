@@ -4,13 +4,15 @@
 // driver uses max_row_tile() (gemm_desc.h), which is computed from the same numbers.
 #pragma once
 #include "jit/cpu_features.h"
+#include "jit/gemm_desc.h"
 #include "model/ggml_types.h"
 
 namespace dllm::jit {
 
 struct RegPlan {
   int m = 1;                // rows in the tile
-  int per_row = 0;          // registers per row (the accumulator included unless acc_in_mem)
+  int vectors = 1;          // vectors per panel (panel_rows / vector_rows): each row has this many of each
+  int per_row = 0;          // registers per row (the accumulators included unless acc_in_mem)
   int temps = 0;            // temporaries, allocated after the row registers
   bool acc_in_mem = false;  // f32 accumulators on the stack (updated once per block)
   constexpr int total() const { return m * per_row + temps; }
@@ -22,8 +24,11 @@ inline constexpr int vector_registers(Isa isa) { return isa_has_avx512(isa) ? 32
 // vectors, a scale vector, d; Q8_0: two weight vectors (AVX2: and their magnitudes), two scales, a
 // product. The ymm families add one register for the broadcast activations (VEX has no embedded
 // broadcast), which AVX2 also uses for vpmaddubsw/vpmaddwd.
-inline constexpr int plan_temps(Isa isa, GgmlType t) {
+// Two-vector panels (Q6_K on zmm) double the weight vectors, scales and d, and add the broadcast
+// activation register (the tile broadcasts each activation once for both vectors).
+inline constexpr int plan_temps(Isa isa, GgmlType t, int64_t k) {
   const int base = t == GgmlType::Q4_K ? 6 : t == GgmlType::Q6_K ? 4 : 5;
+  if (panel_rows(isa, t, k) / vector_rows(isa) == 2) return 2 * base;
   return base + (isa_has_avx512(isa) ? 0 : 1);
 }
 // Per row: two int32 dot chains (two sub-blocks, or two Q8_0 blocks, in flight), the f32 sum of the
@@ -32,13 +37,14 @@ inline constexpr int plan_row_regs(GgmlType t) { return t == GgmlType::Q8_0 ? 3 
 
 // The plan for m rows: accumulators in registers when they fit, else on the stack; m = 0 rows when
 // even that does not fit (the caller treats that as "too many rows").
-inline constexpr RegPlan plan_registers(Isa isa, GgmlType t, int m) {
+inline constexpr RegPlan plan_registers(Isa isa, GgmlType t, int m, int64_t k) {
   RegPlan p;
   p.m = m;
-  p.temps = plan_temps(isa, t);
-  p.per_row = plan_row_regs(t);
+  p.temps = plan_temps(isa, t, k);
+  p.vectors = panel_rows(isa, t, k) / vector_rows(isa);
+  p.per_row = plan_row_regs(t) * p.vectors;
   if (p.total() <= vector_registers(isa)) return p;
-  p.per_row -= 1;
+  p.per_row -= p.vectors;
   p.acc_in_mem = true;
   if (p.total() <= vector_registers(isa)) return p;
   p.m = 0;
