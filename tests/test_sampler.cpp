@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <numeric>
+#include <random>
 #include <set>
 
 #include "model/sampler.h"
@@ -116,6 +117,34 @@ TEST(Proposal, ArgmaxLowestIdWinsTies) {  // R2
   EXPECT_EQ(argmax_token(l.data(), 16), 3);
   l[2] = NAN;
   EXPECT_EQ(argmax_token(l.data(), 16), 3);
+}
+
+// argmax_token against a plain left-to-right scan: ties, NaN, infinities, zeros of both signs, lengths
+// around its 64-element chunks.
+TEST(Proposal, ArgmaxEqualsAScanKeepingTheFirstMaximum) {
+  auto scan = [](const std::vector<float>& l) {
+    int32_t best = 0;
+    bool found = false;
+    for (size_t v = 0; v < l.size(); ++v) {
+      if (l[v] != l[v]) continue;
+      if (!found || l[v] > l[static_cast<size_t>(best)]) best = static_cast<int32_t>(v), found = true;
+    }
+    return best;
+  };
+  std::mt19937 rng(7);
+  const float specials[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 5.0f};
+  for (int64_t n : {1, 2, 63, 64, 65, 130, 1000}) {
+    for (int trial = 0; trial < 200; ++trial) {
+      std::vector<float> l(static_cast<size_t>(n));
+      const int range = 1 + trial % 4;  // small ranges make ties common
+      for (float& x : l) {
+        const unsigned r = rng();
+        x = r % 5 == 0 ? specials[(r / 5) % 6] : static_cast<float>(static_cast<int>(r >> 8) % range) - 2.0f;
+      }
+      if (trial % 17 == 0) std::fill(l.begin(), l.end(), NAN);
+      ASSERT_EQ(argmax_token(l.data(), n), scan(l)) << "n=" << n << " trial=" << trial;
+    }
+  }
 }
 
 TEST(Proposal, LladaLowConfidenceIsTheUntemperedProbability) {

@@ -70,32 +70,6 @@ double RowRandom::uniform(uint64_t index) const {
 
 // --- proposals ---
 
-int32_t argmax_token(const float* logits, int64_t n_vocab) {
-  int32_t best = 0;
-  float best_v = -std::numeric_limits<float>::infinity();
-  bool found = false;
-  for (int64_t v = 0; v < n_vocab; ++v) {
-    const float x = logits[v];
-    if (x != x) continue;  // NaN
-    if (!found || x > best_v) best = static_cast<int32_t>(v), best_v = x, found = true;
-  }
-  return best;
-}
-
-int32_t gumbel_argmax_token(const float* logits, int64_t n_vocab, double temperature, const RowRandom& rng) {
-  int32_t best = 0;
-  double best_v = -std::numeric_limits<double>::infinity();
-  bool found = false;
-  for (int64_t v = 0; v < n_vocab; ++v) {
-    const double u = rng.uniform(static_cast<uint64_t>(v));
-    const double g = -std::log(-std::log(u));  // u == 0 gives -inf: never chosen
-    const double x = static_cast<double>(logits[v]) + temperature * g;
-    if (x != x) continue;
-    if (!found || x > best_v) best = static_cast<int32_t>(v), best_v = x, found = true;
-  }
-  return best;
-}
-
 namespace {
 
 // max over v of logits[v] (NaN ignored; -inf when there is no number), and sum over v of
@@ -116,7 +90,45 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) double sum_exp(cons
   return sum;
 }
 
+// The first i with x[i] == v (n when there is none): 64 elements at a time, each chunk tested vectorised.
+__attribute__((target_clones("avx512f", "avx2", "default"))) int64_t first_equal(const float* x, int64_t n,
+                                                                                float v) {
+  for (int64_t i0 = 0; i0 < n; i0 += 64) {
+    const int64_t i1 = std::min<int64_t>(n, i0 + 64);
+    int hit = 0;
+#pragma omp simd reduction(| : hit)
+    for (int64_t i = i0; i < i1; ++i) hit |= x[i] == v;
+    if (!hit) continue;
+    for (int64_t i = i0; i < i1; ++i)
+      if (x[i] == v) return i;
+  }
+  return n;
+}
+
 }  // namespace
+
+int32_t argmax_token(const float* logits, int64_t n_vocab) {
+  // The first index of the largest number (NaN skipped; 0 when there is none): the vectorised maximum, then
+  // the first element equal to it. The same as one left-to-right scan keeping the first of equal maxima
+  // (-0.0 == +0.0, so a zero maximum finds the first zero of either sign, as the scan does).
+  const int64_t v = first_equal(logits, n_vocab, max_logit(logits, n_vocab));
+  return v < n_vocab ? static_cast<int32_t>(v) : 0;
+}
+
+int32_t gumbel_argmax_token(const float* logits, int64_t n_vocab, double temperature, const RowRandom& rng) {
+  int32_t best = 0;
+  double best_v = -std::numeric_limits<double>::infinity();
+  bool found = false;
+  for (int64_t v = 0; v < n_vocab; ++v) {
+    const double u = rng.uniform(static_cast<uint64_t>(v));
+    const double g = -std::log(-std::log(u));  // u == 0 gives -inf: never chosen
+    const double x = static_cast<double>(logits[v]) + temperature * g;
+    if (x != x) continue;
+    if (!found || x > best_v) best = static_cast<int32_t>(v), best_v = x, found = true;
+  }
+  return best;
+}
+
 
 double softmax_prob(const float* logits, int64_t n_vocab, int32_t token, double temperature) {
   const double inv_t = temperature > 0 ? 1.0 / temperature : 1.0;
