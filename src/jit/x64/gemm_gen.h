@@ -32,7 +32,7 @@ class GemmGenerator : public JitGenerator {
   // (this block of activation row 0). Q8_0 handles `blocks` (1 or 2) consecutive blocks at once.
   void body_q4k();
   void body_q6k();
-  void body_q6k_two_vectors();  // zmm, panels of two vectors
+  void body_q6k_two_vectors();  // zmm only (instantiated for Zmm), panels of two vectors
   void body_q8_0(int blocks);
 
   // ---- registers ----

@@ -97,6 +97,5 @@ void GemmGenerator<Vmm>::body_q6k_two_vectors() {
 template void GemmGenerator<Xbyak::Zmm>::body_q6k();
 template void GemmGenerator<Xbyak::Ymm>::body_q6k();
 template void GemmGenerator<Xbyak::Zmm>::body_q6k_two_vectors();
-template void GemmGenerator<Xbyak::Ymm>::body_q6k_two_vectors();
 
 }  // namespace dllm::jit
