@@ -24,8 +24,9 @@ inline constexpr int vector_registers(Isa isa) { return isa_has_avx512(isa) ? 32
 // vectors, a scale vector, d; Q8_0: two weight vectors (AVX2: and their magnitudes), two scales, a
 // product. The ymm families add one register for the broadcast activations (VEX has no embedded
 // broadcast), which AVX2 also uses for vpmaddubsw/vpmaddwd.
-// Two-vector panels (Q6_K on zmm) double the weight vectors, scales and d, and add the broadcast
-// activation register (the tile broadcasts each activation once for both vectors).
+// Two-vector panels (Q6_K on zmm): two weight vectors, two scale vectors and two d (one per vector of
+// the panel), and two broadcast activation registers used by alternate rows (the tile broadcasts each
+// activation once for both vectors): twice the one-vector count.
 inline constexpr int plan_temps(Isa isa, GgmlType t, int64_t k) {
   const int base = t == GgmlType::Q4_K ? 6 : t == GgmlType::Q6_K ? 4 : 5;
   if (panel_rows(isa, t, k) / vector_rows(isa) == 2) return 2 * base;
