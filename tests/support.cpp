@@ -7,7 +7,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -64,6 +69,69 @@ RunResult run_dllm(const std::vector<std::string>& args) {
   unlink(out_tpl);
   unlink(err_tpl);
   return r;
+}
+
+ScopedIsa::ScopedIsa(jit::Isa isa) {
+  if (const char* old = std::getenv("DLLM_ISA")) saved_ = old;
+  setenv("DLLM_ISA", jit::isa_name(isa), 1);
+}
+
+ScopedIsa::~ScopedIsa() {
+  if (saved_) setenv("DLLM_ISA", saved_->c_str(), 1);
+  else unsetenv("DLLM_ISA");
+}
+
+std::vector<std::string> generation_case_files() {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(data_path("generations")))
+    if (e.path().extension() == ".json") out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+GenerationCase load_generation_case(const std::string& file) {
+  const auto ref = nlohmann::json::parse(read_file(data_path("generations/" + file)));
+  if (!ref.at("matches_authors_algorithm").get<bool>()) throw std::runtime_error(file + ": not an authors' run");
+  const auto& a = ref.at("authors_equivalent");
+  if (a.at("temperature").get<double>() != 0.0) throw std::runtime_error(file + ": not greedy");
+  GenerationCase c;
+  c.file = file;
+  c.model_file = ref.at("model_file").get<std::string>();
+  c.mask_id = ref.at("mask_token_id").get<int32_t>();
+  c.prompt = ref.at("prompt_ids").get<std::vector<int32_t>>();
+  c.expected = ref.at("generated_ids").get<std::vector<int32_t>>();
+  model::GenerateConfig& cfg = c.config;
+  cfg.mask_id = c.mask_id;
+  cfg.early_stop = false;
+  cfg.steps = a.at("steps").get<int64_t>();
+  if (ref.at("arch") == "llada") {
+    cfg.arch = model::Arch::LLaDA;
+    cfg.max_tokens = a.at("gen_length").get<int64_t>();
+    cfg.block_length = a.at("block_length").get<int64_t>();
+    if (a.at("remasking") != "low_confidence") throw std::runtime_error(file + ": unexpected remasking");
+    cfg.remasking = model::Remasking::LowConfidence;
+  } else {
+    cfg.arch = model::Arch::Dream;
+    cfg.max_tokens = a.at("max_new_tokens").get<int64_t>();
+    const auto r = model::parse_remasking(a.at("alg").get<std::string>());
+    if (!r) throw std::runtime_error(file + ": unknown alg");
+    cfg.remasking = *r;
+  }
+  return c;
+}
+
+std::string test_label(std::string s) {
+  if (s.size() > 5 && s.compare(s.size() - 5, 5, ".json") == 0) s.resize(s.size() - 5);
+  for (char& c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return s;
+}
+
+std::string family_label(jit::Isa isa) {
+  std::string s = jit::isa_name(isa);
+  for (char& c : s)
+    if (c == '-') c = '_';
+  return s;
 }
 
 }  // namespace dllm::test

@@ -1,7 +1,11 @@
 // Helpers shared by the test executables: fixture paths and running the dllm binary.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "jit/cpu_features.h"
+#include "model/generate.h"
 
 namespace dllm::test {
 
@@ -19,5 +23,35 @@ struct RunResult {
 RunResult run_dllm(const std::vector<std::string>& args);
 
 std::string read_file(const std::string& path);
+
+// Tests whose result depends on the kernel family run once per family (value-parameterised over
+// jit::kAllIsas, skipping the families this CPU lacks), so that one machine covers every family it can.
+// Sets DLLM_ISA for this process and the dllm processes it starts, and restores it on destruction.
+class ScopedIsa {
+ public:
+  explicit ScopedIsa(jit::Isa isa);
+  ~ScopedIsa();
+  ScopedIsa(const ScopedIsa&) = delete;
+  ScopedIsa& operator=(const ScopedIsa&) = delete;
+
+ private:
+  std::optional<std::string> saved_;
+};
+// The greedy generations of tests/data/generations (the authors' samplers over llama.cpp's forward pass):
+// the file names, sorted, and one case read into a generation config (early stop off, as the traces).
+std::vector<std::string> generation_case_files();
+struct GenerationCase {
+  std::string file;                // under tests/data/generations
+  std::string model_file;          // under tests/data/models
+  int32_t mask_id = 0;             // the reference's mask token (the model must agree)
+  std::vector<int32_t> prompt, expected;
+  model::GenerateConfig config;    // config.mask_id = mask_id
+};
+GenerationCase load_generation_case(const std::string& file);
+// A GoogleTest name: s with every character other than [A-Za-z0-9] as _ (".json" dropped at the end).
+std::string test_label(std::string s);
+
+// A test-name suffix for a family: "portable", "avx2", "avx_vnni", "avx512_vnni", "amx".
+std::string family_label(jit::Isa isa);
 
 }  // namespace dllm::test

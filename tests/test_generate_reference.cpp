@@ -19,14 +19,6 @@ namespace {
 
 using nlohmann::json;
 
-std::vector<std::string> reference_files() {
-  std::vector<std::string> out;
-  for (const auto& e : std::filesystem::directory_iterator(test::data_path("generations")))
-    if (e.path().extension() == ".json") out.push_back(e.path().filename().string());
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
 Model& tiny_model(const std::string& file) {
   static std::map<std::string, std::unique_ptr<Model>> cache;
   auto& m = cache[file];
@@ -38,30 +30,11 @@ class Reference : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Reference, SameCanvasAndSameCommitsPerStep) {
   const json ref = json::parse(test::read_file(test::data_path("generations/" + GetParam())));
-  ASSERT_TRUE(ref.at("matches_authors_algorithm").get<bool>());
-  Model& m = tiny_model(ref.at("model_file").get<std::string>());
-  const json& a = ref.at("authors_equivalent");
-
-  GenerateConfig cfg;
-  cfg.mask_id = m.mask_token_id();
-  ASSERT_EQ(cfg.mask_id, ref.at("mask_token_id").get<int32_t>());
-  cfg.early_stop = false;
-  cfg.steps = a.at("steps").get<int64_t>();
-  if (ref.at("arch") == "llada") {
-    cfg.arch = Arch::LLaDA;
-    cfg.max_tokens = a.at("gen_length").get<int64_t>();
-    cfg.block_length = a.at("block_length").get<int64_t>();
-    ASSERT_EQ(a.at("remasking"), "low_confidence");
-    cfg.remasking = Remasking::LowConfidence;
-  } else {
-    cfg.arch = Arch::Dream;
-    cfg.max_tokens = a.at("max_new_tokens").get<int64_t>();
-    auto r = parse_remasking(a.at("alg").get<std::string>());
-    ASSERT_TRUE(r.has_value());
-    cfg.remasking = *r;
-  }
-  ASSERT_EQ(a.at("temperature").get<double>(), 0.0);
-  const auto prompt = ref.at("prompt_ids").get<std::vector<int32_t>>();
+  const test::GenerationCase c = test::load_generation_case(GetParam());
+  Model& m = tiny_model(c.model_file);
+  ASSERT_EQ(m.mask_token_id(), c.mask_id);
+  const GenerateConfig& cfg = c.config;
+  const std::vector<int32_t>& prompt = c.prompt;
 
   // step -> committed (position, token) pairs, as the reference trace lists them
   std::map<int64_t, std::vector<std::pair<int64_t, int32_t>>> steps;
@@ -74,9 +47,8 @@ TEST_P(Reference, SameCanvasAndSameCommitsPerStep) {
   auto src = make_model_logit_source(m);
   const GenerateResult res = generate(*src, cfg, prompt, hooks);
 
-  const auto want = ref.at("generated_ids").get<std::vector<int32_t>>();
   const auto got = std::vector<int32_t>(res.generated().begin(), res.generated().end());
-  EXPECT_EQ(got, want);
+  EXPECT_EQ(got, c.expected);
   EXPECT_FALSE(res.stopped_early);
   for (const auto& t : ref.at("trace")) {
     std::vector<std::pair<int64_t, int32_t>> w;
@@ -89,18 +61,14 @@ TEST_P(Reference, SameCanvasAndSameCommitsPerStep) {
   EXPECT_EQ(nonempty, ref.at("trace").size());
 }
 
-std::string case_name(const ::testing::TestParamInfo<std::string>& info) {
-  std::string s = info.param.substr(0, info.param.size() - 5);
-  for (char& c : s)
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  return s;
-}
-
-INSTANTIATE_TEST_SUITE_P(Generations, Reference, ::testing::ValuesIn(reference_files()), case_name);
+INSTANTIATE_TEST_SUITE_P(Generations, Reference, ::testing::ValuesIn(test::generation_case_files()),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return test::test_label(info.param);
+                         });
 
 TEST(ReferenceSet, HasEveryAuthorsAlgorithmRun) {
   // 43 of the 78 shared runs follow the authors' algorithms (README section 3.5); all are copied.
-  EXPECT_EQ(reference_files().size(), 43u);
+  EXPECT_EQ(test::generation_case_files().size(), 43u);
 }
 
 }  // namespace

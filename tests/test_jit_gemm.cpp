@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <string>
 
@@ -206,6 +207,29 @@ TEST_P(GemmFamily, RowsAreIndependentOfTheBatch) {
       for (int64_t j = 0; j < n; ++j)
         ASSERT_EQ(one[j], all[r * n + j]) << isa_name(isa) << " " << ggml_type_name(t) << " row " << r;
     }
+  }
+}
+
+// Every family performs the same f32 operations per output (jit/kernel_order.h): the results equal the
+// portable family's bit for bit, on every shape (tails, one row, two-vector panels, long K).
+TEST_P(GemmFamily, BitIdenticalToPortable) {
+  const Isa isa = GetParam();
+  ThreadPool pool(2);
+  std::mt19937 rng(777);
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(label(isa, s));
+    const std::vector<uint8_t> w = random_weights(s.type, s.n, s.k, rng);
+    const std::vector<float> x = random_acts(s.rows, s.k, rng);
+    const QuantMatrix m = prepare_matrix(s.type, s.k, s.n, w.data(), isa, pool);
+    const QuantMatrix p = prepare_matrix(s.type, s.k, s.n, w.data(), Isa::Portable, pool);
+    QuantizedActs a;
+    quantize_acts(act_format_for(s.type), x.data(), s.rows, s.k, a, pool);
+    std::vector<float> y(s.rows * s.n, std::nanf("")), yp(s.rows * s.n, std::nanf(""));
+    gemm(m, a, y.data(), pool);
+    gemm(p, a, yp.data(), pool);
+    for (size_t i = 0; i < y.size(); ++i)
+      ASSERT_EQ(std::memcmp(&y[i], &yp[i], sizeof(float)), 0)
+          << "row " << i / s.n << " col " << i % s.n << ": " << y[i] << " vs portable " << yp[i];
   }
 }
 

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "model/error.h"
-#include "model/quant_ref_dot.h"
+#include "jit/kernel_order.h"
 #include "model/thread_pool.h"
 
 namespace dllm::jit {
@@ -19,8 +19,10 @@ void check_operands(const QuantMatrix& w, const QuantizedActs& a) {
                 std::to_string(w.k));
 }
 
-// The portable family: the reference integer dot products, one output at a time.
+// The portable family: the kernels' float contract (kernel_order.h) in plain C++, one output at a time.
 void gemm_portable(const QuantMatrix& w, const QuantizedActs& a, float* y, ThreadPool& pool) {
+  if (w.type != GgmlType::Q4_K && w.type != GgmlType::Q6_K && w.type != GgmlType::Q8_0)
+    throw Error(std::string("gemm: no kernel for ") + ggml_type_name(w.type) + " weights");
   const size_t row_bytes = w.src_row_bytes();
   const int64_t chunk = 16;
   const int64_t n_chunks = (w.n + chunk - 1) / chunk;
@@ -31,9 +33,19 @@ void gemm_portable(const QuantMatrix& w, const QuantizedActs& a, float* y, Threa
       const void* wr = w.src + n * row_bytes;
       float v = 0;
       switch (w.type) {
-        case GgmlType::Q4_K: v = quant::vec_dot_q4_K_q8_K(w.k, wr, act); break;
-        case GgmlType::Q6_K: v = quant::vec_dot_q6_K_q8_K(w.k, wr, act); break;
-        default: v = quant::vec_dot_q8_0_q8_0(w.k, wr, act); break;
+        case GgmlType::Q4_K:
+          v = kernel_order_dot_q4_K(w.k, static_cast<const quant::BlockQ4_K*>(wr),
+                                    static_cast<const quant::BlockQ8_K*>(act));
+          break;
+        case GgmlType::Q6_K:
+          v = kernel_order_dot_q6_K(w.k, static_cast<const quant::BlockQ6_K*>(wr),
+                                    static_cast<const quant::BlockQ8_K*>(act));
+          break;
+        case GgmlType::Q8_0:
+          v = kernel_order_dot_q8_0(w.k, static_cast<const quant::BlockQ8_0*>(wr),
+                                    static_cast<const quant::BlockQ8_0*>(act));
+          break;
+        default: break;  // refused before the loop
       }
       y[r * w.n + n] = v;
     }

@@ -72,9 +72,8 @@ double RowRandom::uniform(uint64_t index) const {
 
 namespace {
 
-// max over v of logits[v] (NaN ignored; -inf when there is no number), and sum over v of
-// e^(logits[v] * inv_t - mx) in double, both vectorised (partial results per lane), compiled for AVX-512,
-// AVX2 and baseline x86-64.
+// max over v of logits[v] (NaN ignored; -inf when there is no number; exact in any order), and sum over v
+// of e^(logits[v] * inv_t - mx) in double, both vectorised, compiled for AVX-512, AVX2 and baseline x86-64.
 __attribute__((target_clones("avx512f", "avx2", "default"))) float max_logit(const float* logits, int64_t n) {
   float mx = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : mx)
@@ -82,12 +81,19 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) float max_logit(con
   return mx;
 }
 
+// The sum goes into 8 lanes (element v into lane v % 8) reduced in one fixed order, whichever clone runs,
+// so that the machine's vector width never changes a probability (the kernel families' contract).
 __attribute__((target_clones("avx512f", "avx2", "default"))) double sum_exp(const float* logits, int64_t n,
                                                                            double inv_t, double mx) {
-  double sum = 0;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t v = 0; v < n; ++v) sum += exp_f64(static_cast<double>(logits[v]) * inv_t - mx);
-  return sum;
+  constexpr int L = 8;
+  double lane[L] = {};
+  int64_t v0 = 0;
+  for (; v0 + L <= n; v0 += L) {
+#pragma omp simd
+    for (int l = 0; l < L; ++l) lane[l] += exp_f64(static_cast<double>(logits[v0 + l]) * inv_t - mx);
+  }
+  for (int l = 0; v0 + l < n; ++l) lane[l] += exp_f64(static_cast<double>(logits[v0 + l]) * inv_t - mx);
+  return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
 }
 
 // The first i with x[i] == v (n when there is none): 64 elements at a time, each chunk tested vectorised.

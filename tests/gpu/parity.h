@@ -82,39 +82,8 @@ class GpuLogitSource : public model::LogitSource {
   model::ForwardWeights fw_;
 };
 
-// A greedy generation reference of tests/data/generations as a config and a prompt.
-struct GenerationCase {
-  std::string file;
-  std::string model_file;
-  model::GenerateConfig config;
-  std::vector<int32_t> prompt;
-  std::vector<int32_t> expected;  // generated_ids
-};
-
-inline GenerationCase generation_case(const std::string& file) {
-  const auto ref = nlohmann::json::parse(read_file(data_path("generations/" + file)));
-  GenerationCase c;
-  c.file = file;
-  c.model_file = ref.at("model_file").get<std::string>();
-  const auto& a = ref.at("authors_equivalent");
-  model::GenerateConfig& cfg = c.config;
-  cfg.mask_id = ref.at("mask_token_id").get<int32_t>();
-  cfg.early_stop = false;
-  cfg.steps = a.at("steps").get<int64_t>();
-  if (ref.at("arch") == "llada") {
-    cfg.arch = model::Arch::LLaDA;
-    cfg.max_tokens = a.at("gen_length").get<int64_t>();
-    cfg.block_length = a.at("block_length").get<int64_t>();
-    cfg.remasking = model::Remasking::LowConfidence;
-  } else {
-    cfg.arch = model::Arch::Dream;
-    cfg.max_tokens = a.at("max_new_tokens").get<int64_t>();
-    cfg.remasking = *model::parse_remasking(a.at("alg").get<std::string>());
-  }
-  c.prompt = ref.at("prompt_ids").get<std::vector<int32_t>>();
-  c.expected = ref.at("generated_ids").get<std::vector<int32_t>>();
-  return c;
-}
+// A greedy generation reference of tests/data/generations as a config and a prompt (support.h).
+inline GenerationCase generation_case(const std::string& file) { return load_generation_case(file); }
 
 // The generation references on quantised files (the GPU has no F32/F16 kernels).
 inline std::vector<std::string> quantised_generation_files() {

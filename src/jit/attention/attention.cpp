@@ -1,6 +1,8 @@
 // Flash attention: keys transposed once per call into [kv head][dim][key] so that scores for a tile of
 // keys are vector FMAs over the key axis; then the kernel of attention_kernel.inc, instantiated for AVX-512,
 // AVX2 and plain C++ (the same algorithm with one float per "vector"), each in its own target region.
+// The three give bit-identical results: every output is the same sequence of f32 operations (fused
+// multiply-adds, the same exponential, the softmax denominator summed in 16 lanes in one fixed order).
 #include "jit/attention/attention.h"
 
 // GCC 12 reports its own _mm512_undefined_ps() inside the AVX-512 intrinsics as (maybe-)uninitialized.
@@ -9,6 +11,8 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <cmath>
 #include <cstdlib>
 #include <memory>
@@ -59,15 +63,40 @@ struct V {
   static reg add(reg a, reg b) { return a + b; }
   static reg sub(reg a, reg b) { return a - b; }
   static reg mul(reg a, reg b) { return a * b; }
-  static reg fma(reg a, reg b, reg c) { return a * b + c; }
+  static reg fma(reg a, reg b, reg c) { return std::fma(a, b, c); }  // fused, as the vector families
   static reg max(reg a, reg b) { return a > b ? a : b; }
   static float reduce_max(reg x) { return x; }
-  static reg exp(reg x) { return std::exp(x); }
+  // The vector exponential below, one lane: the same operations in the same order.
+  static reg exp(reg x) {
+    x = x > kExpLo ? x : kExpLo;  // as max_ps(x, lo) then min_ps(., hi): NaN becomes lo
+    x = x < kExpHi ? x : kExpHi;
+    const float n = std::nearbyint(x * kLog2e);  // round half to even, as the vector rounding
+    float r = std::fma(-n, kLn2Hi, x);
+    r = std::fma(-n, kLn2Lo, r);
+    float p = kP0;
+    p = std::fma(p, r, kP1);
+    p = std::fma(p, r, kP2);
+    p = std::fma(p, r, kP3);
+    p = std::fma(p, r, kP4);
+    p = std::fma(p, r, kP5);
+    p = std::fma(p, r * r, r + 1.0f);
+    return p * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
+  }
   static float exp1(float x) { return std::exp(x); }
   static reg keep_first(reg x, int64_t n) { return n > 0 ? x : 0.0f; }
-  static float reduce_add(reg x) { return x; }
+  // The 16-lane sum of kernel_order: (lane i + lane i+8), then + 4 apart, + 2 apart, + 1 apart.
+  static float reduce16(const reg* x) {
+    float h[8], q[4];
+    for (int i = 0; i < 8; ++i) h[i] = x[i] + x[i + 8];
+    for (int i = 0; i < 4; ++i) q[i] = h[i] + h[i + 4];
+    return (q[0] + q[2]) + (q[1] + q[3]);
+  }
 };
+// The same answer with or without an FMA unit (std::fma is exact either way); the clone for CPUs with one
+// inlines it instead of calling libm.
+#define DLLM_ATTEND_ROWS_ATTR __attribute__((target_clones("fma", "default")))
 #include "jit/attention/attention_kernel.inc"
+#undef DLLM_ATTEND_ROWS_ATTR
 }  // namespace scalar_impl
 
 // ---------------------------------------------------------------- AVX2 + FMA (ymm, 8 floats)
@@ -116,14 +145,17 @@ struct V {
     __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(lim), idx);
     return _mm256_and_ps(x, _mm256_castsi256_ps(keep));
   }
-  static float reduce_add(reg x) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
+  // Lanes 0-7 in x[0], 8-15 in x[1]: the 16-lane sum of the other families, in the same order.
+  static float reduce16(const reg* x) {
+    const __m256 h = _mm256_add_ps(x[0], x[1]);
+    const __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    const __m128 t = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
   }
 };
+#define DLLM_ATTEND_ROWS_ATTR
 #include "jit/attention/attention_kernel.inc"
+#undef DLLM_ATTEND_ROWS_ATTR
 }  // namespace avx2_impl
 #pragma GCC pop_options
 
@@ -165,9 +197,17 @@ struct V {
     const int lim = n > W ? W : (n < 0 ? 0 : static_cast<int>(n));
     return _mm512_maskz_mov_ps(static_cast<__mmask16>((1u << lim) - 1u), x);
   }
-  static float reduce_add(reg x) { return _mm512_reduce_add_ps(x); }
+  // (lane i + lane i+8), then + 4 apart, + 2 apart, + 1 apart (written out: the order is the contract).
+  static float reduce16(const reg* x) {
+    const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(x[0]), _mm512_extractf32x8_ps(x[0], 1));
+    const __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    const __m128 t = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+  }
 };
+#define DLLM_ATTEND_ROWS_ATTR
 #include "jit/attention/attention_kernel.inc"
+#undef DLLM_ATTEND_ROWS_ATTR
 
 // dst[c * ld + j] = src[j * stride + c] for 16 keys j < nj (zeros for j >= nj) and 16 dims c: a 16x16
 // transpose in registers (32-bit, then 64-bit interleaves within 128-bit lanes, then two 128-bit lane
