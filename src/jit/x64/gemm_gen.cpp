@@ -33,7 +33,7 @@ GemmGenerator<Vmm>::GemmGenerator(const GemmDesc& desc)
   if (layout_.p != nv_ * kP || (nv_ == 2 && (!kZmm || desc.wtype != GgmlType::Q6_K)))
     throw Error("cannot generate kernel " + desc.name() + ": no body for panels of " + std::to_string(layout_.p) +
                 " rows");
-  masks_in_regs_ = desc.wtype == GgmlType::Q4_K && plan_.total() + 2 <= vector_registers(desc.isa);
+  masks_in_regs_ = desc.wtype == GgmlType::Q4_K && plan_.total() + mask_regs() <= vector_registers(desc.isa);
 }
 
 template <class Vmm>
@@ -131,6 +131,19 @@ void GemmGenerator<Vmm>::dot_u8s8(const Vmm& acc, const Vmm& w, const RegExp& e)
     vpmaddwd(b, b, ptr[rip + l_ones16_]);
     vpaddd(acc, acc, b);
   }
+}
+
+template <class Vmm>
+void GemmGenerator<Vmm>::dot_u8s8_i16(const Vmm& acc16, const Vmm& w, const RegExp& e, bool first) {
+  if (kZmm || desc_.isa != Isa::Avx2) throw Error(kernel_name() + ": int16 accumulation is the AVX2 body's");
+  const Vmm b = vbcast();
+  vpbroadcastd(b, ptr[e]);
+  if (first) {
+    vpmaddubsw(acc16, w, b);
+    return;
+  }
+  vpmaddubsw(b, w, b);
+  vpaddw(acc16, acc16, b);
 }
 
 template <class Vmm>
@@ -282,7 +295,7 @@ void GemmGenerator<Vmm>::generate() {
       vmovdqu32(vmaskf0(), ptr[rip + l_mask_f0_]);
     } else {
       vmovdqu(vmask0f(), ptr[rip + l_mask0f_]);
-      vmovdqu(vmaskf0(), ptr[rip + l_mask_f0_]);
+      if (mask_regs() == 2) vmovdqu(vmaskf0(), ptr[rip + l_mask_f0_]);
     }
   }
   mov(reg_panel_, ptr[reg_args_ + offsetof(GemmKernelArgs, w)]);

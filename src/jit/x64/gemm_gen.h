@@ -64,6 +64,9 @@ class GemmGenerator : public JitGenerator {
   // acc += sum of 4 products u8(w) * s8(x), per dword; x = 4 bytes at e, broadcast.
   // AVX2 (vpmaddubsw) needs u8(w) <= 128 so that pairs cannot saturate int16.
   void dot_u8s8(const Vmm& acc, const Vmm& w, const Xbyak::RegExp& e);
+  // AVX2 only: int16 lanes acc16 += the vpmaddubsw pair sums of u8(w) * s8(x) (first: acc16 = them); the
+  // caller bounds the sums so that they fit int16 and widens acc16 with vpmaddwd by ones.
+  void dot_u8s8_i16(const Vmm& acc16, const Vmm& w, const Xbyak::RegExp& e, bool first);
   // AVX2 only: acc += sum of 4 products s8(w) * s8(x): |w| (wabs) times x with w's sign (vpsignb).
   void dot_s8s8_avx2(const Vmm& acc, const Vmm& wabs, const Vmm& w, const Xbyak::RegExp& e);
   // acc += w0*x0 + w1*x1 per dword: int16 pairs w times the int16 pair at e, broadcast.
@@ -100,9 +103,11 @@ class GemmGenerator : public JitGenerator {
   // Activation addressing (xq): the row stride k, and rows 3 and 6 of the tile (rax and r15 are free once
   // the prologue has used them; r15 only on zmm, where the tail mask lives in k1).
   const Xbyak::Reg64 reg_kstride_ = rbx, reg_xq3_ = rax, reg_xq6_ = r15;
-  // The 0x0F / 0xF0 byte masks held in the last two vector registers, when the plan leaves them free.
+  // The 0x0F / 0xF0 byte masks held in the last vector registers, when the plan leaves them free (AVX2
+  // shifts the high nibbles down and needs only 0x0F).
   bool masks_in_regs_ = false;
-  Vmm vmask0f() const { return Vmm(vector_registers(desc_.isa) - 2); }
+  int mask_regs() const { return desc_.isa == Isa::Avx2 ? 1 : 2; }
+  Vmm vmask0f() const { return Vmm(vector_registers(desc_.isa) - mask_regs()); }
   Vmm vmaskf0() const { return Vmm(vector_registers(desc_.isa) - 1); }
 
  private:

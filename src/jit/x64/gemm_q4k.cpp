@@ -2,7 +2,11 @@
 // pair's group of 4 weights per row: low nibbles sub-block 2t, high nibbles 2t+1. The two sub-blocks
 // accumulate in two int32 chains per row. The VNNI families keep the high nibbles in place (16*q, just
 // masked), folding the 1/16 into that sub-block's scale; AVX2 shifts them down, since vpmaddubsw pairs
-// of 16*q would saturate. Each sub-block's dot is converted to f32 and scaled by d*scale[s] into the
+// of 16*q would saturate. AVX2 has no vpdpbusd, so its products go through vpmaddubsw (u8 x s8 pairs to
+// int16); q <= 15 and |a| <= 127 make a pair at most 3810, so the 8 groups of a sub-block (16 products per
+// int16 lane, at most 30480) accumulate in int16 with vpaddw and widen once per sub-block (vpmaddwd by
+// ones): 2 vector instructions per group and row instead of 3, the same exact integer dot.
+// Each sub-block's dot is converted to f32 and scaled by d*scale[s] into the
 // super-block sum (exact for unit scales); the mins term sum_s mins[s] * (sum of the 32 activations of
 // s) is an exact int32 (vpdpwssd, two sub-blocks per instruction). Then, as ggml:
 //   acc += d_a * (sum_s d*scale[s]*dot_s - dmin * summins).
@@ -20,21 +24,31 @@ void GemmGenerator<Vmm>::body_q4k() {
     else vmulps(dw16, dw, ptr[rip + l_sixteenth_]);
   }
   for (int t = 0; t < 4; ++t) {
-    for (int r = 0; r < m_; ++r) {
-      vzero(vdot_a(r));
-      vzero(vdot_b(r));
+    if (hi16) {
+      for (int r = 0; r < m_; ++r) {
+        vzero(vdot_a(r));
+        vzero(vdot_b(r));
+      }
     }
     for (int j = 0; j < 8; ++j) {
       load_weights(raw, reg_wq_ + (8 * t + j) * kVB);
       and_bytes(lo, raw, l_mask0f_);
       if (hi16) {
         and_bytes(hi, raw, l_mask_f0_);
+        for (int r = 0; r < m_; ++r) dot_u8s8(vdot_a(r), lo, xq(r, 64 * t + 4 * j));
+        for (int r = 0; r < m_; ++r) dot_u8s8(vdot_b(r), hi, xq(r, 64 * t + 32 + 4 * j));
       } else {
         vpsrlw(hi, raw, 4);
         and_bytes(hi, hi, l_mask0f_);
+        for (int r = 0; r < m_; ++r) dot_u8s8_i16(vdot_a(r), lo, xq(r, 64 * t + 4 * j), j == 0);
+        for (int r = 0; r < m_; ++r) dot_u8s8_i16(vdot_b(r), hi, xq(r, 64 * t + 32 + 4 * j), j == 0);
       }
-      for (int r = 0; r < m_; ++r) dot_u8s8(vdot_a(r), lo, xq(r, 64 * t + 4 * j));
-      for (int r = 0; r < m_; ++r) dot_u8s8(vdot_b(r), hi, xq(r, 64 * t + 32 + 4 * j));
+    }
+    if (!hi16) {  // the int16 sums of each sub-block widened to its int32 dot
+      for (int r = 0; r < m_; ++r) {
+        vpmaddwd(vdot_a(r), vdot_a(r), ptr[rip + l_ones16_]);
+        vpmaddwd(vdot_b(r), vdot_b(r), ptr[rip + l_ones16_]);
+      }
     }
     load_scales_f32(sc, reg_wm_ + meta::q4k_scales(kP) + 2 * t * kP, false, dw);
     for (int r = 0; r < m_; ++r) {

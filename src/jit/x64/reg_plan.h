@@ -20,7 +20,7 @@ struct RegPlan {
 
 inline constexpr int vector_registers(Isa isa) { return isa_has_avx512(isa) ? 32 : 16; }
 
-// Temporaries: Q4_K: raw, low and high nibbles, a scale vector, d and d/16 as f32; Q6_K: two weight
+// Temporaries: Q4_K: raw, low and high nibbles, a scale vector, d and d/16 as f32 (AVX2: no d/16); Q6_K: two weight
 // vectors, a scale vector, d; Q8_0: two weight vectors (AVX2: and their magnitudes), two scales, a
 // product. The ymm families add one register for the broadcast activations (VEX has no embedded
 // broadcast), which AVX2 also uses for vpmaddubsw/vpmaddwd.
@@ -28,6 +28,10 @@ inline constexpr int vector_registers(Isa isa) { return isa_has_avx512(isa) ? 32
 // the panel), and two broadcast activation registers used by alternate rows (the tile broadcasts each
 // activation once for both vectors): twice the one-vector count.
 inline constexpr int plan_temps(Isa isa, GgmlType t, int64_t k) {
+  // AVX2's Q4_K shifts the high nibbles down instead of folding 1/16 into a second d: no d/16 register.
+  if (isa == Isa::Avx2 && t == GgmlType::Q4_K) return 5 + 1;
+  // AVX2's Q6_K broadcasts two groups' activations at once (their int16 sums are added before widening).
+  if (isa == Isa::Avx2 && t == GgmlType::Q6_K) return 4 + 2;
   const int base = t == GgmlType::Q4_K ? 6 : t == GgmlType::Q6_K ? 4 : 5;
   if (panel_rows(isa, t, k) / vector_rows(isa) == 2) return 2 * base;
   return base + (isa_has_avx512(isa) ? 0 : 1);
