@@ -90,11 +90,14 @@ TEST(KVCache, RefreshIsExactAndReuseOnAnUnchangedCanvasIsBitIdentical) {
   expect_cache_properties(tiny("tiny-llada-Q4_K_M.gguf"));
 }
 
-TEST(KVCache, SamePropertiesWithTheJitExecutor) {
-  LoadOptions opt;
-  opt.make_executor = [](ThreadPool& pool) { return std::make_unique<jit::CpuExecutor>(pool, jit::default_isa()); };
-  auto m = Model::load(test::data_path("models/tiny-llada-Q8_0.gguf"), opt);
-  expect_cache_properties(*m);
+TEST(KVCache, SamePropertiesWithTheJitExecutorOfEveryFamily) {
+  for (jit::Isa isa : jit::cpu_features().supported()) {
+    SCOPED_TRACE(jit::isa_name(isa));
+    LoadOptions opt;
+    opt.make_executor = [isa](ThreadPool& pool) { return std::make_unique<jit::CpuExecutor>(pool, isa); };
+    auto m = Model::load(test::data_path("models/tiny-llada-Q8_0.gguf"), opt);
+    expect_cache_properties(*m);
+  }
 }
 
 GenerateConfig llada_config(const Model& m, int64_t L, int64_t B, int64_t N) {

@@ -3,14 +3,17 @@
 // listings, manifest), and the usage errors (exit 2) and runtime errors (exit 1).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 
 #include "jit/cpu_features.h"
 #include "jit/gemm_desc.h"
+#include "jit/repack.h"
 #include "model/gguf.h"
 #include "support.h"
 
@@ -26,16 +29,32 @@ std::string temp_dir(const std::string& name) {
   return p.string();
 }
 
+// The tests that depend on the kernel family run once per family this CPU allows (DLLM_ISA set for the
+// dllm processes they start); portable has no kernels, so the kernel tests skip it.
+class JitCliFamily : public ::testing::TestWithParam<dllm::jit::Isa> {
+ protected:
+  void SetUp() override {
+    if (!dllm::jit::cpu_features().supports(GetParam()))
+      GTEST_SKIP() << "this CPU lacks " << dllm::jit::isa_name(GetParam());
+    isa_.emplace(GetParam());
+  }
+  void TearDown() override { isa_.reset(); }
+  bool jit() const { return GetParam() != dllm::jit::Isa::Portable; }
+
+ private:
+  std::optional<dllm::test::ScopedIsa> isa_;
+};
+
 }  // namespace
 
-TEST(JitCli, BenchGemmJsonReportsEveryRowCount) {
+TEST_P(JitCliFamily, BenchGemmJsonReportsEveryRowCount) {
   const auto r = run_dllm({"bench", "gemm", "--type", "Q4_K", "--n", "40", "--k", "512", "--rows", "1,9", "--threads",
                            "2", "--warm", "--min-seconds", "0", "--no-peak", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json j = json::parse(r.out);
   EXPECT_TRUE(j["peak"].is_null());
   ASSERT_EQ(j["results"].size(), 2u);
-  const dllm::jit::Isa best = dllm::jit::default_isa();
+  const dllm::jit::Isa best = GetParam();
   for (size_t i = 0; i < 2; ++i) {
     const json& res = j["results"][i];
     EXPECT_EQ(res["type"], "Q4_K");
@@ -74,9 +93,8 @@ TEST(JitCli, BenchGemmHonoursIsa) {
   }
 }
 
-TEST(JitCli, BenchKernelReportsItsShareOfThePeak) {
-  const dllm::jit::Isa isa = dllm::jit::default_isa();
-  if (isa == dllm::jit::Isa::Portable) GTEST_SKIP() << "no JIT family on this CPU";
+TEST_P(JitCliFamily, BenchKernelReportsItsShareOfThePeak) {
+  if (!jit()) GTEST_SKIP() << "the portable family has no kernels";
   const auto r = run_dllm({"bench", "kernel", "--type", "Q6_K", "--n", "64", "--k", "512", "--rows", "16", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json j = json::parse(r.out);
@@ -89,9 +107,9 @@ TEST(JitCli, BenchKernelReportsItsShareOfThePeak) {
   EXPECT_EQ(j[0]["kernel"].get<std::string>().rfind("q6k_q8k_gemm_", 0), 0u);
 }
 
-TEST(JitCli, BenchKernelResidentTimesOneTileOverCachedPanels) {
-  const dllm::jit::Isa isa = dllm::jit::default_isa();
-  if (isa == dllm::jit::Isa::Portable) GTEST_SKIP() << "no JIT family on this CPU";
+TEST_P(JitCliFamily, BenchKernelResidentTimesOneTileOverCachedPanels) {
+  const dllm::jit::Isa isa = GetParam();
+  if (!jit()) GTEST_SKIP() << "the portable family has no kernels";
   // Q4_K, k = 1024: a panel of 16 columns is 16 * 4 * 144 bytes plus padding, so several fit in 32 KB;
   // n = 48 caps them at 3 panels.
   const auto r = run_dllm({"bench", "kernel", "--type", "Q4_K", "--n", "48", "--k", "1024", "--resident", "--json"});
@@ -99,7 +117,11 @@ TEST(JitCli, BenchKernelResidentTimesOneTileOverCachedPanels) {
   const json j = json::parse(r.out);
   ASSERT_EQ(j.size(), 1u);
   EXPECT_TRUE(j[0]["resident"].get<bool>());
-  EXPECT_EQ(j[0]["panels"], 3);
+  // As many panels as fit in 32 KB, at most all of them (3 of 16 rows on avx512-vnni, 6 of 8 on the ymm
+  // families): asked of the family's own layout.
+  const dllm::jit::PackedLayout L = dllm::jit::packed_layout(isa, dllm::GgmlType::Q4_K, 48, 1024);
+  EXPECT_EQ(j[0]["panels"], std::clamp<int64_t>(32 * 1024 / L.panel_bytes, 1, L.n_panels));
+  EXPECT_EQ(L.n_panels, 48 / dllm::jit::panel_rows(isa, dllm::GgmlType::Q4_K, 1024));
   EXPECT_EQ(j[0]["rows_timed"], dllm::jit::max_row_tile(isa, dllm::GgmlType::Q4_K, 1024));
   EXPECT_GT(j[0]["gops_per_cpu_second"].get<double>(), 0);
   const auto streamed = run_dllm({"bench", "kernel", "--type", "Q4_K", "--n", "48", "--k", "1024", "--json"});
@@ -133,9 +155,9 @@ TEST(JitCli, BenchUsageErrors) {
   }
 }
 
-TEST(JitCli, KernelsDumpCoversEveryMatrix) {
-  const dllm::jit::Isa isa = dllm::jit::default_isa();
-  if (isa == dllm::jit::Isa::Portable) GTEST_SKIP() << "no JIT family on this CPU";
+TEST_P(JitCliFamily, KernelsDumpCoversEveryMatrix) {
+  const dllm::jit::Isa isa = GetParam();
+  if (!jit()) GTEST_SKIP() << "the portable family has no kernels";
   const std::string model = dllm::test::data_path("models/tiny-llada-Q8_0.gguf");
   const std::string out = temp_dir("kernels");
   const auto r = run_dllm({"kernels", "--model", model, "--out", out, "--rows", "10"});
@@ -162,15 +184,22 @@ TEST(JitCli, KernelsDumpCoversEveryMatrix) {
     const std::string listing = dllm::test::read_file((fs::path(out) / k["listing"].get<std::string>()).string());
     EXPECT_GT(listing.size(), 100u);
     if (k["listing_kind"] == "objdump") {
-      EXPECT_NE(listing.find("vpdpbusd"), std::string::npos) << k["name"];
+      // The family's int8 dot product: vpdpbusd (VNNI), or vpmaddubsw + vpmaddwd (AVX2, which has none).
+      if (isa == dllm::jit::Isa::Avx2) {
+        EXPECT_NE(listing.find("vpmaddubsw"), std::string::npos) << k["name"];
+        EXPECT_EQ(listing.find("vpdpbusd"), std::string::npos) << k["name"];
+      } else {
+        EXPECT_NE(listing.find("vpdpbusd"), std::string::npos) << k["name"];
+      }
     }
     const std::string name = k["name"];
     EXPECT_NE(name.find("_k" + std::to_string(k["k"].get<int64_t>()) + "_n" + std::to_string(k["n"].get<int64_t>())),
               std::string::npos);
   }
   EXPECT_EQ(listed, want);
-  // 10 rows: one full tile and the remainder (or a single tile when 10 fits).
-  const std::set<int> expect_tiles = mmax >= 10 ? std::set<int>{10} : std::set<int>{mmax, 10 % mmax};
+  // 10 rows: full tiles of the family's largest row tile and the remainder, if any (one tile when 10 fits).
+  std::set<int> expect_tiles = {std::min(mmax, 10)};
+  if (mmax < 10 && 10 % mmax != 0) expect_tiles.insert(10 % mmax);
   EXPECT_EQ(tiles, expect_tiles);
   fs::remove_all(out);
 }
@@ -195,7 +224,17 @@ TEST(JitCli, KernelsHonoursIsaAndReportsErrors) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
   r = run_dllm({"kernels", "--model", model, "--out", temp_dir("z"), "--isa", "portable"});
   EXPECT_EQ(r.exit_code, 2) << r.err;
-  r = run_dllm({"kernels", "--model", "/nonexistent/model.gguf", "--out", temp_dir("w")});
+  // A missing file is a runtime error (exit 1) once the family is a JIT one (--isa: DLLM_ISA may say
+  // portable, which is refused first, as a usage error).
+  const dllm::jit::Isa best = dllm::jit::cpu_features().best();
+  if (best == dllm::jit::Isa::Portable) return;
+  r = run_dllm({"kernels", "--model", "/nonexistent/model.gguf", "--out", temp_dir("w"), "--isa",
+                dllm::jit::isa_name(best)});
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_NE(r.err.find("/nonexistent/model.gguf"), std::string::npos) << r.err;
 }
+
+INSTANTIATE_TEST_SUITE_P(AllFamilies, JitCliFamily, ::testing::ValuesIn(dllm::jit::kAllIsas),
+                         [](const ::testing::TestParamInfo<dllm::jit::Isa>& info) {
+                           return dllm::test::family_label(info.param);
+                         });
