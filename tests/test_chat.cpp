@@ -112,13 +112,24 @@ TEST(Chat, PythonStrip) {
   EXPECT_EQ(python_strip("\u00e9 "), "\u00e9");
 }
 
-TEST(Chat, NoChatIsTheTextAloneWithoutBos) {
+TEST(Chat, NoChatAddsBosAndEosAsTheVocabularySays) {
+  // As llama.cpp's diffusion CLI: no template, but BOS / EOS as add_bos_token / add_eos_token say. The
+  // tiny LLaDA vocabulary sets add_bos_token (as the real LLaDA files do), the tiny Dream one neither.
   const Tokenizer& l = *tiny("llada").tok;
+  ASSERT_TRUE(l.add_bos());
+  ASSERT_FALSE(l.add_eos());
   const auto ids = dllm::model::raw_prompt_ids(l, "Hi");
-  EXPECT_EQ(ids, l.encode("Hi", true, false));
-  EXPECT_EQ(std::count(ids.begin(), ids.end(), l.bos()), 0);
-  // Special tokens written in the text are still parsed.
-  EXPECT_EQ(dllm::model::raw_prompt_ids(l, "<|mdm_mask|>"), (std::vector<int32_t>{1014}));
+  ASSERT_FALSE(ids.empty());
+  EXPECT_EQ(ids.front(), l.bos());
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), l.bos()), 1);
+  EXPECT_EQ(std::vector<int32_t>(ids.begin() + 1, ids.end()), l.encode("Hi", true, false));
+  // Special tokens written in the text are still parsed; an empty prompt is the BOS alone.
+  EXPECT_EQ(dllm::model::raw_prompt_ids(l, "<|mdm_mask|>"), (std::vector<int32_t>{l.bos(), 1014}));
+  EXPECT_EQ(dllm::model::raw_prompt_ids(l, ""), (std::vector<int32_t>{l.bos()}));
+  const Tokenizer& d = *tiny("dream").tok;
+  ASSERT_FALSE(d.add_bos());
+  ASSERT_FALSE(d.add_eos());
+  EXPECT_EQ(dllm::model::raw_prompt_ids(d, "Hi"), d.encode("Hi", true, false));
 }
 
 TEST(Chat, PromptIdsByArchitectureName) {

@@ -119,7 +119,8 @@ TEST(RunConfig, PromptIdsFromTextChatTemplateOrVerbatimTokens) {
   Settings s = parse_command_line({"run", "--model", kLlada, "--prompt", ref["prompt"]}, &help);
   EXPECT_EQ(prompt_ids(s, hp, tok), ref["prompt_ids"].get<std::vector<int32_t>>());
   s = parse_command_line({"run", "--model", kLlada, "--prompt", "Hello there", "--no-chat"}, &help);
-  EXPECT_EQ(prompt_ids(s, hp, tok), tok.encode("Hello there"));
+  EXPECT_EQ(prompt_ids(s, hp, tok), tok.encode("Hello there", true, true));  // with the vocabulary's BOS
+  EXPECT_EQ(prompt_ids(s, hp, tok).front(), tok.bos());
   s = parse_command_line({"run", "--model", kLlada, "--prompt-tokens", "5,1012,9"}, &help);
   EXPECT_EQ(prompt_ids(s, hp, tok), (std::vector<int32_t>{5, 1012, 9}));
   s = parse_command_line({"run", "--model", kLlada, "--prompt-tokens", "5,1024"}, &help);

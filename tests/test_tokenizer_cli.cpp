@@ -57,12 +57,13 @@ TEST(TokenizeCommand, PrintsTheChatPromptIdsOnOneLine) {
             "54 71 88 327 279 702 279 703 30 1018 198 1017 405 82 363 397 198\n");
 }
 
-TEST(TokenizeCommand, NoChatPrintsTheTextAlone) {
+TEST(TokenizeCommand, NoChatPrintsTheTextWithTheVocabularysBos) {
+  // The tiny LLaDA vocabulary sets add_bos_token (BOS 1012), as llama.cpp's diffusion CLI reads it.
   Settings s = settings(llada(), "Hi");
   s.no_chat = true;
-  EXPECT_EQ(run(s), "39 72\n");
+  EXPECT_EQ(run(s), "1012 39 72\n");
   s.prompt = "";
-  EXPECT_EQ(run(s), "\n");
+  EXPECT_EQ(run(s), "1012\n");
   // A vocabulary-only GGUF of another architecture can be tokenized without the template.
   Settings q = settings(dllm::test::data_path("tokenizer/vocab-qwen.gguf"), "Hello world");
   q.no_chat = true;
@@ -111,7 +112,7 @@ TEST(TokenizeCommand, ErrorsNameTheProblem) {
 TEST(TokenizeCommand, BinaryEndToEnd) {
   const auto r = dllm::test::run_dllm({"tokenize", "--model", llada(), "--prompt", "Hi", "--no-chat", "--json"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(json::parse(r.out)["ids"], json::parse("[39, 72]"));
+  EXPECT_EQ(json::parse(r.out)["ids"], json::parse("[1012, 39, 72]"));
   const auto bad = dllm::test::run_dllm({"tokenize", "--model", dllm::test::data_path("tokenizer/vocab-qwen.gguf"),
                                          "--prompt", "Hi"});
   EXPECT_EQ(bad.exit_code, 1);

@@ -68,7 +68,7 @@ const Flag kThreads{"threads", "N", "all logical CPUs", "worker threads", Kind::
 const Flag kDevice{"device", "D", "auto",
                    "auto (a usable GPU, else the CPU), cpu, or gpu for an NVIDIA GPU with compute capability 8.0+",
                    Kind::Choice, "cpu,gpu,auto"};
-const Flag kNoChat{"no-chat", "", "off", "skip the chat template", Kind::Bool};
+const Flag kNoChat{"no-chat", "", "off", "skip the chat template (BOS/EOS still as the vocabulary says)", Kind::Bool};
 const Flag kJson{"json", "", "off", "print one JSON object", Kind::Bool};
 const Flag kVerbose{"verbose", "", "off", "timings and memory after the output", Kind::Bool};
 

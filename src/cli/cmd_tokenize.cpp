@@ -1,7 +1,8 @@
 // dllm tokenize: prints the ids of the chat-formatted prompt (the ids `run` feeds the model), or with
-// --no-chat the ids of the text alone (no BOS/EOS). Plain output is the ids separated by spaces on one
-// line; --json prints {"ids": [...], "pieces": [...]} where a piece that is not valid UTF-8 on its own
-// (part of a multi-byte character) has its bad bytes replaced by U+FFFD.
+// --no-chat the ids of the text without a template (BOS/EOS as the vocabulary's add_bos_token and
+// add_eos_token say). Plain output is the ids separated by spaces on one line; --json prints
+// {"ids": [...], "pieces": [...]} where a piece that is not valid UTF-8 on its own (part of a multi-byte
+// character) has its bad bytes replaced by U+FFFD.
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>

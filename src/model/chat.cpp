@@ -80,7 +80,9 @@ std::vector<int32_t> chat_prompt_ids(const Tokenizer& tok, ChatTemplate tmpl, st
 }
 
 std::vector<int32_t> raw_prompt_ids(const Tokenizer& tok, std::string_view text) {
-  return tok.encode(text, /*parse_special=*/true, /*add_special=*/false);
+  // As llama.cpp's diffusion CLI tokenizes a prompt it does not template: BOS/EOS as the vocabulary's
+  // add_bos_token / add_eos_token say (real LLaDA files set add_bos_token; Dream's files do not).
+  return tok.encode(text, /*parse_special=*/true, /*add_special=*/true);
 }
 
 std::vector<int32_t> prompt_ids(const Tokenizer& tok, std::string_view arch, std::string_view prompt, bool no_chat) {

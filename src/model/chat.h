@@ -1,6 +1,6 @@
 // Chat templates of the two instruct models (algorithms.md section 2) and the prompt ids the model
 // sees: one user message plus the generation prompt, with BOS handled as llama.cpp's chat path does
-// (LLaDA: exactly one BOS; Dream: none), or the text alone for --no-chat.
+// (LLaDA: exactly one BOS; Dream: none), or for --no-chat the text with BOS/EOS as the vocabulary says.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -29,7 +29,8 @@ std::string render_chat(ChatTemplate tmpl, std::string_view user, std::string_vi
 // added as the vocabulary says.
 std::vector<int32_t> chat_prompt_ids(const Tokenizer& tok, ChatTemplate tmpl, std::string_view user);
 
-// Ids for --no-chat: the text alone, special tokens parsed, no BOS or EOS added.
+// Ids for --no-chat: the text with special tokens parsed, BOS / EOS added as the vocabulary's
+// add_bos_token / add_eos_token say (as llama.cpp's diffusion CLI does), no template.
 std::vector<int32_t> raw_prompt_ids(const Tokenizer& tok, std::string_view text);
 
 // The ids `run` feeds the model for a prompt: chat_prompt_ids with the template of `arch`
