@@ -93,8 +93,9 @@ STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 OUT=${OUT:-$ROOT/bench/results/device-check-$STAMP}
 mkdir -p "$OUT/logs" || { echo "device-check: cannot create $OUT" >&2; exit 2; }
 OUT=$(cd "$OUT" && pwd)
+mkdir -p "$SCRATCH" "$BUILD" || { echo "device-check: cannot create $SCRATCH or $BUILD" >&2; exit 2; }
+SCRATCH=$(cd "$SCRATCH" && pwd); BUILD=$(cd "$BUILD" && pwd)
 case "$SCRATCH/" in "$OUT"/*) die_usage "--scratch must not be under \$OUT (its contents are sent back)" ;; esac
-mkdir -p "$SCRATCH"
 DLLM="$BUILD/dllm"
 SUMMARY="$OUT/summary.txt"
 : >"$SUMMARY"
@@ -169,11 +170,11 @@ stage() {
 export ROOT HERE OUT BUILD DLLM JOBS LAYERS SCRATCH HAVE_GPU GPU_WHY TEST_DEVICE PY DEADLINE RESERVE
 
 skip() { echo "skip: $*"; exit 77; }
-need_dllm() { [ -x "$DLLM" ] || skip "no dllm binary ($DLLM; the build failed or did not run)"; }
+need_dllm() { [ -x "$DLLM" ] || skip "no dllm: $DLLM is missing (the build failed or did not run)"; }
 need_device() {
   if [ "$TEST_DEVICE" = gpu ] && [ "$HAVE_GPU" = 0 ]; then skip "no GPU: $GPU_WHY"; fi
 }
-need_python() { [ -n "$PY" ] || skip "no python3 on this machine"; }
+need_python() { [ -n "$PY" ] || skip "no python3: the parity and speed stages need it"; }
 export -f skip need_dllm need_device need_python
 
 st_machine() {
@@ -228,7 +229,7 @@ st_versions() {
 # test at all, and on a skip whose name does not match SKIPS_ALLOWED_REGEX (empty: none allowed).
 ctest_stage() {
   local name="$1" regex="$2" allowed="$3" txt="$OUT/ctest-$1.txt"
-  [ -f "$BUILD/CTestTestfile.cmake" ] || skip "no build to test (the build failed or did not run)"
+  [ -f "$BUILD/CTestTestfile.cmake" ] || skip "no build: nothing to test in $BUILD (the build failed or did not run)"
   ctest --test-dir "$BUILD" -R "$regex" --output-on-failure --timeout 600 --output-junit "$OUT/ctest-$name.xml" \
     2>&1 | tee "$txt"
   local rc=${PIPESTATUS[0]}
@@ -284,7 +285,7 @@ st_speed_synth() {
 
 st_speed_kernels() {
   [ "$HAVE_GPU" = 1 ] || skip "no GPU: $GPU_WHY"
-  [ -x "$BUILD/tests/test_gpu_bench" ] || skip "no tests/test_gpu_bench (the build failed or did not run)"
+  [ -x "$BUILD/tests/test_gpu_bench" ] || skip "no build: tests/test_gpu_bench is missing (the build failed or did not run)"
   local dir="$SCRATCH/bench-out"; rm -rf "$dir"; mkdir -p "$dir"
   DLLM_GPU_BENCH=1 DLLM_GPU_BENCH_OUT="$dir" DLLM_CACHE="$SCRATCH/cache" \
     "$BUILD/tests/test_gpu_bench" --gtest_filter='GpuBench.Gemm:GpuBench.Attention' | tee "$dir/gtest.txt" ||
@@ -296,7 +297,7 @@ st_speed_kernels() {
 st_speed_e2e() {
   need_device; need_python; need_dllm
   local l="$SCRATCH/synth-llada-${LAYERS:-full}-Q4_K_M.gguf" d="$SCRATCH/synth-dream-${LAYERS:-full}-Q4_K_M.gguf"
-  [ -s "$l" ] || [ -s "$d" ] || skip "no synthetic model (speed-synth failed or did not run)"
+  [ -s "$l" ] || [ -s "$d" ] || skip "no model: speed-synth wrote none (it failed or did not run)"
   DLLM_CACHE="$SCRATCH/cache" "$PY" "$HERE/check.py" speed --dllm "$DLLM" --device "$TEST_DEVICE" \
     --llada "$l" --dream "$d" --out "$OUT" --deadline "$STAGE_END"
 }
