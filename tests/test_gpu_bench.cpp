@@ -1,4 +1,4 @@
-// GPU benchmarks, run by tests/gpu/device-check.sh on a GPU machine; every test skips unless
+// GPU benchmarks, run by bench/gpu/device-check.sh on a GPU machine; every test skips unless
 // DLLM_GPU_BENCH=1 and a usable GPU is present. Each kernel is first checked against a reference on a
 // sample of outputs, then timed; results are printed and, when DLLM_GPU_BENCH_OUT names a directory,
 // written there as JSON lines (kernels.jsonl, forward.jsonl).

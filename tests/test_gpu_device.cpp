@@ -1,6 +1,6 @@
 // GPU execution tests on a real NVIDIA GPU (compute capability 8.0+ and NVRTC). Every test skips with
 // the reason when no usable GPU is found, so the file passes on CPU-only machines;
-// tests/gpu/device-check.sh runs it on a GPU machine. Checks: logits of every quantised fixture and case
+// bench/gpu/device-check.sh runs it on a GPU machine. Checks: logits of every quantised fixture and case
 // against the CPU reference executor (whole forward on the device, and the per-call executor path),
 // greedy generations identical to the references (and so to the CPU path) on every quantised
 // generation fixture, the kernel cache (a second load compiles nothing), types without GPU kernels named,

@@ -2,7 +2,8 @@
 // architecture constrains (usage errors, before the weights are prepared and before any forward pass),
 // loads the model, runs the generation loop with the step renderers of run_output.h attached, and prints
 // the answer (or one --json object) on stdout, diagnostics on stderr. Ctrl-C stops between steps: the
-// partial canvas is reported (--json, --verbose) and the exit status is 130.
+// partial canvas is reported (--json, --verbose) and the exit status is 130. On the GPU executor the
+// report carries its description and, with DLLM_GPU_PROFILE=1, the per-step split (executor_report()).
 #include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -11,11 +12,13 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <utility>
 
 #include "cli/backend.h"
 #include "cli/commands.h"
 #include "cli/run_config.h"
 #include "cli/run_output.h"
+#include "jit/cuda/gpu_executor.h"
 #include "model/error.h"
 #include "model/gguf.h"
 #include "model/model.h"
@@ -69,7 +72,11 @@ int cmd_run(const Settings& s) {
   const auto t_start = Clock::now();
   model::LoadOptions opt;
   const Backend backend = choose_backend(s, opt);  // --device gpu without a GPU fails here
+  return cmd_run_with(s, backend, std::move(opt), t_start);
+}
 
+int cmd_run_with(const Settings& s, const Backend& backend, model::LoadOptions opt,
+                 std::chrono::steady_clock::time_point t_start) {
   // --- architecture, tokenizer, prompt, and every check that needs them ---
   const std::unique_ptr<gguf::File> file = gguf::File::open(s.model);
   const model::HParams hp = model::read_hparams(*file);
@@ -112,6 +119,7 @@ int cmd_run(const Settings& s) {
   r.threads = m->pool().size();
   r.device = backend.device;
   r.device_reason = backend.reason;
+  r.executor_report = jit::cuda::executor_report(m->executor());
   r.config = cfg;
   r.prompt = prompt;
   r.load_ms = load_ms;

@@ -1,7 +1,11 @@
 // The commands' entry points. Each takes the parsed settings, prints results to stdout and
 // diagnostics to stderr, and returns the exit status (errors are thrown as dllm::Error).
 #pragma once
+#include <chrono>
+
+#include "cli/backend.h"
 #include "cli/settings.h"
+#include "model/model.h"
 
 namespace dllm::cli {
 
@@ -9,6 +13,10 @@ int cmd_inspect(const Settings& s);   // cmd_inspect.cpp
 int cmd_tokenize(const Settings& s);  // cmd_tokenize.cpp
 int cmd_logits(const Settings& s);    // cmd_logits.cpp
 int cmd_run(const Settings& s);       // cmd_run.cpp
+// cmd_run once the backend is chosen (opt.make_executor set): tests run it on an executor of their
+// own, such as the GPU executor on the CPU emulator. t_start: when the command started (load timing).
+int cmd_run_with(const Settings& s, const Backend& backend, model::LoadOptions opt,
+                 std::chrono::steady_clock::time_point t_start = std::chrono::steady_clock::now());
 int cmd_synth(const Settings& s);     // cmd_synth.cpp
 int cmd_doctor(const Settings& s);    // cmd_doctor.cpp
 

@@ -202,6 +202,22 @@ void StepPrinter::finish() {
 
 // --- reports ---
 
+namespace {
+
+// DLLM_GPU_PROFILE's split, per whole-model pass (null when the run was not profiled).
+json gpu_profile_json(const jit::cuda::ExecutorReport& e) {
+  if (!e.profiled) return nullptr;
+  const jit::cuda::GpuProfile& p = e.profile;
+  return json{{"steps", p.steps},
+              {"gemm_ms_per_step", p.per_step_ms(p.gemm_s)},
+              {"attention_ms_per_step", p.per_step_ms(p.attention_s)},
+              {"lm_head_ms_per_step", p.per_step_ms(p.lm_head_s)},
+              {"transfer_ms_per_step", p.per_step_ms(p.transfer_s)},
+              {"synchronised", true}};
+}
+
+}  // namespace
+
 json run_json(const RunSummary& r, const Settings& s) {
   const model::GenerateConfig& c = r.config;
   const auto gen = r.result.generated();
@@ -256,7 +272,14 @@ json run_json(const RunSummary& r, const Settings& s) {
         {"context_length", r.hp.n_ctx},
         {"mask_token_id", r.hp.mask_token_id},
         {"stop_token_ids", c.stop_ids}}},
-      {"device", {{"name", r.device}, {"executor", r.executor}, {"threads", r.threads}, {"reason", r.device_reason}}},
+      {"device",
+       {{"name", r.device},
+        {"executor", r.executor},
+        {"threads", r.threads},
+        {"reason", r.device_reason},
+        {"description", r.executor_report.lines},
+        {"gpu_weight_bytes", r.executor_report.gpu ? json(r.executor_report.weight_bytes) : json(nullptr)}}},
+      {"gpu_profile", gpu_profile_json(r.executor_report)},
   };
 }
 
@@ -286,6 +309,7 @@ std::string verbose_report(const RunSummary& r, const Settings&) {
   o << "timings: load " << fmt("%.1f", r.load_ms) << " ms, prompt " << fmt("%.1f", r.prompt_ms) << " ms, "
     << fmt("%.1f", step_mean_ms(g)) << " ms/step, generation " << fmt("%.1f", g.total_ms) << " ms, total "
     << fmt("%.1f", r.total_ms) << " ms, " << fmt("%.1f", tokens_per_second(g)) << " tokens/s\n";
+  for (const std::string& line : r.executor_report.lines) o << line << "\n";
   o << "peak resident memory: " << fmt("%.1f", static_cast<double>(r.peak_rss_bytes) / (1024.0 * 1024.0))
     << " MiB\n";
   return o.str();

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli/settings.h"
+#include "jit/cuda/gpu_executor.h"
 #include "model/arch.h"
 #include "model/generate.h"
 #include "model/tokenizer.h"
@@ -26,6 +27,7 @@ struct RunSummary {
   int threads = 0;
   std::string device = "cpu";
   std::string device_reason;   // why that device and executor were chosen
+  jit::cuda::ExecutorReport executor_report;  // the GPU executor's lines and DLLM_GPU_PROFILE split
   model::GenerateConfig config;
   std::vector<int32_t> prompt;
   model::GenerateResult result;
@@ -38,7 +40,8 @@ struct RunSummary {
 };
 
 // The --json object: text, prompt_ids, output_ids, steps_run, stopped_early, timings, tokens_per_s,
-// peak_rss_bytes, settings (every effective setting), model and device.
+// peak_rss_bytes, settings (every effective setting), model, device (with the executor's description
+// lines) and gpu_profile (the per-step split with DLLM_GPU_PROFILE=1 on the GPU, else null).
 nlohmann::ordered_json run_json(const RunSummary& r, const Settings& s);
 // The --verbose lines (printed to stderr after the text).
 std::string verbose_report(const RunSummary& r, const Settings& s);

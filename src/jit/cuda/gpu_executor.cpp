@@ -169,8 +169,22 @@ std::vector<std::string> GpuExecutor::describe() const {
   if (const auto* cd = dynamic_cast<const CudaDevice*>(dev_.get())) {
     for (const std::string& n : cd->notes()) lines.push_back("gpu " + n);
   }
-  if (forward_ && profiling_) lines.push_back(forward_->profile().report());
+  if (profiling_) lines.push_back(forward_ ? forward_->profile().report() : GpuProfile{}.report());
   return lines;
+}
+
+ExecutorReport executor_report(const model::Executor& executor) {
+  ExecutorReport r;
+  const auto* gpu = dynamic_cast<const GpuExecutor*>(&executor);
+  if (!gpu) return r;
+  r.gpu = true;
+  r.weight_bytes = gpu->weight_bytes();
+  r.lines = gpu->describe();
+  if (gpu->profiling()) {
+    r.profiled = true;
+    if (const GpuProfile* p = gpu->profile()) r.profile = *p;  // none yet: no whole-model pass ran
+  }
+  return r;
 }
 
 }  // namespace dllm::jit::cuda

@@ -65,4 +65,16 @@ class GpuExecutor : public model::Executor {
   std::vector<std::string> notes_;
 };
 
+// What `run --verbose` and `run --json` say about the executor that ran, asked for after the generation:
+// for a GpuExecutor its describe() lines and, when DLLM_GPU_PROFILE=1 made it profile whole-model
+// passes, the per-step split (GEMM, attention, LM head, transfers); nothing for other executors.
+struct ExecutorReport {
+  bool gpu = false;           // the executor was a GpuExecutor
+  size_t weight_bytes = 0;    // device memory of its weights: what one whole-model pass reads
+  std::vector<std::string> lines;
+  bool profiled = false;  // profile holds the split of `profile.steps` whole-model passes
+  GpuProfile profile;
+};
+ExecutorReport executor_report(const model::Executor& executor);
+
 }  // namespace dllm::jit::cuda

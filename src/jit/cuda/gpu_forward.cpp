@@ -24,13 +24,12 @@ DeviceBuffer upload_vector(Device& dev, const std::vector<float>& v) {
 }  // namespace
 
 std::string GpuProfile::report() const {
-  if (steps == 0) return "gpu profile: no steps";
+  if (steps == 0) return "gpu profile: no whole-model pass ran (dual-cache passes are not profiled)";
   char buf[256];
-  const double n = steps;
   std::snprintf(buf, sizeof buf,
                 "gpu profile (synchronised per kernel group, not for benchmarking), per step: gemm %.2f ms, "
                 "attention %.2f ms, lm head %.2f ms, transfer %.2f ms",
-                1e3 * gemm_s / n, 1e3 * attention_s / n, 1e3 * lm_head_s / n, 1e3 * transfer_s / n);
+                per_step_ms(gemm_s), per_step_ms(attention_s), per_step_ms(lm_head_s), per_step_ms(transfer_s));
   return buf;
 }
 

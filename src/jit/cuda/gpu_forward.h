@@ -21,6 +21,8 @@ struct GpuProfile {
   double attention_s = 0;  // head packing + flash attention
   double lm_head_s = 0;    // final norm + vocabulary projection
   double transfer_s = 0;   // embeddings up, logits down
+  // Mean milliseconds per step of one of the totals above (0 before the first step).
+  double per_step_ms(double total_s) const { return steps > 0 ? 1e3 * total_s / steps : 0.0; }
   std::string report() const;  // one line for --verbose
 };
 
