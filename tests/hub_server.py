@@ -25,6 +25,8 @@ Knobs, set by the tests between requests:
   norange=1        downloads ignore Range requests (200 with the whole file)
   page_size=N      the tree listing returns N entries per page
   cdn_host=H       the resolve redirect points at host H (same port), e.g. localhost
+  next_host=H      the listing's next-page link points at host H (same port), another origin
+  next_url=U       the listing's next-page link is U, whatever it is (with page_size)
 The repo test/private-GGUF needs "Authorization: Bearer hf_test_token".
 
 Usage: hub_server.py --models DIR [--port N]. Prints "PORT <n>" once listening; exits when stdin closes.
@@ -197,7 +199,11 @@ class Handler(BaseHTTPRequestHandler):
             headers = {}
             if start + size < len(entries):
                 host = self.headers.get("Host")
+                if self.state.knob("next_host"):
+                    host = "%s:%d" % (self.state.knob("next_host"), self.server.server_address[1])
                 nxt = "http://%s/api/models/%s/tree/main?recursive=true&cursor=%d" % (host, repo, start + size)
+                if self.state.knob("next_url"):
+                    nxt = self.state.knob("next_url")
                 headers["Link"] = '<%s>; rel="next"' % nxt
             return self.send_json(entries[start:start + size], 200, headers)
         if not rest:

@@ -445,6 +445,30 @@ TEST_F(HubPull, ListingPagesAreFollowed) {
   EXPECT_EQ(hub_->log().size(), 4u);
 }
 
+TEST_F(HubPull, TheTokenNeverLeavesTheEndpointsOrigin) {
+  // A next-page link to another origin (same port, other host name) is refused, and nothing is sent there.
+  opts_.token = "hf_test_token";
+  hub_->set("page_size=1&next_host=localhost");
+  std::string e = pull_error(kRepo);
+  EXPECT_TRUE(contains(e, "points its next page at another address (http://localhost:" + std::to_string(hub_->port())))
+      << e;
+  EXPECT_TRUE(contains(e, ": refused")) << e;
+  for (const auto& entry : hub_->log()) EXPECT_NE(entry["host"], "localhost:" + std::to_string(hub_->port()));
+  // A request that starts anywhere but the endpoint carries no token, even when asked for directly.
+  hub_->reset();
+  std::string other = "http://localhost:" + std::to_string(hub_->port());
+  dllm::hub::http_get(opts_, other + "/api/models/test/private-GGUF/tree/main");
+  dllm::hub::http_get(opts_, hub_->url() + "/api/models/test/private-GGUF/tree/main");
+  auto log = hub_->log();
+  ASSERT_EQ(log.size(), 2u);
+  EXPECT_EQ(log[0]["auth"], "");
+  EXPECT_EQ(log[1]["auth"], "Bearer hf_test_token");
+  EXPECT_EQ(dllm::hub::origin_of("HTTPS://Hub.example/x"), "https://hub.example:443");
+  EXPECT_EQ(dllm::hub::origin_of("http://hub.example:80/x"), dllm::hub::origin_of("http://hub.example/y"));
+  EXPECT_NE(dllm::hub::origin_of("http://hub.example/x"), dllm::hub::origin_of("https://hub.example/x"));
+  EXPECT_EQ(dllm::hub::origin_of("file:///etc/passwd"), "file://");  // an https -> http downgrade differs too
+}
+
 TEST_F(HubPull, NotEnoughDiskSpaceFailsBeforeDownloading) {
   hub_->set("huge=1");
   std::string e = pull_error(std::string(kRepo) + ":Q4_K_M");

@@ -84,6 +84,20 @@ std::string host_of(const std::string& url) {
   return url.substr(a, b == std::string::npos ? std::string::npos : b - a);
 }
 
+std::string origin_of(const std::string& url) {
+  size_t colon = url.find("://");
+  if (colon == std::string::npos || colon == 0) return "";
+  std::string scheme = lower(url.substr(0, colon));
+  std::string host = lower(host_of(url));
+  if (size_t at = host.rfind('@'); at != std::string::npos) host = host.substr(at + 1);  // user:pass@
+  size_t port_colon = host.rfind(':');
+  if (port_colon == std::string::npos || host.find(']', port_colon) != std::string::npos) {
+    if (scheme == "https") host += ":443";
+    else if (scheme == "http") host += ":80";
+  }
+  return scheme + "://" + host;
+}
+
 long http_stream(const Options& opts, const std::string& url, uint64_t from, StreamHandlers& handlers) {
   global_init();
   CURL* curl = curl_easy_init();
@@ -93,6 +107,7 @@ long http_stream(const Options& opts, const std::string& url, uint64_t from, Str
   t.curl = curl;
   char errbuf[CURL_ERROR_SIZE] = {0};
   std::string range = std::to_string(from) + "-";
+  const bool https = lower(url.substr(0, 8)) == "https://";
   curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
   curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, errbuf);
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
@@ -100,10 +115,11 @@ long http_stream(const Options& opts, const std::string& url, uint64_t from, Str
   curl_easy_setopt(curl, CURLOPT_MAXREDIRS, 10L);
 #if LIBCURL_VERSION_NUM >= 0x075500
   curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(curl, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+  // A redirect never downgrades https to http.
+  curl_easy_setopt(curl, CURLOPT_REDIR_PROTOCOLS_STR, https ? "https" : "http,https");
 #else
   curl_easy_setopt(curl, CURLOPT_PROTOCOLS, long(CURLPROTO_HTTP | CURLPROTO_HTTPS));
-  curl_easy_setopt(curl, CURLOPT_REDIR_PROTOCOLS, long(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+  curl_easy_setopt(curl, CURLOPT_REDIR_PROTOCOLS, https ? long(CURLPROTO_HTTPS) : long(CURLPROTO_HTTP | CURLPROTO_HTTPS));
 #endif
   curl_easy_setopt(curl, CURLOPT_USERAGENT, "dllm/0.1 (libcurl)");
   curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, 20L);
@@ -115,9 +131,10 @@ long http_stream(const Options& opts, const std::string& url, uint64_t from, Str
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, &t);
   if (from > 0) curl_easy_setopt(curl, CURLOPT_RANGE, range.c_str());
-  if (!opts.token.empty()) {
-    // libcurl sends credentials set this way to the first host only, never to the host a redirect names
-    // (the hub redirects file downloads to a CDN).
+  if (!opts.token.empty() && origin_of(url) == origin_of(opts.endpoint)) {
+    // The token goes only to requests that start at the endpoint's own scheme, host and port; libcurl sends
+    // credentials set this way to that first origin only, never to the one a redirect names (the hub redirects
+    // file downloads to a CDN).
     curl_easy_setopt(curl, CURLOPT_HTTPAUTH, long(CURLAUTH_BEARER));
     curl_easy_setopt(curl, CURLOPT_XOAUTH2_BEARER, opts.token.c_str());
   }

@@ -106,6 +106,11 @@ std::vector<RemoteFile> list_files(const Options& opts, const std::string& repo)
     auto files = parse_file_list(r.body, repo);
     all.insert(all.end(), files.begin(), files.end());
     url = next_link(r.headers);
+    // The next page must come from the endpoint itself: another host, port or scheme (an http downgrade, a
+    // file: URL) would receive the token, or serve a listing nobody vouched for.
+    if (!url.empty() && origin_of(url) != origin_of(opts.endpoint))
+      throw Error("the hub's file list for " + repo + " points its next page at another address (" + url +
+                  ") than " + opts.endpoint + ": refused");
   }
   return all;
 }
