@@ -225,6 +225,24 @@ TEST(HubListing, ReadsTheTreeAndTheModelInfoShapes) {
             std::string::npos);
 }
 
+TEST(HubListing, NamesWithControlBytesOrInvalidUtf8AreRefused) {
+  // A NUL would cut the name where the file system sees it: "a.gguf\0x" and "a.gguf" would share FILE.part,
+  // FILE.lock and FILE.sha256. Control bytes, DEL and invalid UTF-8 are refused the same way, before any file.
+  for (const char* bad : {R"(a.gguf\u0000x)", R"(a\u0001.gguf)", R"(a\u001b]0;pwned\u0007.gguf)", R"(a\u007f.gguf)",
+                          R"(dir\n/a.gguf)", R"(a\t.gguf)"}) {
+    std::string listing = std::string(R"([{"type":"file","path":")") + bad + R"(","size":5}])";
+    EXPECT_NE(error_of([&] { parse_file_list(listing, "o/r"); }).find("unsafe path"), std::string::npos) << bad;
+  }
+  std::string invalid = "[{\"type\":\"file\",\"path\":\"a\xc3(.gguf\",\"size\":5}]";  // nlohmann rejects it too
+  EXPECT_NE(error_of([&] { parse_file_list(invalid, "o/r"); }), "");
+  for (std::string bad : {std::string("a\0b.gguf", 8), std::string("a\xff.gguf"), std::string("a\xc0\xaf.gguf"),
+                          std::string("a\xed\xa0\x80.gguf"), std::string("a\x7f"), std::string("a\x1f")})
+    EXPECT_FALSE(safe_relative_path(bad)) << bad;
+  EXPECT_TRUE(safe_relative_path("sub/mod\xc3\xa9le-Q4_K_M.gguf"));  // UTF-8 names are fine
+  EXPECT_EQ(parse_file_list(R"([{"type":"file","path":"d/\u00e9t\u00e9.gguf","size":5}])", "o/r").at(0).path,
+            "d/\xc3\xa9t\xc3\xa9.gguf");
+}
+
 TEST(HubListing, DownloadUrlsEncodeEachSegment) {
   Options o;
   o.endpoint = "https://hf-mirror.example";

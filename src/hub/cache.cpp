@@ -14,6 +14,7 @@
 #include <functional>
 
 #include "hub/internal.h"
+#include "model/pretokenizer.h"
 
 namespace dllm::hub {
 
@@ -129,6 +130,11 @@ void make_dirs(const std::string& dir) {
 
 bool safe_relative_path(const std::string& path) {
   if (path.empty() || path[0] == '/' || path.find('\\') != std::string::npos) return false;
+  // A NUL would cut the name where the file system sees it (FILE, FILE.part, FILE.lock, FILE.sha256 of two
+  // names would collide); control bytes and invalid UTF-8 have no business in a file name either.
+  for (char c : path)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return false;
+  if (!model::is_valid_utf8(path)) return false;
   size_t a = 0;
   for (;;) {
     size_t b = path.find('/', a);
