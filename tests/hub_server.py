@@ -19,6 +19,8 @@ Knobs, set by the tests between requests:
   html_octet=1     the same page, labelled application/octet-stream
   bad_sha=1        the listing publishes a wrong sha256 for every file
   huge=1           the listing publishes a size far larger than any disk
+  nosha=1          the listing publishes no sha256 (no "lfs" object), only sizes
+  nosize=1         the listing publishes neither sizes nor sha256
   cut=N            downloads send the first N bytes of what was asked, then drop the connection
   cut_times=K      only the next K downloads are cut (default: all)
   slow=B           downloads send about B bytes per second
@@ -113,6 +115,10 @@ class State:
                     size = 10 ** 15
                 e["size"] = size
                 e["lfs"] = {"oid": sha, "size": size, "pointerSize": 134}
+            if self.knob("nosha") or self.knob("nosize"):
+                e.pop("lfs", None)
+            if self.knob("nosize"):
+                e.pop("size", None)
             out.append(e)
         return out
 

@@ -469,6 +469,25 @@ TEST_F(HubPull, TheTokenNeverLeavesTheEndpointsOrigin) {
   EXPECT_EQ(dllm::hub::origin_of("file:///etc/passwd"), "file://");  // an https -> http downgrade differs too
 }
 
+TEST_F(HubPull, AFileWithNeitherSizeNorSha256IsRefusedAndOneWithoutSha256GetsNoSidecar) {
+  hub_->set("nosize=1");
+  std::string e = pull_error(std::string(kRepo) + ":Q8_0");
+  EXPECT_TRUE(contains(e, "the hub lists neither a size nor a sha256 for tiny-llada-Q8_0.gguf")) << e;
+  EXPECT_TRUE(contains(e, "it cannot be verified, so it is not downloaded")) << e;
+  EXPECT_TRUE(hub_->downloads().empty());
+  EXPECT_EQ(cache_files(), kNoFiles);
+
+  hub_->reset();
+  hub_->set("nosha=1");
+  auto r = pull(std::string(kRepo) + ":Q8_0");
+  EXPECT_EQ(dllm::test::read_file(r.path), fixture("tiny-llada-Q8_0.gguf"));
+  EXPECT_TRUE(contains(notes(), "warning: the hub publishes no sha256 for tiny-llada-Q8_0.gguf: only its size "
+                                "(2.40 MB) was checked")) << notes();
+  EXPECT_FALSE(contains(notes(), "sha256 verified")) << notes();
+  // No digest is recorded for a file nobody verified, so a later pull never takes it as checked.
+  EXPECT_EQ(cache_files(), (std::vector<std::string>{"models/test/tiny-llada-GGUF/tiny-llada-Q8_0.gguf"}));
+}
+
 TEST_F(HubPull, NotEnoughDiskSpaceFailsBeforeDownloading) {
   hub_->set("huge=1");
   std::string e = pull_error(std::string(kRepo) + ":Q4_K_M");

@@ -264,6 +264,10 @@ bool cached_file_matches(const std::string& path, uint64_t size, const std::stri
 void download_file(const Options& opts, const std::string& url, const std::string& dest, uint64_t size,
                    const std::string& sha256) {
   Job job{opts, url, dest, dest + ".part", base_name(dest), size, sha256};
+  // Nothing to check the bytes against (and no bound on how many may come): refused before anything is created.
+  if (size == 0 && sha256.empty())
+    throw Error("the hub lists neither a size nor a sha256 for " + job.name + " (" + url +
+                "): it cannot be verified, so it is not downloaded");
   make_dirs(dir_name(dest));
   FileLock lock(dest + ".lock", [&](long pid) {
     opts.say("another dllm process" + (pid > 0 ? " (pid " + std::to_string(pid) + ")" : std::string()) +
@@ -301,12 +305,15 @@ void download_file(const Options& opts, const std::string& url, const std::strin
                 " but the download has " + got + "; it was deleted and the cache is as it was (if a second pull "
                 "fails the same way, the hub's copy is damaged)");
   }
-  if (sha256.empty()) opts.say("the hub publishes no sha256 for " + job.name + ": only its size was checked");
+  if (sha256.empty())
+    opts.say("warning: the hub publishes no sha256 for " + job.name + ": only its size (" + format_bytes(size) +
+             ") was checked");
   if (::rename(job.part.c_str(), dest.c_str()) != 0) {
     int err = errno;
     throw Error("cannot rename " + job.part + " to " + dest + ": " + std::strerror(err));
   }
-  write_small_file(dest + ".sha256", got + "\n");
+  // The sidecar vouches for a verified digest only: an unverified file gets none.
+  if (!sha256.empty()) write_small_file(dest + ".sha256", got + "\n");
   if (int dfd = ::open(dir_name(dest).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
     ::fsync(dfd);
     ::close(dfd);

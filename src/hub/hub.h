@@ -86,7 +86,9 @@ std::string file_url(const Options& opts, const std::string& repo, const std::st
 
 // Downloads url to dest: through dest + ".part" (resumed with a Range request when it exists), under the lock
 // dest + ".lock" (a second process waits and says so), checked against size and sha256 (when not empty), and
-// renamed to dest only then. Every failure throws dllm::Error and leaves no file under dest's name.
+// renamed to dest only then. Every failure throws dllm::Error and leaves no file under dest's name. A file with
+// neither a size nor a sha256 is refused (nothing bounds or checks it); one with a size only is downloaded with a
+// warning, and no digest is recorded beside it.
 void download_file(const Options& opts, const std::string& url, const std::string& dest, uint64_t size,
                    const std::string& sha256);
 
