@@ -24,6 +24,7 @@ Knobs, set by the tests between requests:
   cut=N            downloads send the first N bytes of what was asked, then drop the connection
   cut_times=K      only the next K downloads are cut (default: all)
   slow=B           downloads send about B bytes per second
+  trickle=1        downloads send one byte every half second (a stalled server)
   norange=1        downloads ignore Range requests (200 with the whole file)
   page_size=N      the tree listing returns N entries per page
   cdn_host=H       the resolve redirect points at host H (same port), e.g. localhost
@@ -273,6 +274,15 @@ class Handler(BaseHTTPRequestHandler):
                 limit = min(limit, int(cut))
                 self.state.cuts_done += 1
         rate = self.state.knob("slow")
+        if self.state.knob("trickle"):
+            try:
+                for at in range(0, min(limit, 60)):
+                    self.wfile.write(body[at:at + 1])
+                    self.wfile.flush()
+                    time.sleep(0.5)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            return
         try:
             chunk = 16384
             for at in range(0, limit, chunk):

@@ -225,6 +225,39 @@ TEST(HubListing, ReadsTheTreeAndTheModelInfoShapes) {
             std::string::npos);
 }
 
+TEST(HubListing, DeepOrHugeListingsAreRefusedBeforeParsing) {
+  // 30 million levels would take gigabytes once parsed; the depth is checked on the text first.
+  std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
+  std::string e = error_of([&] { parse_file_list(deep, "o/r"); });
+  EXPECT_NE(e.find("the hub's file list for o/r is nested deeper than 16 levels"), std::string::npos) << e;
+  // Brackets inside strings do not count.
+  auto ok = parse_file_list(R"([{"type":"file","path":"[[[[[[[[[[[[[[[[[[[[.gguf","size":5,"x":"\"{{{{{{{{{{{{{{{{{{{{"}])",
+                            "o/r");
+  ASSERT_EQ(ok.size(), 1u);
+  EXPECT_EQ(ok[0].path, "[[[[[[[[[[[[[[[[[[[[.gguf");
+  std::string huge = "[" + std::string(17u << 20, ' ') + "]";
+  e = error_of([&] { parse_file_list(huge, "o/r"); });
+  EXPECT_NE(e.find("the hub's file list for o/r is larger than 16.8 MB"), std::string::npos) << e;
+}
+
+TEST(HubCache, StallTimeoutFromTheEnvironment) {
+  EnvVar cache("DLLM_CACHE", "/tmp/dllm-cache-test");
+  {
+    EnvVar stall("DLLM_STALL_TIMEOUT", nullptr);
+    EXPECT_EQ(options_from_env().stall_seconds, 60);
+  }
+  {
+    EnvVar stall("DLLM_STALL_TIMEOUT", "2");
+    EXPECT_EQ(options_from_env().stall_seconds, 2);
+  }
+  for (const char* bad : {"0", "-1", "2s", "100000"}) {
+    EnvVar stall("DLLM_STALL_TIMEOUT", bad);
+    EXPECT_NE(error_of([] { options_from_env(); }).find("DLLM_STALL_TIMEOUT must be a number of seconds"),
+              std::string::npos)
+        << bad;
+  }
+}
+
 TEST(HubListing, NamesWithControlBytesOrInvalidUtf8AreRefused) {
   // A NUL would cut the name where the file system sees it: "a.gguf\0x" and "a.gguf" would share FILE.part,
   // FILE.lock and FILE.sha256. Control bytes, DEL and invalid UTF-8 are refused the same way, before any file.

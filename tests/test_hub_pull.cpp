@@ -488,6 +488,21 @@ TEST_F(HubPull, AFileWithNeitherSizeNorSha256IsRefusedAndOneWithoutSha256GetsNoS
   EXPECT_EQ(cache_files(), (std::vector<std::string>{"models/test/tiny-llada-GGUF/tiny-llada-Q8_0.gguf"}));
 }
 
+TEST_F(HubPull, AStalledTransferFailsAfterTheStallTimeout) {
+  hub_->set("trickle=1");  // two bytes a second: alive, but far below the 1 kB/s a transfer must keep up
+  opts_.stall_seconds = 2;
+  const double t0 = dllm::hub::monotonic_seconds();
+  std::string e = pull_error(std::string(kRepo) + ":Q8_0");
+  const double secs = dllm::hub::monotonic_seconds() - t0;
+  EXPECT_TRUE(contains(e, "the transfer from 127.0.0.1:" + std::to_string(hub_->port()) +
+                              " stalled: less than 1024 bytes/s for 2 s (DLLM_STALL_TIMEOUT sets how long)"))
+      << e;
+  EXPECT_TRUE(contains(e, "kept in")) << e;  // what arrived is resumable
+  EXPECT_LT(secs, 15.0);
+  EXPECT_FALSE(fs::exists(dest("tiny-llada-Q8_0.gguf")));
+  EXPECT_FALSE(fs::exists(dest("tiny-llada-Q8_0.gguf.lock")));
+}
+
 TEST_F(HubPull, NotEnoughDiskSpaceFailsBeforeDownloading) {
   hub_->set("huge=1");
   std::string e = pull_error(std::string(kRepo) + ":Q4_K_M");

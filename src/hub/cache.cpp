@@ -89,6 +89,13 @@ Options options_from_env() {
   o.offline = env_true("HF_HUB_OFFLINE");
   o.cache_dir = cache_dir_from_env();
   o.progress = isatty(STDERR_FILENO) == 1;
+  if (std::string v = env("DLLM_STALL_TIMEOUT"); !v.empty()) {
+    char* end = nullptr;
+    long secs = std::strtol(v.c_str(), &end, 10);
+    if (*end != '\0' || secs < 1 || secs > 86400)
+      throw Error("DLLM_STALL_TIMEOUT must be a number of seconds from 1 to 86400, not '" + v + "'");
+    o.stall_seconds = secs;
+  }
   return o;
 }
 

@@ -123,9 +123,10 @@ long http_stream(const Options& opts, const std::string& url, uint64_t from, Str
 #endif
   curl_easy_setopt(curl, CURLOPT_USERAGENT, "dllm/0.1 (libcurl)");
   curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, 20L);
-  // A transfer that moves less than 1 byte/s for 60 s has stalled: fail it (it is resumed later).
-  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
-  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, 60L);
+  // A transfer that moves less than 1 kB/s for stall_seconds has stalled: fail it (a download is resumed later).
+  // A server trickling a byte a second can no longer hold a pull forever.
+  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, kStallBytesPerSecond);
+  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, std::max(1L, opts.stall_seconds));
   curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, on_header);
   curl_easy_setopt(curl, CURLOPT_HEADERDATA, &t);
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
@@ -145,6 +146,10 @@ long http_stream(const Options& opts, const std::string& url, uint64_t from, Str
   if (rc != CURLE_OK) {
     std::string why = errbuf[0] ? errbuf : curl_easy_strerror(rc);
     if (is_unreachable(rc)) throw NetworkError("cannot reach " + host_of(url) + " (" + why + ")", true);
+    if (rc == CURLE_OPERATION_TIMEDOUT)
+      throw NetworkError("the transfer from " + host_of(url) + " stalled: less than " +
+                             std::to_string(kStallBytesPerSecond) + " bytes/s for " + std::to_string(opts.stall_seconds) +
+                             " s (DLLM_STALL_TIMEOUT sets how long)", false);
     throw NetworkError("the transfer from " + host_of(url) + " failed: " + why, false);
   }
   return t.status;
