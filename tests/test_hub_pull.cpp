@@ -158,6 +158,7 @@ class PullProcess {
     ::close(out_fd);
     ::close(err_fd);
   }
+  pid_t pid() const { return pid_; }
   dllm::test::RunResult wait() {
     int status = 0;
     ::waitpid(pid_, &status, 0);
@@ -501,6 +502,32 @@ TEST_F(HubPull, AStalledTransferFailsAfterTheStallTimeout) {
   EXPECT_LT(secs, 15.0);
   EXPECT_FALSE(fs::exists(dest("tiny-llada-Q8_0.gguf")));
   EXPECT_FALSE(fs::exists(dest("tiny-llada-Q8_0.gguf.lock")));
+}
+
+TEST_F(HubPull, CtrlCStopsAPullKeepingThePartAndRemovingTheLock) {
+  hub_->set("slow=200000");  // about 7 s for the 1.4 MB file: time to interrupt it
+  const std::string part = dest("tiny-llada-Q4_K_M.gguf.part");
+  PullProcess p({std::string(kRepo) + ":Q4_K_M"}, env());
+  const double t0 = dllm::hub::monotonic_seconds();
+  std::error_code ec;
+  while (dllm::hub::monotonic_seconds() - t0 < 20 && !(fs::exists(part, ec) && fs::file_size(part, ec) > 0))
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(::kill(p.pid(), SIGINT), 0);
+  auto r = p.wait();
+  EXPECT_EQ(r.exit_code, 130) << r.err;
+  EXPECT_TRUE(contains(r.err, "ERROR: interrupted (Ctrl-C): ")) << r.err;
+  EXPECT_TRUE(contains(r.err, "of tiny-llada-Q4_K_M.gguf are kept in " + part + " and the next pull resumes")) << r.err;
+  EXPECT_LT(dllm::hub::monotonic_seconds() - t0, 6.0) << "the transfer was not stopped";
+  ASSERT_TRUE(fs::exists(part));
+  const uint64_t kept = fs::file_size(part);
+  EXPECT_GT(kept, 0u);
+  EXPECT_FALSE(fs::exists(dest("tiny-llada-Q4_K_M.gguf.lock")));
+  EXPECT_FALSE(fs::exists(dest("tiny-llada-Q4_K_M.gguf")));
+  // The next pull resumes where the interrupted one stopped.
+  hub_->reset();
+  auto again = pull(std::string(kRepo) + ":Q4_K_M");
+  EXPECT_EQ(dllm::test::read_file(again.path), fixture("tiny-llada-Q4_K_M.gguf"));
+  EXPECT_EQ(hub_->downloads().at(0)["range"], "bytes=" + std::to_string(kept) + "-");
 }
 
 TEST_F(HubPull, NotEnoughDiskSpaceFailsBeforeDownloading) {

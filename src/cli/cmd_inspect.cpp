@@ -24,6 +24,7 @@
 #include "cli/args.h"
 #include "model/error.h"
 #include "model/gguf.h"
+#include "model/interrupt.h"
 #include "model/quant.h"
 
 namespace dllm::cli {
@@ -326,6 +327,7 @@ class AtomicFile {
 // Writes the tensor as f32, row-major with ne0 fastest, decoding about 4 MiB of output at a time.
 void write_tensor_f32(const gguf::TensorInfo& t, const std::string& out) {
   static_assert(std::endian::native == std::endian::little, "the f32 output is written as host floats");
+  InterruptScope interrupt_scope;  // Ctrl-C: the temp file is removed (by ~AtomicFile), nothing is left behind
   AtomicFile file(out);
   const int64_t ne0 = t.ne[0], rows = t.n_rows();
   if (ne0 > 0 && rows > 0) {
@@ -333,12 +335,14 @@ void write_tensor_f32(const gguf::TensorInfo& t, const std::string& out) {
     std::vector<float> buf(static_cast<size_t>(std::min(rows, chunk) * ne0));
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
       const int64_t nr = std::min(chunk, rows - r0);
+      throw_if_interrupted(": " + out + " was not written");
       for (int64_t r = 0; r < nr; ++r)
         quant::dequantize_row(t.type(), t.data + static_cast<uint64_t>(r0 + r) * t.row_bytes(), buf.data() + r * ne0,
                               ne0);
       file.write(buf.data(), static_cast<size_t>(nr * ne0) * sizeof(float));
     }
   }
+  throw_if_interrupted(": " + out + " was not written");
   file.commit();
 }
 

@@ -14,6 +14,7 @@
 #include <functional>
 
 #include "hub/internal.h"
+#include "model/interrupt.h"
 #include "model/pretokenizer.h"
 
 namespace dllm::hub {
@@ -171,6 +172,10 @@ FileLock::FileLock(const std::string& path, const std::function<void(long)>& on_
         waited = true;
       }
       while (::flock(fd, LOCK_EX) != 0) {
+        if (errno == EINTR && interrupted()) {
+          ::close(fd);
+          throw_if_interrupted(" while waiting for " + path);
+        }
         if (errno != EINTR) {
           int err = errno;
           ::close(fd);

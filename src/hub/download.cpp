@@ -14,6 +14,7 @@
 
 #include "hub/internal.h"
 #include "hub/sha256.h"
+#include "model/interrupt.h"
 
 namespace dllm::hub {
 
@@ -101,6 +102,7 @@ std::string fetch_once(Job& job, bool first) {
     if (first) job.opts.say("resuming " + job.name + " at " + format_bytes(off) + " of " + format_bytes(job.size));
     std::vector<char> buf(1 << 20);
     for (uint64_t at = 0; at < off;) {
+      throw_if_interrupted("; " + job.part + " is kept and the next pull resumes from there");
       ssize_t n = ::pread(fd, buf.data(), std::min<uint64_t>(buf.size(), off - at), static_cast<off_t>(at));
       if (n <= 0) throw Error("cannot read " + job.part + ": " + std::strerror(n < 0 ? errno : EIO));
       hash.update(buf.data(), static_cast<size_t>(n));
@@ -198,6 +200,15 @@ std::string fetch_once(Job& job, bool first) {
     progress.finish();
     if (pos == 0) ::unlink(job.part.c_str());
     throw;
+  } catch (const Interrupted& e) {
+    progress.finish();  // the terminal's line is clean again before the message
+    if (pos == 0) {
+      ::unlink(job.part.c_str());
+      throw;
+    }
+    ::fsync(fd);
+    throw Interrupted(std::string(e.what()) + ": " + format_bytes(pos) + " of " + job.name + " are kept in " +
+                      job.part + " and the next pull resumes from there");
   }
   progress.finish();
 
@@ -295,7 +306,9 @@ void download_file(const Options& opts, const std::string& url, const std::strin
       }
       opts.say(std::string(e.what()) + "; trying again in " + format_duration(delay_ms / 1000.0) + " (" +
                std::to_string(attempt + 1) + " of " + std::to_string(opts.retries) + ")");
-      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+      for (int waited = 0; waited < delay_ms && !interrupted(); waited += 20)
+        std::this_thread::sleep_for(std::chrono::milliseconds(std::min(20, delay_ms - waited)));
+      throw_if_interrupted(kept ? "; " + job.part + " is kept and the next pull resumes from there" : "");
       delay_ms *= 2;
     }
   }

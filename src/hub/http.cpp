@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "hub/internal.h"
+#include "model/interrupt.h"
 
 namespace dllm::hub {
 
@@ -71,6 +72,9 @@ size_t on_body(char* data, size_t size, size_t n, void* user) {
   return size * n;
 }
 
+// Polled by libcurl a few times a second: a non-zero answer stops the transfer (Ctrl-C, model/interrupt.h).
+int on_progress(void*, curl_off_t, curl_off_t, curl_off_t, curl_off_t) { return interrupted() ? 1 : 0; }
+
 bool is_unreachable(CURLcode rc) {
   return rc == CURLE_COULDNT_RESOLVE_HOST || rc == CURLE_COULDNT_RESOLVE_PROXY || rc == CURLE_COULDNT_CONNECT;
 }
@@ -127,6 +131,8 @@ long http_stream(const Options& opts, const std::string& url, uint64_t from, Str
   // A server trickling a byte a second can no longer hold a pull forever.
   curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, kStallBytesPerSecond);
   curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, std::max(1L, opts.stall_seconds));
+  curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
+  curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, on_progress);
   curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, on_header);
   curl_easy_setopt(curl, CURLOPT_HEADERDATA, &t);
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
@@ -142,6 +148,7 @@ long http_stream(const Options& opts, const std::string& url, uint64_t from, Str
   CURLcode rc = curl_easy_perform(curl);
   if (rc == CURLE_OK) start(&t);  // a response without a body (404 with no text, 416) still reaches on_start
   curl_easy_cleanup(curl);
+  throw_if_interrupted();
   if (t.aborted) return t.status;
   if (rc != CURLE_OK) {
     std::string why = errbuf[0] ? errbuf : curl_easy_strerror(rc);
