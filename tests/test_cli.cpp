@@ -159,6 +159,17 @@ TEST(Cli, NumbersAreChecked) {
                      "flag --tokens needs comma-separated integers, got '1,2,'");
 }
 
+TEST(Cli, StepsAreBoundedByMaxTokensBeforeTheModelIsOpened) {
+  // A step count past --max-tokens would run for ever (Dream) or skip its way through 2^63 steps (LLaDA).
+  auto r = run_dllm({"run", "--model", kMissing, "--prompt", "p", "--steps", "9223372036854775807"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err, "ERROR: flag --steps must be at most --max-tokens 128, got 9223372036854775807 (every step "
+                   "commits at least one token)\n");
+  expect_usage_error({"run", "--model", kMissing, "--prompt", "p", "--max-tokens", "8", "--steps", "9"},
+                     "flag --steps must be at most --max-tokens 8, got 9 (every step commits at least one token)");
+  EXPECT_EQ(parse_ok({"run", "--model", kMissing, "--prompt", "p", "--max-tokens", "8", "--steps", "8"}).steps, 8);
+}
+
 TEST(Cli, RangesCheckedBeforeTheModelIsOpened) {
   // The model path does not exist: a usage error (exit 2) must come first.
   for (const char* flag : {"--max-tokens", "--steps", "--block-length", "--threads"}) {

@@ -82,7 +82,8 @@ const std::vector<Command>& commands() {
         {"prompt-tokens", "IDS", "", "comma-separated prompt ids used verbatim (no template); instead of --prompt",
          Kind::Ids},
         {"max-tokens", "N", "128", "tokens to generate (the masked canvas)", Kind::Count},
-        {"steps", "N", "--max-tokens", "denoising steps; a multiple of the block count", Kind::Count},
+        {"steps", "N", "--max-tokens", "denoising steps, at most --max-tokens; LLaDA: a multiple of the block count",
+         Kind::Count},
         {"block-length", "N", "32",
          "LLaDA's semi-autoregressive block size; must divide --max-tokens. Dream ignores it", Kind::Count},
         {"temperature", "T", "0", "0 is greedy; above 0 adds Gumbel noise as LLaDA does", Kind::Float0},
@@ -500,6 +501,10 @@ Settings parse_command_line(const std::vector<std::string>& args, std::string* h
       throw usage_error("missing required flag --prompt for 'run'", help_text(*cmd));
     if (s.dual_cache && s.full_logits)
       throw usage_error("flags --dual-cache and --full-logits cannot be combined");
+    // Every step commits at least one token: more steps than tokens would only loop (for ever, near 2^63).
+    if (s.steps > s.max_tokens)
+      throw usage_error("flag --steps must be at most --max-tokens " + std::to_string(s.max_tokens) + ", got " +
+                        std::to_string(s.steps) + " (every step commits at least one token)");
   }
   if (s.command == "inspect" && (!s.tensor.empty()) != (!s.out.empty()))
     throw usage_error(s.tensor.empty() ? "flag --out needs --tensor for 'inspect'"
