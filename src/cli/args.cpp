@@ -81,7 +81,7 @@ const std::vector<Command>& commands() {
         kPrompt,
         {"prompt-tokens", "IDS", "", "comma-separated prompt ids used verbatim (no template); instead of --prompt",
          Kind::Ids},
-        {"max-tokens", "N", "128", "tokens to generate (the masked canvas)", Kind::Count},
+        {"max-tokens", "N", "128", "tokens to generate (the masked canvas), at most 16777216", Kind::Count},
         {"steps", "N", "--max-tokens", "denoising steps, at most --max-tokens; LLaDA: a multiple of the block count",
          Kind::Count},
         {"block-length", "N", "32",
@@ -501,6 +501,10 @@ Settings parse_command_line(const std::vector<std::string>& args, std::string* h
       throw usage_error("missing required flag --prompt for 'run'", help_text(*cmd));
     if (s.dual_cache && s.full_logits)
       throw usage_error("flags --dual-cache and --full-logits cannot be combined");
+    // A bound that keeps the canvas arithmetic (prompt + --max-tokens) far from overflow.
+    if (s.max_tokens > kMaxCanvasTokens)
+      throw usage_error("flag --max-tokens must be at most " + std::to_string(kMaxCanvasTokens) + ", got " +
+                        std::to_string(s.max_tokens));
     // Every step commits at least one token: more steps than tokens would only loop (for ever, near 2^63).
     if (s.steps > s.max_tokens)
       throw usage_error("flag --steps must be at most --max-tokens " + std::to_string(s.max_tokens) + ", got " +

@@ -7,6 +7,9 @@
 
 namespace dllm::cli {
 
+// The largest --max-tokens (16 Mi tokens, beyond any model's context): prompt + canvas sums stay far from overflow.
+inline constexpr int64_t kMaxCanvasTokens = int64_t{1} << 24;
+
 struct Settings {
   std::string command;  // run, tokenize, inspect, logits, ...
 
@@ -19,7 +22,7 @@ struct Settings {
   bool no_chat = false;               // --no-chat
 
   // generation (run)
-  int64_t max_tokens = 128;           // --max-tokens
+  int64_t max_tokens = 128;           // --max-tokens (at most kMaxCanvasTokens)
   int64_t steps = 0;                  // --steps; 0 = not given (defaults to max_tokens)
   int64_t block_length = 32;          // --block-length
   double temperature = 0.0;           // --temperature
