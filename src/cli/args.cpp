@@ -64,7 +64,8 @@ const Flag kRunModel{"model", "PATH", kRunModelDefault.c_str(),
                      "LLaDA or Dream GGUF file, or a Hugging Face id owner/repo[:QUANT] (downloaded once)",
                      Kind::String};
 const Flag kPrompt{"prompt", "TEXT", "", "the user message", Kind::String};
-const Flag kThreads{"threads", "N", "all logical CPUs", "worker threads", Kind::Count};
+const Flag kThreads{"threads", "N", "all logical CPUs",
+                    "worker threads; more than the hardware threads are capped to them, with a warning", Kind::Count};
 const Flag kDevice{"device", "D", "auto",
                    "auto (a usable GPU, else the CPU), cpu, or gpu for an NVIDIA GPU with compute capability 8.0+",
                    Kind::Choice, "cpu,gpu,auto"};
