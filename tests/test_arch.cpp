@@ -186,6 +186,27 @@ TEST_F(ArchTest, BadHyperparameterValues) {
   }
 }
 
+TEST_F(ArchTest, BlockCountIsCheckedAgainstTheTensorsBeforeAnythingIsSizedByIt) {
+  {
+    GgufWriter w = tiny_model({});
+    w.add_u32("llada.block_count", 1u << 24);  // 1.58 GB of empty layers before "required tensor missing"
+    EXPECT_EQ(load_error(w), "invalid metadata: llada.block_count = 16777216 is more than 4096 layers");
+  }
+  {
+    GgufWriter w = tiny_model({});
+    w.add_u32("llada.block_count", 4096);
+    const std::string e = load_error(w);  // the one-layer model holds 3 + 9 tensors
+    EXPECT_EQ(e, "invalid metadata: llada.block_count = 4096, but the file holds only 12 tensors (4096 layers need 9 "
+                 "each)");
+  }
+  TinyModelSpec dream;
+  dream.arch = "dream";
+  GgufWriter d = tiny_model(dream);
+  d.add_u32("dream.block_count", 2);
+  EXPECT_EQ(load_error(d), "invalid metadata: dream.block_count = 2, but the file holds only 15 tensors (2 layers "
+                           "need 12 each)");
+}
+
 TEST_F(ArchTest, MissingTensor) {
   GgufWriter w = tiny_model({});
   w.remove_tensor("blk.0.ffn_up.weight");

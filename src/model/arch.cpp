@@ -13,6 +13,9 @@ const char* supported_architectures() { return "llada, dream"; }
 
 namespace {
 
+// More layers than any released model has (LLaDA-8B: 32, the largest LLMs: under 200).
+constexpr int64_t kMaxLayers = 4096;
+
 [[noreturn]] void invalid(const std::string& what) { throw Error("invalid metadata: " + what); }
 
 // A required unsigned key that must be at least 1.
@@ -67,6 +70,9 @@ HParams read_hparams(const gguf::File& f) {
   hp.n_embd = positive_key(f, a + "embedding_length");
   hp.n_ff = positive_key(f, a + "feed_forward_length");
   hp.n_layer = positive_key(f, a + "block_count");
+  if (hp.n_layer > kMaxLayers)
+    invalid(a + "block_count = " + std::to_string(hp.n_layer) + " is more than " + std::to_string(kMaxLayers) +
+            " layers");
   hp.n_head = positive_key(f, a + "attention.head_count");
   hp.n_head_kv = optional_positive_key(f, a + "attention.head_count_kv", hp.n_head);
   const double eps = f.get_float(a + "attention.layer_norm_rms_epsilon");
@@ -140,6 +146,13 @@ const gguf::TensorInfo* require(const gguf::File& f, const std::string& name, st
 ModelTensors check_tensors(const gguf::File& f, const HParams& hp) {
   const int64_t D = hp.n_embd, Q = hp.q_dim(), KV = hp.kv_dim(), F = hp.n_ff, V = hp.n_vocab;
   ModelTensors m;
+  // block_count sizes the layer list: checked against the tensors the file holds before anything is sized by it.
+  const int64_t per_layer = hp.qkv_bias ? 12 : 9, present = static_cast<int64_t>(f.tensors().size());
+  if (hp.n_layer > present / per_layer) {
+    invalid(hp.arch_name + ".block_count = " + std::to_string(hp.n_layer) + ", but the file holds only " +
+            std::to_string(present) + " tensors (" + std::to_string(hp.n_layer) + " layers need " +
+            std::to_string(per_layer) + " each)");
+  }
   m.token_embd = require(f, "token_embd.weight", {D, V});
   m.layers.resize(static_cast<size_t>(hp.n_layer));
   for (int64_t i = 0; i < hp.n_layer; ++i) {
