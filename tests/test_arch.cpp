@@ -207,6 +207,17 @@ TEST_F(ArchTest, BlockCountIsCheckedAgainstTheTensorsBeforeAnythingIsSizedByIt) 
                            "need 12 each)");
 }
 
+TEST_F(ArchTest, AHostileArchitectureNameIsEscapedAndCut) {
+  GgufWriter w = tiny_model({});
+  w.add_string("general.architecture", "\x1b]0;pwned\x07\xc2\x9b" + std::string(100000, 'A'));
+  const std::string e = load_error(w);
+  EXPECT_EQ(e.find('\x1b'), std::string::npos);
+  EXPECT_EQ(e.find("\xc2\x9b"), std::string::npos);
+  EXPECT_EQ(e.rfind("unsupported model architecture: \\x1b]0;pwned\\x07\\u009bAAA", 0), 0u) << e.substr(0, 300);
+  EXPECT_NE(e.find("... (100012 bytes) (supported: "), std::string::npos) << e.substr(0, 300);
+  EXPECT_LT(e.size(), 600u);
+}
+
 TEST_F(ArchTest, MissingTensor) {
   GgufWriter w = tiny_model({});
   w.remove_tensor("blk.0.ffn_up.weight");

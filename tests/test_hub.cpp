@@ -276,6 +276,17 @@ TEST(HubListing, NamesWithControlBytesOrInvalidUtf8AreRefused) {
             "d/\xc3\xa9t\xc3\xa9.gguf");
 }
 
+TEST(HubListing, HostileNamesAreEscapedInMessages) {
+  // A control byte in a refused name, and a right-to-left override (valid UTF-8, so a legal name) in a listed one.
+  std::string e = error_of([] { parse_file_list(R"([{"type":"file","path":"a\u001b]0;x\u0007.gguf","size":5}])", "o/r"); });
+  EXPECT_EQ(e.find('\x1b'), std::string::npos) << e;
+  EXPECT_NE(e.find("unsafe path: a\\x1b]0;x\\x07.gguf"), std::string::npos) << e;
+  auto listed = parse_file_list(R"([{"type":"file","path":"evil\u202eggu.Q8_0.gguf","size":5}])", "o/r");
+  e = error_of([&] { choose_gguf(listed, ModelId{"o/r", "Q5_K_M"}); });
+  EXPECT_EQ(e.find("\xe2\x80\xae"), std::string::npos) << e;
+  EXPECT_NE(e.find("evil\\u202eggu.Q8_0.gguf"), std::string::npos) << e;
+}
+
 TEST(HubListing, DownloadUrlsEncodeEachSegment) {
   Options o;
   o.endpoint = "https://hf-mirror.example";

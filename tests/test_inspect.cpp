@@ -204,6 +204,24 @@ TEST(InspectJson, EveryTinyModelMatchesGgufPy) {
   EXPECT_EQ(checked, 8);
 }
 
+TEST(InspectText, TerminalControlsFromTheFileAreEscaped) {
+  // ESC (C0), CSI as U+009B (C1, valid UTF-8), a right-to-left override U+202E, in a key, a value and a tensor name.
+  TempDir dir;
+  const std::string csi = "\xc2\x9b", rlo = "\xe2\x80\xae";
+  GgufWriter()
+      .kv_str("general.name", "a\x1b]0;title\x07" + csi + "31m" + rlo + "gguf.exe")
+      .kv_str("key" + csi + "2J", "v")
+      .tensor("t" + rlo + "0", {4}, 0, std::string(16, '\0'))
+      .write(dir.file("esc.gguf"));
+  const std::string text = inspect(settings_for(dir.file("esc.gguf")));
+  EXPECT_EQ(text.find('\x1b'), std::string::npos) << text;
+  EXPECT_EQ(text.find(csi), std::string::npos) << text;
+  EXPECT_EQ(text.find(rlo), std::string::npos) << text;
+  EXPECT_NE(text.find("a\\x1b]0;title\\x07\\u009b31m\\u202egguf.exe"), std::string::npos) << text;
+  EXPECT_NE(text.find("key\\u009b2J"), std::string::npos) << text;
+  EXPECT_NE(text.find("t\\u202e0"), std::string::npos) << text;
+}
+
 TEST(InspectJson, SummarisesArraysAndKeepsFileOrder) {
   TempDir dir;
   std::string items;

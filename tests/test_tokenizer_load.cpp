@@ -289,6 +289,24 @@ TEST(TokenizerLoad, ValidationErrorsNameTheKey) {
   EXPECT_EQ(load_error(ok, [](GgufWriter&) {}), "");
 }
 
+TEST(TokenizerLoad, HostileTextsInErrorsAreEscapedAndCut) {
+  {
+    VocabSpec s;  // a 100 KB pre-tokenizer name that retitles the terminal
+    s.pre = "\x1b]0;pwned\x07" + std::string(100000, 'x');
+    const std::string e = error_of(s);
+    EXPECT_EQ(e.find('\x1b'), std::string::npos);
+    EXPECT_EQ(e.rfind("unknown pre-tokenizer '\\x1b]0;pwned\\x07xxx", 0), 0u) << e.substr(0, 300);
+    EXPECT_NE(e.find("... (100010 bytes)' (tokenizer.ggml.pre)"), std::string::npos) << e.substr(0, 300);
+    EXPECT_LT(e.size(), 600u);
+  }
+  {
+    VocabSpec s;  // token texts with a CSI (U+009B) and a right-to-left override (U+202E)
+    s.add("\xc2\x9b" "31m\xe2\x80\xae" "evil");
+    s.add("\xc2\x9b" "31m\xe2\x80\xae" "evil");
+    EXPECT_EQ(error_of(s), "duplicate token in tokenizer.ggml.tokens: '\\u009b31m\\u202eevil' has ids 256 and 257");
+  }
+}
+
 TEST(TokenizerLoad, UnsupportedModelAndMissingKeys) {
   GgufWriter w;
   w.str("tokenizer.ggml.model", "llama");

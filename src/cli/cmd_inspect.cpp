@@ -25,6 +25,7 @@
 #include "model/error.h"
 #include "model/gguf.h"
 #include "model/interrupt.h"
+#include "model/printable.h"
 #include "model/quant.h"
 
 namespace dllm::cli {
@@ -42,45 +43,8 @@ constexpr size_t kTextItemStringMax = 40;
 
 // ---- formatting helpers ----
 
-// Length of the valid UTF-8 sequence at s[i], or 0 when the bytes there are not valid UTF-8.
-size_t utf8_len(std::string_view s, size_t i) {
-  auto c = static_cast<unsigned char>(s[i]);
-  size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-  if (n == 0 || i + n > s.size()) return 0;
-  for (size_t k = 1; k < n; ++k)
-    if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return 0;
-  return n;
-}
-
-// The string escaped for a terminal (\" \\ \n \t \r, other control bytes and invalid UTF-8 as \xNN);
-// cut after about `max` bytes, at a character boundary, with "...".
-std::string escape(std::string_view s, size_t max) {
-  std::string r;
-  size_t i = 0;
-  while (i < s.size() && i < max) {
-    char c = s[i];
-    size_t n = utf8_len(s, i);
-    if (c == '"' || c == '\\') {
-      r += '\\';
-      r += c;
-    } else if (c == '\n') {
-      r += "\\n";
-    } else if (c == '\t') {
-      r += "\\t";
-    } else if (c == '\r') {
-      r += "\\r";
-    } else if (n <= 1 && (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f)) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned char>(c));
-      r += buf;
-    } else {
-      r.append(s.substr(i, n));
-    }
-    i += n == 0 ? 1 : n;
-  }
-  if (i < s.size()) r += "...";
-  return r;
-}
+// The string escaped for a terminal (model/printable.h), cut after about `max` bytes.
+std::string escape(std::string_view s, size_t max) { return escape_text(s, max); }
 
 std::string quote(std::string_view s, size_t max) {
   std::string r(1, '"');

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "hub/internal.h"
+#include "model/printable.h"
 #include "hub/sha256.h"
 #include "model/interrupt.h"
 
@@ -274,7 +275,7 @@ bool cached_file_matches(const std::string& path, uint64_t size, const std::stri
 
 void download_file(const Options& opts, const std::string& url, const std::string& dest, uint64_t size,
                    const std::string& sha256) {
-  Job job{opts, url, dest, dest + ".part", base_name(dest), size, sha256};
+  Job job{opts, url, dest, dest + ".part", shown(base_name(dest)), size, sha256};
   // Nothing to check the bytes against (and no bound on how many may come): refused before anything is created.
   if (size == 0 && sha256.empty())
     throw Error("the hub lists neither a size nor a sha256 for " + job.name + " (" + url +

@@ -6,6 +6,7 @@
 #include <cctype>
 
 #include "hub/internal.h"
+#include "model/printable.h"
 
 namespace dllm::hub {
 
@@ -104,7 +105,7 @@ std::vector<RemoteFile> parse_file_list(const std::string& text, const std::stri
   std::vector<RemoteFile> files;
   auto keep = [&](RemoteFile f) {
     if (f.path.empty()) return;
-    if (!safe_relative_path(f.path)) throw Error("the hub's file list for " + what + " has an unsafe path: " + f.path);
+    if (!safe_relative_path(f.path)) throw Error("the hub's file list for " + what + " has an unsafe path: " + shown(f.path));
     files.push_back(std::move(f));
   };
   try {
@@ -139,7 +140,7 @@ std::vector<RemoteFile> list_files(const Options& opts, const std::string& repo)
     // The next page must come from the endpoint itself: another host, port or scheme (an http downgrade, a
     // file: URL) would receive the token, or serve a listing nobody vouched for.
     if (!url.empty() && origin_of(url) != origin_of(opts.endpoint))
-      throw Error("the hub's file list for " + repo + " points its next page at another address (" + url +
+      throw Error("the hub's file list for " + repo + " points its next page at another address (" + shown(url) +
                   ") than " + opts.endpoint + ": refused");
   }
   return all;

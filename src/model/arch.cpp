@@ -6,6 +6,7 @@
 
 #include "model/error.h"
 #include "model/quant.h"
+#include "model/printable.h"
 
 namespace dllm::model {
 
@@ -60,7 +61,7 @@ HParams read_hparams(const gguf::File& f) {
   } else if (hp.arch_name == "dream") {
     hp.arch = Arch::Dream;
   } else {
-    throw Error("unsupported model architecture: " + hp.arch_name + " (supported: " +
+    throw Error("unsupported model architecture: " + shown(hp.arch_name) + " (supported: " +
                 supported_architectures() + ")");
   }
   const std::string a = hp.arch_name + ".";

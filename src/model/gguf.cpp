@@ -17,6 +17,7 @@
 #include <unordered_set>
 
 #include "model/error.h"
+#include "model/printable.h"
 
 namespace dllm::gguf {
 
@@ -28,25 +29,9 @@ constexpr int kMaxArrayDepth = 8;         // nested arrays deeper than this are 
 constexpr uint64_t kMinKvBytes = 8 + 4 + 1;          // key length, value type, smallest value
 constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 4 + 8;  // name length, n_dims, type, offset
 
-// A name from the file for an error message: in single quotes, control bytes as \xNN, cut after 120 bytes.
-std::string quoted(std::string_view s) {
-  constexpr size_t kMax = 120;
-  std::string r(1, '\'');
-  for (size_t i = 0; i < s.size() && i < kMax; ++i) {
-    auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c == 0x7f) {
-      const char* hex = "0123456789abcdef";
-      r += "\\x";
-      r += hex[c >> 4];
-      r += hex[c & 15];
-    } else {
-      r += static_cast<char>(c);
-    }
-  }
-  if (s.size() > kMax) r += "...";
-  r += '\'';
-  return r;
-}
+// A name from the file for an error message: in single quotes, escaped for a terminal (model/printable.h), cut
+// after 120 bytes.
+std::string quoted(std::string_view s) { return "'" + escape_text(s, 120) + "'"; }
 
 // Smallest encoded size of one value of type t (for bounding array counts before allocating).
 uint64_t min_value_bytes(ValueType t) {
@@ -428,7 +413,7 @@ namespace {
 [[noreturn]] void wrong_type(std::string_view key, const Value& v, const char* expected) {
   std::string t = value_type_name(v.type);
   if (v.type == ValueType::ARRAY) t = "arr[" + std::string(value_type_name(v.elem_type)) + "]";
-  throw Error("metadata key " + std::string(key) + " has type " + t + ", expected " + expected);
+  throw Error("metadata key " + shown(key) + " has type " + t + ", expected " + expected);
 }
 
 bool is_signed_type(ValueType t) {
@@ -438,7 +423,7 @@ bool is_signed_type(ValueType t) {
 int64_t to_int64(std::string_view key, const Value& v) {
   if (!v.is_integer()) wrong_type(key, v, "an integer");
   if (!is_signed_type(v.type) && v.u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-    throw Error("metadata key " + std::string(key) + " value " + std::to_string(v.u) + " does not fit in int64");
+    throw Error("metadata key " + shown(key) + " value " + std::to_string(v.u) + " does not fit in int64");
   return v.i;
 }
 
@@ -446,7 +431,7 @@ int64_t to_int64(std::string_view key, const Value& v) {
 
 static const Value& require(const File& f, std::string_view key) {
   const Value* v = f.find(key);
-  if (!v) throw Error("required metadata key missing: " + std::string(key));
+  if (!v) throw Error("required metadata key missing: " + shown(key));
   return *v;
 }
 
@@ -454,7 +439,7 @@ uint64_t File::get_uint(std::string_view key) const {
   const Value& v = require(*this, key);
   if (!v.is_integer()) wrong_type(key, v, "an unsigned integer");
   if (is_signed_type(v.type) && v.i < 0)
-    throw Error("metadata key " + std::string(key) + " is " + std::to_string(v.i) + ", expected a non-negative integer");
+    throw Error("metadata key " + shown(key) + " is " + std::to_string(v.i) + ", expected a non-negative integer");
   return v.u;
 }
 

@@ -12,6 +12,7 @@
 
 #include "model/error.h"
 #include "model/pretokenizer.h"
+#include "model/printable.h"
 
 namespace dllm::model {
 
@@ -184,7 +185,7 @@ struct Tokenizer::Impl {
 Tokenizer::Tokenizer(const gguf::File& file) : impl_(std::make_unique<Impl>()) {
   const std::string_view model = file.get_string("tokenizer.ggml.model");
   if (model != "gpt2")
-    throw Error("unsupported tokenizer model '" + std::string(model) +
+    throw Error("unsupported tokenizer model '" + shown(model) +
                 "' (tokenizer.ggml.model); dllm supports gpt2 (byte-level BPE)");
   pre_name_ = std::string(file.get_string("tokenizer.ggml.pre"));
   const PreTokenizerInfo info = pre_tokenizer_info(pre_name_);
@@ -222,7 +223,7 @@ void Tokenizer::load_tokens(const gguf::File& file) {
     t.attr = types.empty() ? kAttrNormal : attr_from_type(types[i]);
     const int32_t other = impl_->text_to_id.insert(t.text, static_cast<int32_t>(i));
     if (other >= 0)
-      throw Error("duplicate token in tokenizer.ggml.tokens: '" + t.text + "' has ids " +
+      throw Error("duplicate token in tokenizer.ggml.tokens: '" + shown(t.text) + "' has ids " +
                   std::to_string(other) + " and " + std::to_string(i));
   }
   for (std::string_view text : kForcedControlTexts) {
@@ -287,16 +288,16 @@ void Tokenizer::load_merges(const gguf::File& file) {
     const std::string_view m = merges[r];
     const size_t sp = m.size() > 1 ? m.find(' ', 1) : std::string_view::npos;
     auto fail = [&](const std::string& why) {
-      return Error("merge " + std::to_string(r) + " '" + std::string(m) + "' in tokenizer.ggml.merges " + why);
+      return Error("merge " + std::to_string(r) + " '" + shown(m) + "' in tokenizer.ggml.merges " + why);
     };
     if (sp == std::string_view::npos || sp + 1 >= m.size()) throw fail("is not two tokens separated by a space");
     const std::string_view left = m.substr(0, sp), right = m.substr(sp + 1);
     const int32_t l = find(left), rt = find(right);
-    if (l < 0) throw fail("names unknown token '" + std::string(left) + "'");
-    if (rt < 0) throw fail("names unknown token '" + std::string(right) + "'");
+    if (l < 0) throw fail("names unknown token '" + shown(left) + "'");
+    if (rt < 0) throw fail("names unknown token '" + shown(right) + "'");
     joined.assign(left).append(right);
     const int32_t res = find(joined);
-    if (res < 0) throw fail("makes '" + joined + "', which is not in tokenizer.ggml.tokens");
+    if (res < 0) throw fail("makes '" + shown(joined) + "', which is not in tokenizer.ggml.tokens");
     impl_->merges.emplace(Impl::key(l, rt), Merge{static_cast<int32_t>(r), res});  // first rank wins
   }
 }
