@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <malloc.h>
+
+#include <chrono>
 #include <cstdint>
 #include <fstream>
 #include <memory>
@@ -229,6 +232,36 @@ TEST(TokenizerSpecial, LongestFirstThenLowerIdAndUserDefinedAlwaysMatched) {
   EXPECT_EQ(t.encode("aabcc", true, false), (std::vector<int32_t>{a, ab, c, c}));
   EXPECT_EQ(t.decode(t.encode("a<abc>bc", true, false)), "a<abc>bc");
   EXPECT_EQ(t.detokenize(t.encode("a<abc>ab", true, false), {false, false, true}), "aab");
+}
+
+TEST(TokenizerSpecial, LongSpecialTokensAreRefusedAndMatchingStaysLinear) {
+  {
+    VocabSpec spec;  // an 8 MiB user-defined token: 823 MB of trie nodes before the bound
+    spec.add("<" + std::string(8u << 20, 'u') + ">", 4);
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string e = error_of(spec);
+    EXPECT_EQ(e, "special token 256 in tokenizer.ggml.tokens is 8388610 bytes long (at most 1024): '<" +
+                     std::string(39, 'u') + "... (8388610 bytes)'");
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+  }
+  // The longest allowed special token against a long prompt that repeats its prefix: every byte starts a
+  // partial match of 1023 bytes. Also: many long specials cost memory in proportion to their text, not 100x it.
+  VocabSpec spec;
+  const std::string longest = std::string(1023, 'a') + "b";
+  const int32_t id = spec.add(longest, 4);
+  for (int k = 0; k < 2000; ++k) spec.add("<" + std::to_string(k) + std::string(1000, 'z') + ">", 4);
+  const size_t before = mallinfo2().uordblks;
+  auto l = load(spec);
+  const size_t grew = mallinfo2().uordblks - before;
+  EXPECT_LT(grew, 40u << 20) << "2 MB of special token text took " << grew << " bytes";  // the trie: ~200 MB
+  const std::string prompt = std::string(131072, 'a') + "b";
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto ids = l->tok->encode(prompt, true, false);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_FALSE(ids.empty());
+  EXPECT_EQ(ids.back(), id);
+  EXPECT_LT(secs, 20.0);
+  EXPECT_EQ(l->tok->decode(ids), prompt);
 }
 
 TEST(TokenizerSpecial, AddBosAndEosFlags) {

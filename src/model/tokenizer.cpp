@@ -157,6 +157,10 @@ struct Merge {
 
 // ---- state that is not part of the public shape ----------------------------------------------
 
+// The longest special token (control, user-defined, unknown) a vocabulary may hold: each is looked for at every
+// byte of a prompt. Real ones are under 100 bytes.
+constexpr size_t kMaxSpecialTokenBytes = 1024;
+
 struct Tokenizer::Impl {
   std::unique_ptr<PreTokenizer> pretok;
   TextIndex text_to_id;  // views into tokens_[i].text
@@ -164,12 +168,10 @@ struct Tokenizer::Impl {
   std::array<int32_t, 256> byte_token{};                     // token of each raw byte, -1 if none
 
   // Tokens matched in the text before pre-tokenisation (control, user-defined, unknown), in
-  // llama.cpp's priority order: longer text first (ties: lower id). A trie finds them in the text.
-  struct TrieNode {
-    std::vector<std::pair<unsigned char, int32_t>> kids;  // sorted by byte
-    int32_t token = -1;
-  };
-  std::vector<TrieNode> trie{TrieNode{}};
+  // llama.cpp's priority order: longer text first (ties: lower id). They are found in the text through their
+  // ids sorted by text (4 bytes per token, nothing per byte: a trie node per byte took 100 bytes per byte), by
+  // narrowing the range of texts that share the prefix read so far.
+  std::vector<int32_t> special_by_text;
   std::vector<int32_t> special_priority;  // token id -> rank in the priority order (-1: not special)
   std::vector<int32_t> specials;          // rank -> token id
   std::array<bool, 256> special_first{};  // bytes that start some special token
@@ -259,24 +261,18 @@ void Tokenizer::load_tokens(const gguf::File& file) {
   impl_->specials = specials;
   for (size_t r = 0; r < specials.size(); ++r) {
     const int32_t id = specials[r];
-    impl_->special_priority[id] = static_cast<int32_t>(r);
     const std::string& text = tokens_[id].text;
+    // Matching costs up to a special token's length at every byte of a prompt: the length is bounded.
+    if (text.size() > kMaxSpecialTokenBytes)
+      throw Error("special token " + std::to_string(id) + " in tokenizer.ggml.tokens is " +
+                  std::to_string(text.size()) + " bytes long (at most " + std::to_string(kMaxSpecialTokenBytes) +
+                  "): '" + shown(text, 40) + "'");
+    impl_->special_priority[id] = static_cast<int32_t>(r);
     impl_->special_first[static_cast<unsigned char>(text[0])] = true;
-    size_t node = 0;
-    for (unsigned char c : text) {
-      auto& kids = impl_->trie[node].kids;
-      auto it = std::lower_bound(kids.begin(), kids.end(), c, [](const auto& k, unsigned char v) { return k.first < v; });
-      if (it != kids.end() && it->first == c) {
-        node = static_cast<size_t>(it->second);
-      } else {
-        const auto child = static_cast<int32_t>(impl_->trie.size());
-        kids.insert(it, {c, child});
-        impl_->trie.emplace_back();
-        node = static_cast<size_t>(child);
-      }
-    }
-    impl_->trie[node].token = id;
   }
+  impl_->special_by_text = specials;
+  std::sort(impl_->special_by_text.begin(), impl_->special_by_text.end(),
+            [&](int32_t x, int32_t y) { return tokens_[x].text < tokens_[y].text; });
 }
 
 void Tokenizer::load_merges(const gguf::File& file) {
@@ -374,15 +370,21 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special
   const auto* s = reinterpret_cast<const unsigned char*>(text.data());
   for (size_t p = 0; p < text.size(); ++p) {
     if (!impl_->special_first[s[p]]) continue;
-    size_t node = 0;
-    for (size_t q = p; q < text.size(); ++q) {
-      const auto& kids = impl_->trie[node].kids;
-      auto it = std::lower_bound(kids.begin(), kids.end(), s[q], [](const auto& k, unsigned char v) { return k.first < v; });
-      if (it == kids.end() || it->first != s[q]) break;
-      node = static_cast<size_t>(it->second);
-      const int32_t id = impl_->trie[node].token;
-      if (id >= 0 && (parse_special || !(tokens_[id].attr & (kAttrControl | kAttrUnknown))))
-        hits.push_back({impl_->special_priority[id], p});
+    // [lo, hi): the special tokens (sorted by text) whose first d bytes are text[p, p + d). A text of exactly
+    // d bytes sorts first in that range: it occurs at p.
+    const std::vector<int32_t>& sorted = impl_->special_by_text;
+    auto lo = sorted.begin(), hi = sorted.end();
+    for (size_t d = 0; lo != hi; ++d) {
+      if (tokens_[*lo].text.size() == d) {
+        const int32_t id = *lo++;
+        if (parse_special || !(tokens_[id].attr & (kAttrControl | kAttrUnknown)))
+          hits.push_back({impl_->special_priority[id], p});
+      }
+      if (p + d >= text.size()) break;
+      const unsigned char c = s[p + d];
+      auto byte_at = [&](int32_t id) { return static_cast<unsigned char>(tokens_[id].text[d]); };
+      lo = std::lower_bound(lo, hi, c, [&](int32_t id, unsigned char v) { return byte_at(id) < v; });
+      hi = std::upper_bound(lo, hi, c, [&](unsigned char v, int32_t id) { return v < byte_at(id); });
     }
   }
 
