@@ -30,6 +30,8 @@ Knobs, set by the tests between requests:
   cdn_host=H       the resolve redirect points at host H (same port), e.g. localhost
   next_host=H      the listing's next-page link points at host H (same port), another origin
   next_url=U       the listing's next-page link is U, whatever it is (with page_size)
+  redirect=file    the resolve redirect points at file:///etc/passwd
+  redirect=loop    the resolve redirect points at itself, for ever
 The repo test/private-GGUF needs "Authorization: Bearer hf_test_token".
 
 Usage: hub_server.py --models DIR [--port N]. Prints "PORT <n>" once listening; exits when stdin closes.
@@ -235,8 +237,13 @@ class Handler(BaseHTTPRequestHandler):
         host = self.headers.get("Host")
         if self.state.knob("cdn_host"):
             host = "%s:%d" % (self.state.knob("cdn_host"), self.server.server_address[1])
+        location = "http://%s/_cdn/%s/%s" % (host, repo, urllib.parse.quote(path))
+        if self.state.knob("redirect") == "file":
+            location = "file:///etc/passwd"
+        elif self.state.knob("redirect") == "loop":
+            location = "http://%s%s" % (host, self.path)
         self.send_response(302)
-        self.send_header("Location", "http://%s/_cdn/%s/%s" % (host, repo, urllib.parse.quote(path)))
+        self.send_header("Location", location)
         self.send_header("Content-Length", "0")
         self.send_header("X-Repo-Commit", "0" * 40)
         self.end_headers()

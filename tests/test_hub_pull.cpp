@@ -530,6 +530,35 @@ TEST_F(HubPull, CtrlCStopsAPullKeepingThePartAndRemovingTheLock) {
   EXPECT_EQ(hub_->downloads().at(0)["range"], "bytes=" + std::to_string(kept) + "-");
 }
 
+TEST_F(HubPull, FileUrlsAndRedirectLoopsAreReportedOnceAndNotRetried) {
+  opts_.retries = 3;  // a network error would be tried four times
+  auto resolves = [&] {
+    size_t n = 0;
+    for (const auto& e : hub_->log()) n += contains(e["path"], "/resolve/main/");
+    return n;
+  };
+  hub_->set("redirect=file");
+  std::string e = pull_error(std::string(kRepo) + ":Q8_0");
+  EXPECT_TRUE(contains(e, "refused to fetch " + hub_->url() + "/test/tiny-llada-GGUF/resolve/main/tiny-llada-Q8_0.gguf: "
+                          "it is, or redirects to, a URL that is not http or https")) << e;
+  EXPECT_EQ(resolves(), 1u);
+  EXPECT_FALSE(contains(notes(), "trying again")) << notes();
+  hub_->reset();
+  hub_->set("redirect=loop");
+  e = pull_error(std::string(kRepo) + ":Q8_0");
+  EXPECT_TRUE(contains(e, "too many redirects fetching " + hub_->url())) << e;
+  EXPECT_TRUE(contains(e, "(a redirect loop?)")) << e;
+  EXPECT_LE(resolves(), 11u);  // one attempt: the first request and at most 10 redirects
+  EXPECT_FALSE(contains(notes(), "trying again")) << notes();
+  // A next-page link to a file: URL is refused by name, not reported as a transfer "from" an empty host.
+  hub_->reset();
+  hub_->set("page_size=1&next_url=file:///etc/passwd");
+  e = pull_error(kRepo);
+  EXPECT_TRUE(contains(e, "points its next page at another address (file:///etc/passwd)")) << e;
+  EXPECT_FALSE(contains(e, "the transfer from  failed")) << e;
+  EXPECT_EQ(cache_files(), kNoFiles);
+}
+
 TEST_F(HubPull, NotEnoughDiskSpaceFailsBeforeDownloading) {
   hub_->set("huge=1");
   std::string e = pull_error(std::string(kRepo) + ":Q4_K_M");

@@ -210,6 +210,10 @@ std::string fetch_once(Job& job, bool first) {
     ::fsync(fd);
     throw Interrupted(std::string(e.what()) + ": " + format_bytes(pos) + " of " + job.name + " are kept in " +
                       job.part + " and the next pull resumes from there");
+  } catch (const Error&) {  // permanent (a file: redirect, a redirect loop): nothing new is kept
+    progress.finish();
+    if (pos == 0) ::unlink(job.part.c_str());
+    throw;
   }
   progress.finish();
 

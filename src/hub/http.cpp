@@ -153,6 +153,11 @@ long http_stream(const Options& opts, const std::string& url, uint64_t from, Str
   if (rc != CURLE_OK) {
     std::string why = errbuf[0] ? errbuf : curl_easy_strerror(rc);
     if (is_unreachable(rc)) throw NetworkError("cannot reach " + host_of(url) + " (" + why + ")", true);
+    // Permanent: retrying cannot help, so these are not NetworkErrors (which are retried).
+    if (rc == CURLE_UNSUPPORTED_PROTOCOL)
+      throw Error("refused to fetch " + url + ": it is, or redirects to, a URL that is not http or https (" + why + ")");
+    if (rc == CURLE_TOO_MANY_REDIRECTS)
+      throw Error("too many redirects fetching " + url + " (a redirect loop?): " + why);
     if (rc == CURLE_OPERATION_TIMEDOUT)
       throw NetworkError("the transfer from " + host_of(url) + " stalled: less than " +
                              std::to_string(kStallBytesPerSecond) + " bytes/s for " + std::to_string(opts.stall_seconds) +
