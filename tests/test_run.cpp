@@ -19,6 +19,7 @@
 #include "cli/run_output.h"
 #include "model/error.h"
 #include "model/gguf.h"
+#include "model/thread_pool.h"
 #include "support.h"
 
 extern char** environ;
