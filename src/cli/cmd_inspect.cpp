@@ -71,7 +71,7 @@ bool is_signed(ValueType t) {
 
 std::string type_label(const Value& v) {
   if (v.type != ValueType::ARRAY) return gguf::value_type_name(v.type);
-  return std::string("arr[") + gguf::value_type_name(v.elem_type) + ", " + std::to_string(v.arr.size()) + "]";
+  return std::string("arr[") + gguf::value_type_name(v.elem_type) + ", " + std::to_string(v.size()) + "]";
 }
 
 // A value for the text listing. Arrays show their first items and how many more there are.
@@ -87,12 +87,12 @@ std::string fmt_value(const Value& v, size_t str_max) {
     }
     case ValueType::ARRAY: {
       std::string r = "[";
-      size_t shown = std::min(v.arr.size(), kTextArrayItems);
+      size_t shown = std::min(v.size(), kTextArrayItems);
       for (size_t k = 0; k < shown; ++k) {
         if (k) r += ", ";
-        r += fmt_value(v.arr[k], kTextItemStringMax);
+        r += fmt_value(v.at(k), kTextItemStringMax);
       }
-      if (shown < v.arr.size()) r += ", ... " + std::to_string(v.arr.size() - shown) + " more";
+      if (shown < v.size()) r += ", ... " + std::to_string(v.size() - shown) + " more";
       return r + "]";
     }
     default: return is_signed(v.type) ? std::to_string(v.i) : std::to_string(v.u);
@@ -115,9 +115,9 @@ Json json_value(const Value& v) {
       Json j;
       j["type"] = "arr";
       j["elem_type"] = gguf::value_type_name(v.elem_type);
-      j["length"] = v.arr.size();
+      j["length"] = v.size();
       Json first = Json::array();
-      for (size_t k = 0; k < std::min(v.arr.size(), kJsonArrayItems); ++k) first.push_back(json_value(v.arr[k]));
+      for (size_t k = 0; k < std::min(v.size(), kJsonArrayItems); ++k) first.push_back(json_value(v.at(k)));
       j["first"] = std::move(first);
       return j;
     }

@@ -43,8 +43,8 @@ std::string shape_string(const int64_t* ne, uint32_t n_dims) {
 int64_t declared_vocab(const gguf::File& f, const std::string& a) {
   if (f.find(a + ".vocab_size")) return positive_key(f, a + ".vocab_size");
   if (const gguf::Value* toks = f.find("tokenizer.ggml.tokens");
-      toks && toks->type == gguf::ValueType::ARRAY && !toks->arr.empty()) {
-    return static_cast<int64_t>(toks->arr.size());
+      toks && toks->type == gguf::ValueType::ARRAY && toks->size() > 0) {
+    return static_cast<int64_t>(toks->size());
   }
   const gguf::TensorInfo* emb = f.find_tensor("token_embd.weight");
   if (!emb) throw Error("required tensor missing: token_embd.weight");
