@@ -15,8 +15,10 @@ struct Settings {
 
   // model / input
   std::string model;                  // --model (path or owner/repo[:QUANT])
-  std::string prompt;                 // --prompt
+  std::string prompt;                 // --prompt, or the contents of --prompt-file
   bool has_prompt = false;
+  std::string prompt_file;            // --prompt-file ("-": standard input), read by run_command
+  bool has_prompt_file = false;
   std::vector<int64_t> prompt_tokens; // --prompt-tokens (run)
   bool has_prompt_tokens = false;
   bool no_chat = false;               // --no-chat
