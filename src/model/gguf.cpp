@@ -31,7 +31,12 @@ constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 4 + 8;  // name length, n_dims,
 
 // A name from the file for an error message: in single quotes, escaped for a terminal (model/printable.h), cut
 // after 120 bytes.
-std::string quoted(std::string_view s) { return "'" + escape_text(s, 120) + "'"; }
+std::string quoted(std::string_view s) {
+  std::string r = "'";  // (appended, not "'" + ...: GCC 12 warns falsely about that form)
+  r += escape_text(s, 120);
+  r += '\'';
+  return r;
+}
 
 // Smallest encoded size of one value of type t (for bounding array counts before allocating).
 uint64_t min_value_bytes(ValueType t) {
