@@ -73,6 +73,8 @@ REPOS = {
     },
     "test/single-GGUF": {"only.gguf": "tiny-dream-Q4_K_M.gguf"},
     "test/private-GGUF": {"tiny-llada-Q4_K_M.gguf": "tiny-llada-Q4_K_M.gguf"},
+    # A legal (valid UTF-8, no control byte) name with a right-to-left override, U+202E.
+    "test/bidi-GGUF": {"evil\u202eggu.Q8_0.gguf": "tiny-llada-Q8_0.gguf"},
 }
 
 HTML_PAGE = (b"<!DOCTYPE html>\n<html><head><title>Sign in</title></head>"

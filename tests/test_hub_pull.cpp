@@ -559,6 +559,16 @@ TEST_F(HubPull, FileUrlsAndRedirectLoopsAreReportedOnceAndNotRetried) {
   EXPECT_EQ(cache_files(), kNoFiles);
 }
 
+TEST_F(HubPull, AFileNameWithABidiOverrideIsEscapedInEveryMessage) {
+  hub_->set("cut=1000");  // the transfer breaks: the message names the kept .part, whose name holds U+202E
+  std::string e = pull_error("test/bidi-GGUF");
+  const std::string rlo = "\xe2\x80\xae";
+  EXPECT_EQ(e.find(rlo), std::string::npos) << e;
+  EXPECT_EQ(notes().find(rlo), std::string::npos) << notes();
+  EXPECT_TRUE(contains(e, "kept in " + cache_ + "/models/test/bidi-GGUF/evil\\u202eggu.Q8_0.gguf.part")) << e;
+  EXPECT_TRUE(contains(notes(), "downloading evil\\u202eggu.Q8_0.gguf")) << notes();
+}
+
 TEST_F(HubPull, NotEnoughDiskSpaceFailsBeforeDownloading) {
   hub_->set("huge=1");
   std::string e = pull_error(std::string(kRepo) + ":Q4_K_M");
