@@ -20,7 +20,7 @@ volatile uint64_t g_sink;
 uint64_t walk(const dllm::gguf::Value& v) {
   uint64_t h = static_cast<uint64_t>(v.type) + v.u + static_cast<uint64_t>(v.i) + v.s.size();
   if (!v.s.empty()) h += static_cast<uint8_t>(v.s.front()) + static_cast<uint8_t>(v.s.back());
-  for (const auto& e : v.arr) h += walk(e);
+  for (size_t k = 0; k < v.size(); ++k) h += walk(v.at(k));
   return h;
 }
 

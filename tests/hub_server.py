@@ -19,12 +19,19 @@ Knobs, set by the tests between requests:
   html_octet=1     the same page, labelled application/octet-stream
   bad_sha=1        the listing publishes a wrong sha256 for every file
   huge=1           the listing publishes a size far larger than any disk
+  nosha=1          the listing publishes no sha256 (no "lfs" object), only sizes
+  nosize=1         the listing publishes neither sizes nor sha256
   cut=N            downloads send the first N bytes of what was asked, then drop the connection
   cut_times=K      only the next K downloads are cut (default: all)
   slow=B           downloads send about B bytes per second
+  trickle=1        downloads send one byte every half second (a stalled server)
   norange=1        downloads ignore Range requests (200 with the whole file)
   page_size=N      the tree listing returns N entries per page
   cdn_host=H       the resolve redirect points at host H (same port), e.g. localhost
+  next_host=H      the listing's next-page link points at host H (same port), another origin
+  next_url=U       the listing's next-page link is U, whatever it is (with page_size)
+  redirect=file    the resolve redirect points at file:///etc/passwd
+  redirect=loop    the resolve redirect points at itself, for ever
 The repo test/private-GGUF needs "Authorization: Bearer hf_test_token".
 
 Usage: hub_server.py --models DIR [--port N]. Prints "PORT <n>" once listening; exits when stdin closes.
@@ -66,6 +73,8 @@ REPOS = {
     },
     "test/single-GGUF": {"only.gguf": "tiny-dream-Q4_K_M.gguf"},
     "test/private-GGUF": {"tiny-llada-Q4_K_M.gguf": "tiny-llada-Q4_K_M.gguf"},
+    # A legal (valid UTF-8, no control byte) name with a right-to-left override, U+202E.
+    "test/bidi-GGUF": {"evil\u202eggu.Q8_0.gguf": "tiny-llada-Q8_0.gguf"},
 }
 
 HTML_PAGE = (b"<!DOCTYPE html>\n<html><head><title>Sign in</title></head>"
@@ -111,6 +120,10 @@ class State:
                     size = 10 ** 15
                 e["size"] = size
                 e["lfs"] = {"oid": sha, "size": size, "pointerSize": 134}
+            if self.knob("nosha") or self.knob("nosize"):
+                e.pop("lfs", None)
+            if self.knob("nosize"):
+                e.pop("size", None)
             out.append(e)
         return out
 
@@ -197,7 +210,11 @@ class Handler(BaseHTTPRequestHandler):
             headers = {}
             if start + size < len(entries):
                 host = self.headers.get("Host")
+                if self.state.knob("next_host"):
+                    host = "%s:%d" % (self.state.knob("next_host"), self.server.server_address[1])
                 nxt = "http://%s/api/models/%s/tree/main?recursive=true&cursor=%d" % (host, repo, start + size)
+                if self.state.knob("next_url"):
+                    nxt = self.state.knob("next_url")
                 headers["Link"] = '<%s>; rel="next"' % nxt
             return self.send_json(entries[start:start + size], 200, headers)
         if not rest:
@@ -222,8 +239,13 @@ class Handler(BaseHTTPRequestHandler):
         host = self.headers.get("Host")
         if self.state.knob("cdn_host"):
             host = "%s:%d" % (self.state.knob("cdn_host"), self.server.server_address[1])
+        location = "http://%s/_cdn/%s/%s" % (host, repo, urllib.parse.quote(path))
+        if self.state.knob("redirect") == "file":
+            location = "file:///etc/passwd"
+        elif self.state.knob("redirect") == "loop":
+            location = "http://%s%s" % (host, self.path)
         self.send_response(302)
-        self.send_header("Location", "http://%s/_cdn/%s/%s" % (host, repo, urllib.parse.quote(path)))
+        self.send_header("Location", location)
         self.send_header("Content-Length", "0")
         self.send_header("X-Repo-Commit", "0" * 40)
         self.end_headers()
@@ -261,6 +283,15 @@ class Handler(BaseHTTPRequestHandler):
                 limit = min(limit, int(cut))
                 self.state.cuts_done += 1
         rate = self.state.knob("slow")
+        if self.state.knob("trickle"):
+            try:
+                for at in range(0, min(limit, 60)):
+                    self.wfile.write(body[at:at + 1])
+                    self.wfile.flush()
+                    time.sleep(0.5)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            return
         try:
             chunk = 16384
             for at in range(0, limit, chunk):

@@ -186,6 +186,38 @@ TEST_F(ArchTest, BadHyperparameterValues) {
   }
 }
 
+TEST_F(ArchTest, BlockCountIsCheckedAgainstTheTensorsBeforeAnythingIsSizedByIt) {
+  {
+    GgufWriter w = tiny_model({});
+    w.add_u32("llada.block_count", 1u << 24);  // 1.58 GB of empty layers before "required tensor missing"
+    EXPECT_EQ(load_error(w), "invalid metadata: llada.block_count = 16777216 is more than 4096 layers");
+  }
+  {
+    GgufWriter w = tiny_model({});
+    w.add_u32("llada.block_count", 4096);
+    const std::string e = load_error(w);  // the one-layer model holds 3 + 9 tensors
+    EXPECT_EQ(e, "invalid metadata: llada.block_count = 4096, but the file holds only 12 tensors (4096 layers need 9 "
+                 "each)");
+  }
+  TinyModelSpec dream;
+  dream.arch = "dream";
+  GgufWriter d = tiny_model(dream);
+  d.add_u32("dream.block_count", 2);
+  EXPECT_EQ(load_error(d), "invalid metadata: dream.block_count = 2, but the file holds only 15 tensors (2 layers "
+                           "need 12 each)");
+}
+
+TEST_F(ArchTest, AHostileArchitectureNameIsEscapedAndCut) {
+  GgufWriter w = tiny_model({});
+  w.add_string("general.architecture", "\x1b]0;pwned\x07\xc2\x9b" + std::string(100000, 'A'));
+  const std::string e = load_error(w);
+  EXPECT_EQ(e.find('\x1b'), std::string::npos);
+  EXPECT_EQ(e.find("\xc2\x9b"), std::string::npos);
+  EXPECT_EQ(e.rfind("unsupported model architecture: \\x1b]0;pwned\\x07\\u009bAAA", 0), 0u) << e.substr(0, 300);
+  EXPECT_NE(e.find("... (100012 bytes) (supported: "), std::string::npos) << e.substr(0, 300);
+  EXPECT_LT(e.size(), 600u);
+}
+
 TEST_F(ArchTest, MissingTensor) {
   GgufWriter w = tiny_model({});
   w.remove_tensor("blk.0.ffn_up.weight");

@@ -6,6 +6,7 @@
 
 #include "cli/args.h"
 #include "model/error.h"
+#include "model/generate.h"
 #include "support.h"
 
 using dllm::Error;
@@ -157,6 +158,40 @@ TEST(Cli, NumbersAreChecked) {
                      "flag --rows needs comma-separated integers, got '0 1'");
   expect_usage_error({"logits", "--model", kMissing, "--tokens", "1,2,", "--rows", "0", "--out", "o"},
                      "flag --tokens needs comma-separated integers, got '1,2,'");
+}
+
+TEST(Cli, StepsAreBoundedByMaxTokensBeforeTheModelIsOpened) {
+  // A step count past --max-tokens would run for ever (Dream) or skip its way through 2^63 steps (LLaDA).
+  auto r = run_dllm({"run", "--model", kMissing, "--prompt", "p", "--steps", "9223372036854775807"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err, "ERROR: flag --steps must be at most --max-tokens 128, got 9223372036854775807 (every step "
+                   "commits at least one token)\n");
+  expect_usage_error({"run", "--model", kMissing, "--prompt", "p", "--max-tokens", "8", "--steps", "9"},
+                     "flag --steps must be at most --max-tokens 8, got 9 (every step commits at least one token)");
+  EXPECT_EQ(parse_ok({"run", "--model", kMissing, "--prompt", "p", "--max-tokens", "8", "--steps", "8"}).steps, 8);
+}
+
+TEST(Cli, MaxTokensNearTwoToThe63IsAUsageErrorNotAnOverflow) {
+  auto r = run_dllm({"run", "--model", kMissing, "--prompt", "p", "--max-tokens", "9223372036854775807"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err, "ERROR: flag --max-tokens must be at most 16777216, got 9223372036854775807\n");
+  EXPECT_EQ(parse_ok({"run", "--model", kMissing, "--prompt", "p", "--max-tokens", "16777216"}).max_tokens, 16777216);
+  // The generation's own check (library callers, no parser) compares without overflowing: prompt + max_tokens
+  // wrapped negative and slipped past the context check into a vector of 2^63 elements.
+  dllm::model::GenerateConfig c;
+  c.arch = dllm::model::Arch::Dream;
+  c.remasking = dllm::model::default_remasking(c.arch);
+  c.max_tokens = INT64_MAX;
+  c.context_length = 4096;
+  std::string e;
+  try {
+    dllm::model::validate(c, 15);
+  } catch (const Error& err) {
+    e = err.what();
+    EXPECT_EQ(err.exit_code(), 2);
+  }
+  EXPECT_EQ(e, "the canvas of 15 prompt tokens + --max-tokens 9223372036854775807 is longer than the model's context "
+               "length 4096");
 }
 
 TEST(Cli, RangesCheckedBeforeTheModelIsOpened) {

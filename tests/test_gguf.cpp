@@ -2,6 +2,7 @@
 // the quant fixtures and the tiny models load with the right values; v2 files, every value type, nested
 // arrays, alignment, the typed getters, open errors; and the fuzzer's regression inputs.
 #include <dirent.h>
+#include <malloc.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -273,10 +274,10 @@ TEST(GgufSynthetic, Version2WithAllValueTypesAndNestedArrays) {
   EXPECT_EQ(nested->elem_type, ValueType::ARRAY);
   ASSERT_EQ(nested->arr.size(), 2u);
   EXPECT_EQ(nested->arr[0].elem_type, ValueType::U8);
-  ASSERT_EQ(nested->arr[0].arr.size(), 2u);
-  EXPECT_EQ(nested->arr[0].arr[1].u, 2u);
-  EXPECT_EQ(nested->arr[1].arr[0].s, "x");
-  EXPECT_TRUE(f->find("arr.empty")->arr.empty());
+  ASSERT_EQ(nested->arr[0].size(), 2u);
+  EXPECT_EQ(nested->arr[0].at(1).u, 2u);
+  EXPECT_EQ(nested->arr[1].at(0).s, "x");
+  EXPECT_EQ(f->find("arr.empty")->size(), 0u);
   ASSERT_EQ(f->tensors().size(), 2u);
   const auto& b = f->tensors()[1];
   EXPECT_EQ(b.type(), GgmlType::F16);
@@ -466,3 +467,69 @@ TEST(GgufRegress, EveryFuzzerFindingIsHandled) {
 }
 
 }  // namespace
+
+// ---- hostile metadata: memory stays near the file's own bytes, and past generous counts a clear error ----
+
+namespace {
+
+size_t heap_in_use() { return mallinfo2().uordblks; }
+
+std::string hostile_error(const std::string& bytes) {
+  try {
+    File::from_memory(bytes.data(), bytes.size(), "hostile.gguf");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(GgufHostile, LargeArraysStayInTheMapping) {
+  // arr[u8] of 4 Mi elements: 4 MB in the file, 335 MB when every element was an 80-byte Value.
+  const uint64_t n = 4u << 20;
+  std::string items(n, '\0');
+  for (uint64_t k = 0; k < n; ++k) items[k] = static_cast<char>(k * 7);
+  const std::string bytes = GgufWriter().kv("big", 9, garr(0, n, items)).kv("strs", 9, garr(8, 3, gstr("a") + gstr("") + gstr("xyz"))).bytes();
+  const size_t before = heap_in_use();
+  auto f = File::from_memory(bytes.data(), bytes.size(), "big.gguf");
+  const size_t grew = heap_in_use() - before;
+  EXPECT_LT(grew, bytes.size()) << "metadata took " << grew << " bytes for a " << bytes.size() << "-byte file";
+  const dllm::gguf::Value* v = f->find("big");
+  ASSERT_NE(v, nullptr);
+  ASSERT_EQ(v->size(), n);
+  EXPECT_EQ(v->at(0).u, 0u);
+  EXPECT_EQ(v->at(n - 1).u, static_cast<uint8_t>((n - 1) * 7));
+  EXPECT_EQ(f->get_int_array("big").size(), n);
+  EXPECT_EQ(f->get_string_array("strs"), (std::vector<std::string_view>{"a", "", "xyz"}));
+}
+
+TEST(GgufHostile, TooManyKeysTensorsOrNestedElementsAreRefused) {
+  {
+    GgufWriter w;
+    for (uint64_t k = 0; k <= dllm::gguf::kMaxMetadataKeys; ++k) {
+      std::string key = "k";  // (not "k" + to_string: GCC 12 warns falsely about that)
+      key += std::to_string(k);
+      w.kv_u32(key, 1);
+    }
+    EXPECT_EQ(hostile_error(w.bytes()), "hostile.gguf: the header declares 65537 metadata keys, more than the 65536 dllm "
+                                      "reads (no model file has that many)");
+  }
+  {
+    GgufWriter w;
+    for (uint64_t k = 0; k <= dllm::gguf::kMaxTensors; ++k) {
+      std::string name = "t";
+      name += std::to_string(k);
+      w.tensor(name, {1}, 0, "", 0);
+    }
+    EXPECT_EQ(hostile_error(w.bytes()), "hostile.gguf: the header declares 262145 tensors, more than the 262144 dllm "
+                                      "reads (no model file has that many)");
+  }
+  {
+    // 70000 empty arrays inside one array: each costs a Value (about 100 bytes) for 12 bytes of file.
+    std::string inner;
+    for (int k = 0; k < 70000; ++k) inner += le<uint32_t>(0) + le<uint64_t>(0);
+    const std::string e = hostile_error(GgufWriter().kv("nest", 9, garr(9, 70000, inner)).bytes());
+    EXPECT_NE(e.find("holds more than 65536 nested array elements in all"), std::string::npos) << e;
+  }
+}

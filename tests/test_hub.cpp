@@ -225,6 +225,68 @@ TEST(HubListing, ReadsTheTreeAndTheModelInfoShapes) {
             std::string::npos);
 }
 
+TEST(HubListing, DeepOrHugeListingsAreRefusedBeforeParsing) {
+  // 30 million levels would take gigabytes once parsed; the depth is checked on the text first.
+  std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
+  std::string e = error_of([&] { parse_file_list(deep, "o/r"); });
+  EXPECT_NE(e.find("the hub's file list for o/r is nested deeper than 16 levels"), std::string::npos) << e;
+  // Brackets inside strings do not count.
+  auto ok = parse_file_list(R"([{"type":"file","path":"[[[[[[[[[[[[[[[[[[[[.gguf","size":5,"x":"\"{{{{{{{{{{{{{{{{{{{{"}])",
+                            "o/r");
+  ASSERT_EQ(ok.size(), 1u);
+  EXPECT_EQ(ok[0].path, "[[[[[[[[[[[[[[[[[[[[.gguf");
+  std::string huge = "[" + std::string(17u << 20, ' ') + "]";
+  e = error_of([&] { parse_file_list(huge, "o/r"); });
+  EXPECT_NE(e.find("the hub's file list for o/r is larger than 16.8 MB"), std::string::npos) << e;
+}
+
+TEST(HubCache, StallTimeoutFromTheEnvironment) {
+  EnvVar cache("DLLM_CACHE", "/tmp/dllm-cache-test");
+  {
+    EnvVar stall("DLLM_STALL_TIMEOUT", nullptr);
+    EXPECT_EQ(options_from_env().stall_seconds, 60);
+  }
+  {
+    EnvVar stall("DLLM_STALL_TIMEOUT", "2");
+    EXPECT_EQ(options_from_env().stall_seconds, 2);
+  }
+  for (const char* bad : {"0", "-1", "2s", "100000"}) {
+    EnvVar stall("DLLM_STALL_TIMEOUT", bad);
+    EXPECT_NE(error_of([] { options_from_env(); }).find("DLLM_STALL_TIMEOUT must be a number of seconds"),
+              std::string::npos)
+        << bad;
+  }
+}
+
+TEST(HubListing, NamesWithControlBytesOrInvalidUtf8AreRefused) {
+  // A NUL would cut the name where the file system sees it: "a.gguf\0x" and "a.gguf" would share FILE.part,
+  // FILE.lock and FILE.sha256. Control bytes, DEL and invalid UTF-8 are refused the same way, before any file.
+  for (const char* bad : {R"(a.gguf\u0000x)", R"(a\u0001.gguf)", R"(a\u001b]0;pwned\u0007.gguf)", R"(a\u007f.gguf)",
+                          R"(dir\n/a.gguf)", R"(a\t.gguf)"}) {
+    std::string listing = std::string(R"([{"type":"file","path":")") + bad + R"(","size":5}])";
+    EXPECT_NE(error_of([&] { parse_file_list(listing, "o/r"); }).find("unsafe path"), std::string::npos) << bad;
+  }
+  std::string invalid = "[{\"type\":\"file\",\"path\":\"a\xc3(.gguf\",\"size\":5}]";  // nlohmann rejects it too
+  EXPECT_NE(error_of([&] { parse_file_list(invalid, "o/r"); }), "");
+  for (std::string bad : {std::string("a\0b.gguf", 8), std::string("a\xff.gguf"), std::string("a\xc0\xaf.gguf"),
+                          std::string("a\xed\xa0\x80.gguf"), std::string("a\x7f"), std::string("a\x1f")})
+    EXPECT_FALSE(safe_relative_path(bad)) << bad;
+  EXPECT_TRUE(safe_relative_path("sub/mod\xc3\xa9le-Q4_K_M.gguf"));  // UTF-8 names are fine
+  EXPECT_EQ(parse_file_list(R"([{"type":"file","path":"d/\u00e9t\u00e9.gguf","size":5}])", "o/r").at(0).path,
+            "d/\xc3\xa9t\xc3\xa9.gguf");
+}
+
+TEST(HubListing, HostileNamesAreEscapedInMessages) {
+  // A control byte in a refused name, and a right-to-left override (valid UTF-8, so a legal name) in a listed one.
+  std::string e = error_of([] { parse_file_list(R"([{"type":"file","path":"a\u001b]0;x\u0007.gguf","size":5}])", "o/r"); });
+  EXPECT_EQ(e.find('\x1b'), std::string::npos) << e;
+  EXPECT_NE(e.find("unsafe path: a\\x1b]0;x\\x07.gguf"), std::string::npos) << e;
+  auto listed = parse_file_list(R"([{"type":"file","path":"evil\u202eggu.Q8_0.gguf","size":5}])", "o/r");
+  e = error_of([&] { choose_gguf(listed, ModelId{"o/r", "Q5_K_M"}); });
+  EXPECT_EQ(e.find("\xe2\x80\xae"), std::string::npos) << e;
+  EXPECT_NE(e.find("evil\\u202eggu.Q8_0.gguf"), std::string::npos) << e;
+}
+
 TEST(HubListing, DownloadUrlsEncodeEachSegment) {
   Options o;
   o.endpoint = "https://hf-mirror.example";

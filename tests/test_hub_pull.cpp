@@ -158,6 +158,7 @@ class PullProcess {
     ::close(out_fd);
     ::close(err_fd);
   }
+  pid_t pid() const { return pid_; }
   dllm::test::RunResult wait() {
     int status = 0;
     ::waitpid(pid_, &status, 0);
@@ -443,6 +444,129 @@ TEST_F(HubPull, ListingPagesAreFollowed) {
   EXPECT_EQ(files[3].path, "tiny-llada-Q8_0.gguf");
   EXPECT_EQ(files[3].size, 2401600u);
   EXPECT_EQ(hub_->log().size(), 4u);
+}
+
+TEST_F(HubPull, TheTokenNeverLeavesTheEndpointsOrigin) {
+  // A next-page link to another origin (same port, other host name) is refused, and nothing is sent there.
+  opts_.token = "hf_test_token";
+  hub_->set("page_size=1&next_host=localhost");
+  std::string e = pull_error(kRepo);
+  EXPECT_TRUE(contains(e, "points its next page at another address (http://localhost:" + std::to_string(hub_->port())))
+      << e;
+  EXPECT_TRUE(contains(e, ": refused")) << e;
+  for (const auto& entry : hub_->log()) EXPECT_NE(entry["host"], "localhost:" + std::to_string(hub_->port()));
+  // A request that starts anywhere but the endpoint carries no token, even when asked for directly.
+  hub_->reset();
+  std::string other = "http://localhost:" + std::to_string(hub_->port());
+  dllm::hub::http_get(opts_, other + "/api/models/test/private-GGUF/tree/main");
+  dllm::hub::http_get(opts_, hub_->url() + "/api/models/test/private-GGUF/tree/main");
+  auto log = hub_->log();
+  ASSERT_EQ(log.size(), 2u);
+  EXPECT_EQ(log[0]["auth"], "");
+  EXPECT_EQ(log[1]["auth"], "Bearer hf_test_token");
+  EXPECT_EQ(dllm::hub::origin_of("HTTPS://Hub.example/x"), "https://hub.example:443");
+  EXPECT_EQ(dllm::hub::origin_of("http://hub.example:80/x"), dllm::hub::origin_of("http://hub.example/y"));
+  EXPECT_NE(dllm::hub::origin_of("http://hub.example/x"), dllm::hub::origin_of("https://hub.example/x"));
+  EXPECT_EQ(dllm::hub::origin_of("file:///etc/passwd"), "file://");  // an https -> http downgrade differs too
+}
+
+TEST_F(HubPull, AFileWithNeitherSizeNorSha256IsRefusedAndOneWithoutSha256GetsNoSidecar) {
+  hub_->set("nosize=1");
+  std::string e = pull_error(std::string(kRepo) + ":Q8_0");
+  EXPECT_TRUE(contains(e, "the hub lists neither a size nor a sha256 for tiny-llada-Q8_0.gguf")) << e;
+  EXPECT_TRUE(contains(e, "it cannot be verified, so it is not downloaded")) << e;
+  EXPECT_TRUE(hub_->downloads().empty());
+  EXPECT_EQ(cache_files(), kNoFiles);
+
+  hub_->reset();
+  hub_->set("nosha=1");
+  auto r = pull(std::string(kRepo) + ":Q8_0");
+  EXPECT_EQ(dllm::test::read_file(r.path), fixture("tiny-llada-Q8_0.gguf"));
+  EXPECT_TRUE(contains(notes(), "warning: the hub publishes no sha256 for tiny-llada-Q8_0.gguf: only its size "
+                                "(2.40 MB) was checked")) << notes();
+  EXPECT_FALSE(contains(notes(), "sha256 verified")) << notes();
+  // No digest is recorded for a file nobody verified, so a later pull never takes it as checked.
+  EXPECT_EQ(cache_files(), (std::vector<std::string>{"models/test/tiny-llada-GGUF/tiny-llada-Q8_0.gguf"}));
+}
+
+TEST_F(HubPull, AStalledTransferFailsAfterTheStallTimeout) {
+  hub_->set("trickle=1");  // two bytes a second: alive, but far below the 1 kB/s a transfer must keep up
+  opts_.stall_seconds = 2;
+  const double t0 = dllm::hub::monotonic_seconds();
+  std::string e = pull_error(std::string(kRepo) + ":Q8_0");
+  const double secs = dllm::hub::monotonic_seconds() - t0;
+  EXPECT_TRUE(contains(e, "the transfer from 127.0.0.1:" + std::to_string(hub_->port()) +
+                              " stalled: less than 1024 bytes/s for 2 s (DLLM_STALL_TIMEOUT sets how long)"))
+      << e;
+  EXPECT_TRUE(contains(e, "kept in")) << e;  // what arrived is resumable
+  EXPECT_LT(secs, 15.0);
+  EXPECT_FALSE(fs::exists(dest("tiny-llada-Q8_0.gguf")));
+  EXPECT_FALSE(fs::exists(dest("tiny-llada-Q8_0.gguf.lock")));
+}
+
+TEST_F(HubPull, CtrlCStopsAPullKeepingThePartAndRemovingTheLock) {
+  hub_->set("slow=200000");  // about 7 s for the 1.4 MB file: time to interrupt it
+  const std::string part = dest("tiny-llada-Q4_K_M.gguf.part");
+  PullProcess p({std::string(kRepo) + ":Q4_K_M"}, env());
+  const double t0 = dllm::hub::monotonic_seconds();
+  std::error_code ec;
+  while (dllm::hub::monotonic_seconds() - t0 < 20 && !(fs::exists(part, ec) && fs::file_size(part, ec) > 0))
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(::kill(p.pid(), SIGINT), 0);
+  auto r = p.wait();
+  EXPECT_EQ(r.exit_code, 130) << r.err;
+  EXPECT_TRUE(contains(r.err, "ERROR: interrupted (Ctrl-C): ")) << r.err;
+  EXPECT_TRUE(contains(r.err, "of tiny-llada-Q4_K_M.gguf are kept in " + part + " and the next pull resumes")) << r.err;
+  EXPECT_LT(dllm::hub::monotonic_seconds() - t0, 6.0) << "the transfer was not stopped";
+  ASSERT_TRUE(fs::exists(part));
+  const uint64_t kept = fs::file_size(part);
+  EXPECT_GT(kept, 0u);
+  EXPECT_FALSE(fs::exists(dest("tiny-llada-Q4_K_M.gguf.lock")));
+  EXPECT_FALSE(fs::exists(dest("tiny-llada-Q4_K_M.gguf")));
+  // The next pull resumes where the interrupted one stopped.
+  hub_->reset();
+  auto again = pull(std::string(kRepo) + ":Q4_K_M");
+  EXPECT_EQ(dllm::test::read_file(again.path), fixture("tiny-llada-Q4_K_M.gguf"));
+  EXPECT_EQ(hub_->downloads().at(0)["range"], "bytes=" + std::to_string(kept) + "-");
+}
+
+TEST_F(HubPull, FileUrlsAndRedirectLoopsAreReportedOnceAndNotRetried) {
+  opts_.retries = 3;  // a network error would be tried four times
+  auto resolves = [&] {
+    size_t n = 0;
+    for (const auto& e : hub_->log()) n += contains(e["path"], "/resolve/main/");
+    return n;
+  };
+  hub_->set("redirect=file");
+  std::string e = pull_error(std::string(kRepo) + ":Q8_0");
+  EXPECT_TRUE(contains(e, "refused to fetch " + hub_->url() + "/test/tiny-llada-GGUF/resolve/main/tiny-llada-Q8_0.gguf: "
+                          "it is, or redirects to, a URL that is not http or https")) << e;
+  EXPECT_EQ(resolves(), 1u);
+  EXPECT_FALSE(contains(notes(), "trying again")) << notes();
+  hub_->reset();
+  hub_->set("redirect=loop");
+  e = pull_error(std::string(kRepo) + ":Q8_0");
+  EXPECT_TRUE(contains(e, "too many redirects fetching " + hub_->url())) << e;
+  EXPECT_TRUE(contains(e, "(a redirect loop?)")) << e;
+  EXPECT_LE(resolves(), 11u);  // one attempt: the first request and at most 10 redirects
+  EXPECT_FALSE(contains(notes(), "trying again")) << notes();
+  // A next-page link to a file: URL is refused by name, not reported as a transfer "from" an empty host.
+  hub_->reset();
+  hub_->set("page_size=1&next_url=file:///etc/passwd");
+  e = pull_error(kRepo);
+  EXPECT_TRUE(contains(e, "points its next page at another address (file:///etc/passwd)")) << e;
+  EXPECT_FALSE(contains(e, "the transfer from  failed")) << e;
+  EXPECT_EQ(cache_files(), kNoFiles);
+}
+
+TEST_F(HubPull, AFileNameWithABidiOverrideIsEscapedInEveryMessage) {
+  hub_->set("cut=1000");  // the transfer breaks: the message names the kept .part, whose name holds U+202E
+  std::string e = pull_error("test/bidi-GGUF");
+  const std::string rlo = "\xe2\x80\xae";
+  EXPECT_EQ(e.find(rlo), std::string::npos) << e;
+  EXPECT_EQ(notes().find(rlo), std::string::npos) << notes();
+  EXPECT_TRUE(contains(e, "kept in " + cache_ + "/models/test/bidi-GGUF/evil\\u202eggu.Q8_0.gguf.part")) << e;
+  EXPECT_TRUE(contains(notes(), "downloading evil\\u202eggu.Q8_0.gguf")) << notes();
 }
 
 TEST_F(HubPull, NotEnoughDiskSpaceFailsBeforeDownloading) {

@@ -2,6 +2,7 @@
 // --tensor/--out (bit-exact against the quant fixtures' expected f32, atomic, nothing left on error),
 // usage checks, and the binary end to end on valid and malformed files.
 #include <dirent.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,6 +21,7 @@
 #include "gguf_test_writer.h"
 #include "model/error.h"
 #include "model/gguf.h"
+#include "model/interrupt.h"
 #include "model/quant.h"
 #include "support.h"
 
@@ -202,6 +204,24 @@ TEST(InspectJson, EveryTinyModelMatchesGgufPy) {
   EXPECT_EQ(checked, 8);
 }
 
+TEST(InspectText, TerminalControlsFromTheFileAreEscaped) {
+  // ESC (C0), CSI as U+009B (C1, valid UTF-8), a right-to-left override U+202E, in a key, a value and a tensor name.
+  TempDir dir;
+  const std::string csi = "\xc2\x9b", rlo = "\xe2\x80\xae";
+  GgufWriter()
+      .kv_str("general.name", "a\x1b]0;title\x07" + csi + "31m" + rlo + "gguf.exe")
+      .kv_str("key" + csi + "2J", "v")
+      .tensor("t" + rlo + "0", {4}, 0, std::string(16, '\0'))
+      .write(dir.file("esc.gguf"));
+  const std::string text = inspect(settings_for(dir.file("esc.gguf")));
+  EXPECT_EQ(text.find('\x1b'), std::string::npos) << text;
+  EXPECT_EQ(text.find(csi), std::string::npos) << text;
+  EXPECT_EQ(text.find(rlo), std::string::npos) << text;
+  EXPECT_NE(text.find("a\\x1b]0;title\\x07\\u009b31m\\u202egguf.exe"), std::string::npos) << text;
+  EXPECT_NE(text.find("key\\u009b2J"), std::string::npos) << text;
+  EXPECT_NE(text.find("t\\u202e0"), std::string::npos) << text;
+}
+
 TEST(InspectJson, SummarisesArraysAndKeepsFileOrder) {
   TempDir dir;
   std::string items;
@@ -252,6 +272,25 @@ TEST(InspectTensor, F32TensorIsCopiedExactly) {
     EXPECT_EQ(v, 0.25f * k);
   }
   EXPECT_EQ(list_dir(dir.path()), std::vector<std::string>{"t0.f32"});  // no temp file left behind
+}
+
+TEST(InspectTensor, CtrlCLeavesNoTempFileBehind) {
+  TempDir dir;
+  Settings s = settings_for(data_path("gguf/malformed/valid-minimal.gguf"));
+  s.tensor = "t0";
+  s.out = dir.file("t0.f32");
+  int code = 0;
+  std::string e;
+  {
+    dllm::InterruptScope scope;  // SIGINT sets the flag the dump polls instead of killing this test
+    ASSERT_EQ(::raise(SIGINT), 0);
+    e = inspect_error(s, &code);
+  }
+  dllm::reset_interrupt();
+  EXPECT_EQ(e, "interrupted (Ctrl-C): " + s.out + " was not written");
+  EXPECT_EQ(code, 130);
+  EXPECT_EQ(list_dir(dir.path()), std::vector<std::string>{});  // no OUT.tmp-XXXXXX, no OUT
+  EXPECT_EQ(::signal(SIGINT, SIG_DFL), SIG_DFL);  // the scope put the default action back
 }
 
 TEST(InspectTensor, EveryQuantTypeMatchesTheExpectedF32BitForBit) {

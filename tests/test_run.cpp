@@ -19,6 +19,7 @@
 #include "cli/run_output.h"
 #include "model/error.h"
 #include "model/gguf.h"
+#include "model/thread_pool.h"
 #include "support.h"
 
 extern char** environ;
@@ -283,6 +284,21 @@ TEST(RunBinary, ArchitectureChecksAreUsageErrorsNamingBothFlags) {
   // Dream ignores --block-length, so it needs neither to divide nor a step multiple.
   auto ok = run_dllm(run_args(kDream, {"--prompt", "x", "--max-tokens", "6", "--steps", "5", "--block-length", "4"}));
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
+}
+
+TEST(RunBinary, ThreadsPastTheHardwareAreCappedWithAWarning) {
+  const int hw = dllm::ThreadPool::hardware_threads();
+  auto r = run_dllm(run_args(kDream, {"--prompt", "x", "--max-tokens", "4", "--threads", "100000", "--device", "cpu"}));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("dllm: warning: --threads 100000 is more than the " + std::to_string(hw) +
+                       " hardware threads: using " + std::to_string(hw) + "\n"),
+            std::string::npos)
+      << r.err;
+  auto quiet = run_dllm(run_args(kDream, {"--prompt", "x", "--max-tokens", "4", "--threads", "1", "--device", "cpu"}));
+  EXPECT_EQ(quiet.err.find("warning"), std::string::npos) << quiet.err;
+  auto help = run_dllm({"run", "--help"});
+  EXPECT_NE(help.out.find("more than the hardware threads are capped to them"), std::string::npos)
+      << help.out;
 }
 
 TEST(RunBinary, GpuWithoutAGpuIsTheSpecsError) {

@@ -3,6 +3,9 @@
 // architecture dllm cannot run and for a missing file.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -118,4 +121,54 @@ TEST(TokenizeCommand, BinaryEndToEnd) {
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_EQ(bad.out, "");
   EXPECT_NE(bad.err.find("ERROR: unsupported model architecture: qwen2 (supported: llada, dream)"), std::string::npos);
+}
+
+TEST(TokenizeCommand, PromptFileAndStandardInput) {
+  char tpl[] = "/tmp/dllm-prompt-XXXXXX";
+  const int fd = mkstemp(tpl);
+  ASSERT_GE(fd, 0);
+  const std::string path = tpl;
+  auto write_prompt = [&](const std::string& text) {
+    FILE* f = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    std::fwrite(text.data(), 1, text.size(), f);
+    std::fclose(f);
+  };
+  auto ids_of = [](const dllm::test::RunResult& r) {
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.exit_code == 0 ? json::parse(r.out)["ids"] : json();
+  };
+  // The same bytes through --prompt and --prompt-file: the same ids, invalid UTF-8 included.
+  const std::string text = "Caf\xc3\xa9 \xff\xfe end\n";
+  write_prompt(text);
+  const auto from_file = ids_of(dllm::test::run_dllm({"tokenize", "--model", llada(), "--prompt-file", path, "--json"}));
+  const auto from_arg = ids_of(dllm::test::run_dllm({"tokenize", "--model", llada(), "--prompt", text, "--json"}));
+  EXPECT_EQ(from_file, from_arg);
+  // Past the 128 KiB one argument may hold, with a NUL byte (an argument cannot carry one).
+  std::string big = std::string(200000, 'a') + std::string(1, '\0') + "b";
+  write_prompt(big);
+  const auto big_ids = ids_of(dllm::test::run_dllm({"tokenize", "--model", llada(), "--prompt-file", path, "--no-chat",
+                                                     "--json"}));
+  ASSERT_TRUE(big_ids.is_array());
+  EXPECT_GT(big_ids.size(), 2u);
+  // Standard input.
+  write_prompt(text);
+  const std::string cmd = std::string(DLLM_BINARY) + " tokenize --model '" + llada() + "' --prompt-file - --json < '" +
+                          path + "'";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  EXPECT_EQ(::pclose(p), 0);
+  EXPECT_EQ(json::parse(out)["ids"], from_arg);
+  ::unlink(path.c_str());
+  // Errors: a missing file (exit 1, named), and two prompts at once (exit 2, before anything is opened).
+  const auto missing = dllm::test::run_dllm({"tokenize", "--model", llada(), "--prompt-file", "/nonexistent/p.txt"});
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_EQ(missing.err, "ERROR: cannot read --prompt-file /nonexistent/p.txt: No such file or directory\n");
+  const auto both = dllm::test::run_dllm({"run", "--model", "/nonexistent/m.gguf", "--prompt", "x", "--prompt-file", "y"});
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_EQ(both.err, "ERROR: flags --prompt and --prompt-file cannot be combined: give one of them\n");
 }

@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <malloc.h>
+
+#include <chrono>
 #include <cstdint>
 #include <fstream>
 #include <memory>
@@ -231,6 +234,36 @@ TEST(TokenizerSpecial, LongestFirstThenLowerIdAndUserDefinedAlwaysMatched) {
   EXPECT_EQ(t.detokenize(t.encode("a<abc>ab", true, false), {false, false, true}), "aab");
 }
 
+TEST(TokenizerSpecial, LongSpecialTokensAreRefusedAndMatchingStaysLinear) {
+  {
+    VocabSpec spec;  // an 8 MiB user-defined token: 823 MB of trie nodes before the bound
+    spec.add("<" + std::string(8u << 20, 'u') + ">", 4);
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string e = error_of(spec);
+    EXPECT_EQ(e, "special token 256 in tokenizer.ggml.tokens is 8388610 bytes long (at most 1024): '<" +
+                     std::string(39, 'u') + "... (8388610 bytes)'");
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+  }
+  // The longest allowed special token against a long prompt that repeats its prefix: every byte starts a
+  // partial match of 1023 bytes. Also: many long specials cost memory in proportion to their text, not 100x it.
+  VocabSpec spec;
+  const std::string longest = std::string(1023, 'a') + "b";
+  const int32_t id = spec.add(longest, 4);
+  for (int k = 0; k < 2000; ++k) spec.add("<" + std::to_string(k) + std::string(1000, 'z') + ">", 4);
+  const size_t before = mallinfo2().uordblks;
+  auto l = load(spec);
+  const size_t grew = mallinfo2().uordblks - before;
+  EXPECT_LT(grew, 24u << 20) << "2 MB of special token text took " << grew << " bytes";  // 8 MB; the trie: 72 MB
+  const std::string prompt = std::string(131072, 'a') + "b";
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto ids = l->tok->encode(prompt, true, false);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_FALSE(ids.empty());
+  EXPECT_EQ(ids.back(), id);
+  EXPECT_LT(secs, 20.0);
+  EXPECT_EQ(l->tok->decode(ids), prompt);
+}
+
 TEST(TokenizerSpecial, AddBosAndEosFlags) {
   VocabSpec spec;
   spec.add("<s>", 3);
@@ -287,6 +320,24 @@ TEST(TokenizerLoad, ValidationErrorsNameTheKey) {
   EXPECT_EQ(load_error(ok, [](GgufWriter& w) { w.str("tokenizer.ggml.bos_token_id", "1"); }),
             "metadata key tokenizer.ggml.bos_token_id has type str, expected an unsigned integer");
   EXPECT_EQ(load_error(ok, [](GgufWriter&) {}), "");
+}
+
+TEST(TokenizerLoad, HostileTextsInErrorsAreEscapedAndCut) {
+  {
+    VocabSpec s;  // a 100 KB pre-tokenizer name that retitles the terminal
+    s.pre = "\x1b]0;pwned\x07" + std::string(100000, 'x');
+    const std::string e = error_of(s);
+    EXPECT_EQ(e.find('\x1b'), std::string::npos);
+    EXPECT_EQ(e.rfind("unknown pre-tokenizer '\\x1b]0;pwned\\x07xxx", 0), 0u) << e.substr(0, 300);
+    EXPECT_NE(e.find("... (100010 bytes)' (tokenizer.ggml.pre)"), std::string::npos) << e.substr(0, 300);
+    EXPECT_LT(e.size(), 600u);
+  }
+  {
+    VocabSpec s;  // token texts with a CSI (U+009B) and a right-to-left override (U+202E)
+    s.add("\xc2\x9b" "31m\xe2\x80\xae" "evil");
+    s.add("\xc2\x9b" "31m\xe2\x80\xae" "evil");
+    EXPECT_EQ(error_of(s), "duplicate token in tokenizer.ggml.tokens: '\\u009b31m\\u202eevil' has ids 256 and 257");
+  }
 }
 
 TEST(TokenizerLoad, UnsupportedModelAndMissingKeys) {

@@ -8,7 +8,11 @@
 
 #include <cxxopts.hpp>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -64,7 +68,12 @@ const Flag kRunModel{"model", "PATH", kRunModelDefault.c_str(),
                      "LLaDA or Dream GGUF file, or a Hugging Face id owner/repo[:QUANT] (downloaded once)",
                      Kind::String};
 const Flag kPrompt{"prompt", "TEXT", "", "the user message", Kind::String};
-const Flag kThreads{"threads", "N", "all logical CPUs", "worker threads", Kind::Count};
+const Flag kPromptFile{"prompt-file", "PATH", "",
+                       "the user message from a file ('-': standard input), for texts past the 128 KiB a command-line "
+                       "argument may hold; instead of --prompt",
+                       Kind::String};
+const Flag kThreads{"threads", "N", "all logical CPUs",
+                    "worker threads; more than the hardware threads are capped to them, with a warning", Kind::Count};
 const Flag kDevice{"device", "D", "auto",
                    "auto (a usable GPU, else the CPU), cpu, or gpu for an NVIDIA GPU with compute capability 8.0+",
                    Kind::Choice, "cpu,gpu,auto"};
@@ -79,10 +88,12 @@ const std::vector<Command>& commands() {
        "Generates an answer by denoising a masked canvas with the model's own sampler.",
        {kRunModel,
         kPrompt,
+        kPromptFile,
         {"prompt-tokens", "IDS", "", "comma-separated prompt ids used verbatim (no template); instead of --prompt",
          Kind::Ids},
-        {"max-tokens", "N", "128", "tokens to generate (the masked canvas)", Kind::Count},
-        {"steps", "N", "--max-tokens", "denoising steps; a multiple of the block count", Kind::Count},
+        {"max-tokens", "N", "128", "tokens to generate (the masked canvas), at most 16777216", Kind::Count},
+        {"steps", "N", "--max-tokens", "denoising steps, at most --max-tokens; LLaDA: a multiple of the block count",
+         Kind::Count},
         {"block-length", "N", "32",
          "LLaDA's semi-autoregressive block size; must divide --max-tokens. Dream ignores it", Kind::Count},
         {"temperature", "T", "0", "0 is greedy; above 0 adds Gumbel noise as LLaDA does", Kind::Float0},
@@ -107,8 +118,9 @@ const std::vector<Command>& commands() {
       {"tokenize",
        "tokenize --model PATH --prompt TEXT [--no-chat] [--json]",
        "Prints the token ids of the chat-formatted prompt, the same ids run feeds the model.",
-       {kModel, kPrompt, kNoChat, {"json", "", "off", "print {\"ids\": [...], \"pieces\": [...]}", Kind::Bool}},
-       {"model", "prompt"}},
+       {kModel, kPrompt, kPromptFile, kNoChat,
+        {"json", "", "off", "print {\"ids\": [...], \"pieces\": [...]}", Kind::Bool}},
+       {"model"}},
       {"inspect",
        "inspect PATH [--json] [--tensor NAME --out FILE]",
        "Prints GGUF metadata, a count per tensor type, and every tensor's type and shape.",
@@ -353,6 +365,7 @@ void apply_flag(Settings& s, const Flag& f, const std::string& v) {
     case Kind::String:
       if (name == "model") s.model = v;
       else if (name == "prompt") s.prompt = v, s.has_prompt = true;
+      else if (name == "prompt-file") s.prompt_file = v, s.has_prompt_file = true;
       else if (name == "out") s.out = v;
       else if (name == "tensor") s.tensor = v;
       return;
@@ -493,13 +506,27 @@ Settings parse_command_line(const std::vector<std::string>& args, std::string* h
   }
 
   // Cross-flag rules that need no model file.
+  if (s.command == "run" || s.command == "tokenize") {
+    const int prompts = int(s.has_prompt) + int(s.has_prompt_file) + int(s.has_prompt_tokens);
+    if (prompts > 1) {
+      throw usage_error(std::string("flags ") + (s.has_prompt ? "--prompt" : "--prompt-file") + " and " +
+                        (s.has_prompt_tokens ? "--prompt-tokens" : "--prompt-file") +
+                        " cannot be combined: give one of them");
+    }
+    if (prompts == 0) throw usage_error("missing required flag --prompt for '" + s.command + "'", help_text(*cmd));
+    if (s.has_prompt_file && s.prompt_file.empty()) throw usage_error("flag --prompt-file needs a value");
+  }
   if (s.command == "run") {
-    if (s.has_prompt && s.has_prompt_tokens)
-      throw usage_error("flags --prompt and --prompt-tokens cannot be combined: give one of them");
-    if (!s.has_prompt && !s.has_prompt_tokens)
-      throw usage_error("missing required flag --prompt for 'run'", help_text(*cmd));
     if (s.dual_cache && s.full_logits)
       throw usage_error("flags --dual-cache and --full-logits cannot be combined");
+    // A bound that keeps the canvas arithmetic (prompt + --max-tokens) far from overflow.
+    if (s.max_tokens > kMaxCanvasTokens)
+      throw usage_error("flag --max-tokens must be at most " + std::to_string(kMaxCanvasTokens) + ", got " +
+                        std::to_string(s.max_tokens));
+    // Every step commits at least one token: more steps than tokens would only loop (for ever, near 2^63).
+    if (s.steps > s.max_tokens)
+      throw usage_error("flag --steps must be at most --max-tokens " + std::to_string(s.max_tokens) + ", got " +
+                        std::to_string(s.steps) + " (every step commits at least one token)");
   }
   if (s.command == "inspect" && (!s.tensor.empty()) != (!s.out.empty()))
     throw usage_error(s.tensor.empty() ? "flag --out needs --tensor for 'inspect'"
@@ -507,8 +534,38 @@ Settings parse_command_line(const std::vector<std::string>& args, std::string* h
   return s;
 }
 
+// --prompt-file: the file (or standard input) read whole, bytes as they are (invalid UTF-8 and NUL bytes are
+// tokenized as --prompt's would be).
+static std::string read_prompt_file(const std::string& path) {
+  constexpr size_t kMaxPromptFileBytes = size_t{64} << 20;
+  const bool std_in = path == "-";
+  const int fd = std_in ? STDIN_FILENO : ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const std::string what = std_in ? "--prompt-file - (standard input)" : "--prompt-file " + path;
+  if (fd < 0) throw Error("cannot read " + what + ": " + std::strerror(errno));
+  std::string text;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      if (!std_in) ::close(fd);
+      throw Error("cannot read " + what + ": " + std::strerror(err));
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+    if (text.size() > kMaxPromptFileBytes) {
+      if (!std_in) ::close(fd);
+      throw Error(what + " is larger than " + std::to_string(kMaxPromptFileBytes >> 20) + " MiB");
+    }
+  }
+  if (!std_in) ::close(fd);
+  return text;
+}
+
 int run_command(Settings s) {
   // --model: a path is used as it is; a Hugging Face id is looked up in the cache (downloaded when missing).
+  if (s.has_prompt_file) s.prompt = read_prompt_file(s.prompt_file), s.has_prompt = true;
   if (s.command == "run" && s.model.empty()) s.model = hub::default_model_id();
   if (!s.model.empty() && (s.command == "run" || s.command == "tokenize" || s.command == "logits"))
     s.model = hub::resolve_model(s.model);

@@ -5,6 +5,7 @@
 #include "cli/backend.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -16,6 +17,7 @@
 #include "model/arch.h"
 #include "model/error.h"
 #include "model/gguf.h"
+#include "model/thread_pool.h"
 
 namespace dllm::cli {
 
@@ -36,7 +38,12 @@ Backend cpu_backend(const Settings& s, model::LoadOptions& options, const std::s
 }  // namespace
 
 Backend choose_backend(const Settings& s, model::LoadOptions& options) {
-  options.threads = static_cast<int>(std::min<int64_t>(s.threads, 4096));  // 0 = all logical CPUs
+  // 0 = all logical CPUs. More threads than the hardware runs at once only contend: capped, and said so.
+  const int hw = ThreadPool::hardware_threads();
+  options.threads = static_cast<int>(std::min<int64_t>(s.threads, hw));
+  if (s.threads > hw)
+    std::fprintf(stderr, "dllm: warning: --threads %lld is more than the %d hardware threads: using %d\n",
+                 static_cast<long long>(s.threads), hw, hw);
   const char* which = std::getenv("DLLM_EXECUTOR");
   if (which && *which && std::strcmp(which, "jit") != 0 && std::strcmp(which, "reference") != 0)
     throw usage_error(std::string("DLLM_EXECUTOR must be jit or reference, got '") + which + "'");

@@ -24,6 +24,8 @@
 #include "cli/args.h"
 #include "model/error.h"
 #include "model/gguf.h"
+#include "model/interrupt.h"
+#include "model/printable.h"
 #include "model/quant.h"
 
 namespace dllm::cli {
@@ -41,45 +43,8 @@ constexpr size_t kTextItemStringMax = 40;
 
 // ---- formatting helpers ----
 
-// Length of the valid UTF-8 sequence at s[i], or 0 when the bytes there are not valid UTF-8.
-size_t utf8_len(std::string_view s, size_t i) {
-  auto c = static_cast<unsigned char>(s[i]);
-  size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-  if (n == 0 || i + n > s.size()) return 0;
-  for (size_t k = 1; k < n; ++k)
-    if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return 0;
-  return n;
-}
-
-// The string escaped for a terminal (\" \\ \n \t \r, other control bytes and invalid UTF-8 as \xNN);
-// cut after about `max` bytes, at a character boundary, with "...".
-std::string escape(std::string_view s, size_t max) {
-  std::string r;
-  size_t i = 0;
-  while (i < s.size() && i < max) {
-    char c = s[i];
-    size_t n = utf8_len(s, i);
-    if (c == '"' || c == '\\') {
-      r += '\\';
-      r += c;
-    } else if (c == '\n') {
-      r += "\\n";
-    } else if (c == '\t') {
-      r += "\\t";
-    } else if (c == '\r') {
-      r += "\\r";
-    } else if (n <= 1 && (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f)) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned char>(c));
-      r += buf;
-    } else {
-      r.append(s.substr(i, n));
-    }
-    i += n == 0 ? 1 : n;
-  }
-  if (i < s.size()) r += "...";
-  return r;
-}
+// The string escaped for a terminal (model/printable.h), cut after about `max` bytes.
+std::string escape(std::string_view s, size_t max) { return escape_text(s, max); }
 
 std::string quote(std::string_view s, size_t max) {
   std::string r(1, '"');
@@ -106,7 +71,7 @@ bool is_signed(ValueType t) {
 
 std::string type_label(const Value& v) {
   if (v.type != ValueType::ARRAY) return gguf::value_type_name(v.type);
-  return std::string("arr[") + gguf::value_type_name(v.elem_type) + ", " + std::to_string(v.arr.size()) + "]";
+  return std::string("arr[") + gguf::value_type_name(v.elem_type) + ", " + std::to_string(v.size()) + "]";
 }
 
 // A value for the text listing. Arrays show their first items and how many more there are.
@@ -122,12 +87,12 @@ std::string fmt_value(const Value& v, size_t str_max) {
     }
     case ValueType::ARRAY: {
       std::string r = "[";
-      size_t shown = std::min(v.arr.size(), kTextArrayItems);
+      size_t shown = std::min(v.size(), kTextArrayItems);
       for (size_t k = 0; k < shown; ++k) {
         if (k) r += ", ";
-        r += fmt_value(v.arr[k], kTextItemStringMax);
+        r += fmt_value(v.at(k), kTextItemStringMax);
       }
-      if (shown < v.arr.size()) r += ", ... " + std::to_string(v.arr.size() - shown) + " more";
+      if (shown < v.size()) r += ", ... " + std::to_string(v.size() - shown) + " more";
       return r + "]";
     }
     default: return is_signed(v.type) ? std::to_string(v.i) : std::to_string(v.u);
@@ -150,9 +115,9 @@ Json json_value(const Value& v) {
       Json j;
       j["type"] = "arr";
       j["elem_type"] = gguf::value_type_name(v.elem_type);
-      j["length"] = v.arr.size();
+      j["length"] = v.size();
       Json first = Json::array();
-      for (size_t k = 0; k < std::min(v.arr.size(), kJsonArrayItems); ++k) first.push_back(json_value(v.arr[k]));
+      for (size_t k = 0; k < std::min(v.size(), kJsonArrayItems); ++k) first.push_back(json_value(v.at(k)));
       j["first"] = std::move(first);
       return j;
     }
@@ -326,6 +291,7 @@ class AtomicFile {
 // Writes the tensor as f32, row-major with ne0 fastest, decoding about 4 MiB of output at a time.
 void write_tensor_f32(const gguf::TensorInfo& t, const std::string& out) {
   static_assert(std::endian::native == std::endian::little, "the f32 output is written as host floats");
+  InterruptScope interrupt_scope;  // Ctrl-C: the temp file is removed (by ~AtomicFile), nothing is left behind
   AtomicFile file(out);
   const int64_t ne0 = t.ne[0], rows = t.n_rows();
   if (ne0 > 0 && rows > 0) {
@@ -333,12 +299,14 @@ void write_tensor_f32(const gguf::TensorInfo& t, const std::string& out) {
     std::vector<float> buf(static_cast<size_t>(std::min(rows, chunk) * ne0));
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
       const int64_t nr = std::min(chunk, rows - r0);
+      throw_if_interrupted(": " + out + " was not written");
       for (int64_t r = 0; r < nr; ++r)
         quant::dequantize_row(t.type(), t.data + static_cast<uint64_t>(r0 + r) * t.row_bytes(), buf.data() + r * ne0,
                               ne0);
       file.write(buf.data(), static_cast<size_t>(nr * ne0) * sizeof(float));
     }
   }
+  throw_if_interrupted(": " + out + " was not written");
   file.commit();
 }
 

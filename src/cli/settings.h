@@ -7,19 +7,24 @@
 
 namespace dllm::cli {
 
+// The largest --max-tokens (16 Mi tokens, beyond any model's context): prompt + canvas sums stay far from overflow.
+inline constexpr int64_t kMaxCanvasTokens = int64_t{1} << 24;
+
 struct Settings {
   std::string command;  // run, tokenize, inspect, logits, ...
 
   // model / input
   std::string model;                  // --model (path or owner/repo[:QUANT])
-  std::string prompt;                 // --prompt
+  std::string prompt;                 // --prompt, or the contents of --prompt-file
   bool has_prompt = false;
+  std::string prompt_file;            // --prompt-file ("-": standard input), read by run_command
+  bool has_prompt_file = false;
   std::vector<int64_t> prompt_tokens; // --prompt-tokens (run)
   bool has_prompt_tokens = false;
   bool no_chat = false;               // --no-chat
 
   // generation (run)
-  int64_t max_tokens = 128;           // --max-tokens
+  int64_t max_tokens = 128;           // --max-tokens (at most kMaxCanvasTokens)
   int64_t steps = 0;                  // --steps; 0 = not given (defaults to max_tokens)
   int64_t block_length = 32;          // --block-length
   double temperature = 0.0;           // --temperature

@@ -14,6 +14,8 @@
 #include <functional>
 
 #include "hub/internal.h"
+#include "model/interrupt.h"
+#include "model/pretokenizer.h"
 
 namespace dllm::hub {
 
@@ -88,6 +90,13 @@ Options options_from_env() {
   o.offline = env_true("HF_HUB_OFFLINE");
   o.cache_dir = cache_dir_from_env();
   o.progress = isatty(STDERR_FILENO) == 1;
+  if (std::string v = env("DLLM_STALL_TIMEOUT"); !v.empty()) {
+    char* end = nullptr;
+    long secs = std::strtol(v.c_str(), &end, 10);
+    if (*end != '\0' || secs < 1 || secs > 86400)
+      throw Error("DLLM_STALL_TIMEOUT must be a number of seconds from 1 to 86400, not '" + v + "'");
+    o.stall_seconds = secs;
+  }
   return o;
 }
 
@@ -129,6 +138,11 @@ void make_dirs(const std::string& dir) {
 
 bool safe_relative_path(const std::string& path) {
   if (path.empty() || path[0] == '/' || path.find('\\') != std::string::npos) return false;
+  // A NUL would cut the name where the file system sees it (FILE, FILE.part, FILE.lock, FILE.sha256 of two
+  // names would collide); control bytes and invalid UTF-8 have no business in a file name either.
+  for (char c : path)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return false;
+  if (!model::is_valid_utf8(path)) return false;
   size_t a = 0;
   for (;;) {
     size_t b = path.find('/', a);
@@ -158,6 +172,10 @@ FileLock::FileLock(const std::string& path, const std::function<void(long)>& on_
         waited = true;
       }
       while (::flock(fd, LOCK_EX) != 0) {
+        if (errno == EINTR && interrupted()) {
+          ::close(fd);
+          throw_if_interrupted(" while waiting for " + path);
+        }
         if (errno != EINTR) {
           int err = errno;
           ::close(fd);

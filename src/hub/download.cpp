@@ -13,7 +13,9 @@
 #include <vector>
 
 #include "hub/internal.h"
+#include "model/printable.h"
 #include "hub/sha256.h"
+#include "model/interrupt.h"
 
 namespace dllm::hub {
 
@@ -70,7 +72,8 @@ enum class Failure { kNone, kHttp, kHtml, kNotGguf, kWrite, kRangeMismatch, kToo
 
 struct Job {
   const Options& opts;
-  std::string url, dest, part, name;
+  std::string url, dest, part, name;  // name: the file name escaped for messages
+  std::string part_shown;             // part, escaped for messages (model/printable.h)
   uint64_t size;  // 0: unknown
   std::string sha256;
   uint64_t initial_part = 0;  // the part's size before this pull: what a failure restores
@@ -80,7 +83,7 @@ struct Job {
 // Throws NetworkError for failures worth retrying (the part keeps what arrived) and Error for the others.
 std::string fetch_once(Job& job, bool first) {
   int fd = ::open(job.part.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error("cannot create " + job.part + ": " + std::strerror(errno));
+  if (fd < 0) throw Error("cannot create " + job.part_shown + ": " + std::strerror(errno));
   struct Closer {
     int fd;
     ~Closer() { ::close(fd); }
@@ -90,7 +93,7 @@ std::string fetch_once(Job& job, bool first) {
   char magic[4];
   if ((job.size && off > job.size) ||
       (off > 0 && gguf && (::pread(fd, magic, 4, 0) != 4 || std::memcmp(magic, "GGUF", 4) != 0))) {
-    if (::ftruncate(fd, 0) != 0) throw Error("cannot truncate " + job.part + ": " + std::strerror(errno));
+    if (::ftruncate(fd, 0) != 0) throw Error("cannot truncate " + job.part_shown + ": " + std::strerror(errno));
     off = 0;
   }
   if (first) job.initial_part = off;
@@ -101,8 +104,9 @@ std::string fetch_once(Job& job, bool first) {
     if (first) job.opts.say("resuming " + job.name + " at " + format_bytes(off) + " of " + format_bytes(job.size));
     std::vector<char> buf(1 << 20);
     for (uint64_t at = 0; at < off;) {
+      throw_if_interrupted("; " + job.part_shown + " is kept and the next pull resumes from there");
       ssize_t n = ::pread(fd, buf.data(), std::min<uint64_t>(buf.size(), off - at), static_cast<off_t>(at));
-      if (n <= 0) throw Error("cannot read " + job.part + ": " + std::strerror(n < 0 ? errno : EIO));
+      if (n <= 0) throw Error("cannot read " + job.part_shown + ": " + std::strerror(n < 0 ? errno : EIO));
       hash.update(buf.data(), static_cast<size_t>(n));
       at += static_cast<uint64_t>(n);
     }
@@ -198,6 +202,19 @@ std::string fetch_once(Job& job, bool first) {
     progress.finish();
     if (pos == 0) ::unlink(job.part.c_str());
     throw;
+  } catch (const Interrupted& e) {
+    progress.finish();  // the terminal's line is clean again before the message
+    if (pos == 0) {
+      ::unlink(job.part.c_str());
+      throw;
+    }
+    ::fsync(fd);
+    throw Interrupted(std::string(e.what()) + ": " + format_bytes(pos) + " of " + job.name + " are kept in " +
+                      job.part_shown + " and the next pull resumes from there");
+  } catch (const Error&) {  // permanent (a file: redirect, a redirect loop): nothing new is kept
+    progress.finish();
+    if (pos == 0) ::unlink(job.part.c_str());
+    throw;
   }
   progress.finish();
 
@@ -208,7 +225,7 @@ std::string fetch_once(Job& job, bool first) {
     case Failure::kHttp:
       restore_part(job.part, fd, pos);
       if (status == 416) {  // the server's file no longer fits what we have: start over
-        if (::ftruncate(fd, 0) != 0) throw Error("cannot truncate " + job.part + ": " + std::strerror(errno));
+        if (::ftruncate(fd, 0) != 0) throw Error("cannot truncate " + job.part_shown + ": " + std::strerror(errno));
         throw NetworkError("the server cannot resume " + job.name + " (416)", false);
       }
       if (status >= 500 || status == 429)
@@ -223,11 +240,11 @@ std::string fetch_once(Job& job, bool first) {
       throw Error("the server sent something that is not a GGUF file for " + what + " (bad magic); nothing was saved");
     case Failure::kWrite:
       restore_part(job.part, fd, job.initial_part);
-      throw Error("cannot write " + job.part + ": " + std::strerror(write_errno) +
+      throw Error("cannot write " + job.part_shown + ": " + std::strerror(write_errno) +
                   (write_errno == ENOSPC || write_errno == EDQUOT || write_errno == EFBIG ? " (the disk is full)" : "") +
                   "; the cache is as it was");
     case Failure::kRangeMismatch:
-      if (::ftruncate(fd, 0) != 0) throw Error("cannot truncate " + job.part + ": " + std::strerror(errno));
+      if (::ftruncate(fd, 0) != 0) throw Error("cannot truncate " + job.part_shown + ": " + std::strerror(errno));
       throw NetworkError("the server resumed " + job.name + " at the wrong offset; starting again", false);
     case Failure::kTooLong:
       restore_part(job.part, fd, 0);
@@ -240,7 +257,7 @@ std::string fetch_once(Job& job, bool first) {
   if (::fsync(fd) != 0) {
     int err = errno;
     restore_part(job.part, fd, job.initial_part);
-    throw Error("cannot write " + job.part + ": " + std::strerror(err) + "; the cache is as it was");
+    throw Error("cannot write " + job.part_shown + ": " + std::strerror(err) + "; the cache is as it was");
   }
   return hash.hex_digest();
 }
@@ -263,7 +280,12 @@ bool cached_file_matches(const std::string& path, uint64_t size, const std::stri
 
 void download_file(const Options& opts, const std::string& url, const std::string& dest, uint64_t size,
                    const std::string& sha256) {
-  Job job{opts, url, dest, dest + ".part", base_name(dest), size, sha256};
+  const std::string part = dest + ".part";
+  Job job{opts, url, dest, part, shown(base_name(dest)), escape_text(part, part.size()), size, sha256};
+  // Nothing to check the bytes against (and no bound on how many may come): refused before anything is created.
+  if (size == 0 && sha256.empty())
+    throw Error("the hub lists neither a size nor a sha256 for " + job.name + " (" + url +
+                "): it cannot be verified, so it is not downloaded");
   make_dirs(dir_name(dest));
   FileLock lock(dest + ".lock", [&](long pid) {
     opts.say("another dllm process" + (pid > 0 ? " (pid " + std::to_string(pid) + ")" : std::string()) +
@@ -286,12 +308,14 @@ void download_file(const Options& opts, const std::string& url, const std::strin
       bool kept = file_exists(job.part);
       if (attempt >= opts.retries) {
         throw Error(std::string(e.what()) +
-                    (kept ? "; what arrived is kept in " + job.part + " and the next pull resumes from there"
+                    (kept ? "; what arrived is kept in " + job.part_shown + " and the next pull resumes from there"
                           : std::string()));
       }
       opts.say(std::string(e.what()) + "; trying again in " + format_duration(delay_ms / 1000.0) + " (" +
                std::to_string(attempt + 1) + " of " + std::to_string(opts.retries) + ")");
-      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+      for (int waited = 0; waited < delay_ms && !interrupted(); waited += 20)
+        std::this_thread::sleep_for(std::chrono::milliseconds(std::min(20, delay_ms - waited)));
+      throw_if_interrupted(kept ? "; " + job.part_shown + " is kept and the next pull resumes from there" : "");
       delay_ms *= 2;
     }
   }
@@ -301,12 +325,15 @@ void download_file(const Options& opts, const std::string& url, const std::strin
                 " but the download has " + got + "; it was deleted and the cache is as it was (if a second pull "
                 "fails the same way, the hub's copy is damaged)");
   }
-  if (sha256.empty()) opts.say("the hub publishes no sha256 for " + job.name + ": only its size was checked");
+  if (sha256.empty())
+    opts.say("warning: the hub publishes no sha256 for " + job.name + ": only its size (" + format_bytes(size) +
+             ") was checked");
   if (::rename(job.part.c_str(), dest.c_str()) != 0) {
     int err = errno;
-    throw Error("cannot rename " + job.part + " to " + dest + ": " + std::strerror(err));
+    throw Error("cannot rename " + job.part_shown + " to " + escape_text(dest, dest.size()) + ": " + std::strerror(err));
   }
-  write_small_file(dest + ".sha256", got + "\n");
+  // The sidecar vouches for a verified digest only: an unverified file gets none.
+  if (!sha256.empty()) write_small_file(dest + ".sha256", got + "\n");
   if (int dfd = ::open(dir_name(dest).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
     ::fsync(dfd);
     ::close(dfd);

@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "hub/internal.h"
+#include "model/interrupt.h"
 
 namespace dllm::hub {
 
@@ -71,6 +72,9 @@ size_t on_body(char* data, size_t size, size_t n, void* user) {
   return size * n;
 }
 
+// Polled by libcurl a few times a second: a non-zero answer stops the transfer (Ctrl-C, model/interrupt.h).
+int on_progress(void*, curl_off_t, curl_off_t, curl_off_t, curl_off_t) { return interrupted() ? 1 : 0; }
+
 bool is_unreachable(CURLcode rc) {
   return rc == CURLE_COULDNT_RESOLVE_HOST || rc == CURLE_COULDNT_RESOLVE_PROXY || rc == CURLE_COULDNT_CONNECT;
 }
@@ -84,6 +88,20 @@ std::string host_of(const std::string& url) {
   return url.substr(a, b == std::string::npos ? std::string::npos : b - a);
 }
 
+std::string origin_of(const std::string& url) {
+  size_t colon = url.find("://");
+  if (colon == std::string::npos || colon == 0) return "";
+  std::string scheme = lower(url.substr(0, colon));
+  std::string host = lower(host_of(url));
+  if (size_t at = host.rfind('@'); at != std::string::npos) host = host.substr(at + 1);  // user:pass@
+  size_t port_colon = host.rfind(':');
+  if (port_colon == std::string::npos || host.find(']', port_colon) != std::string::npos) {
+    if (scheme == "https") host += ":443";
+    else if (scheme == "http") host += ":80";
+  }
+  return scheme + "://" + host;
+}
+
 long http_stream(const Options& opts, const std::string& url, uint64_t from, StreamHandlers& handlers) {
   global_init();
   CURL* curl = curl_easy_init();
@@ -93,6 +111,7 @@ long http_stream(const Options& opts, const std::string& url, uint64_t from, Str
   t.curl = curl;
   char errbuf[CURL_ERROR_SIZE] = {0};
   std::string range = std::to_string(from) + "-";
+  const bool https = lower(url.substr(0, 8)) == "https://";
   curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
   curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, errbuf);
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
@@ -100,34 +119,49 @@ long http_stream(const Options& opts, const std::string& url, uint64_t from, Str
   curl_easy_setopt(curl, CURLOPT_MAXREDIRS, 10L);
 #if LIBCURL_VERSION_NUM >= 0x075500
   curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(curl, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+  // A redirect never downgrades https to http.
+  curl_easy_setopt(curl, CURLOPT_REDIR_PROTOCOLS_STR, https ? "https" : "http,https");
 #else
   curl_easy_setopt(curl, CURLOPT_PROTOCOLS, long(CURLPROTO_HTTP | CURLPROTO_HTTPS));
-  curl_easy_setopt(curl, CURLOPT_REDIR_PROTOCOLS, long(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+  curl_easy_setopt(curl, CURLOPT_REDIR_PROTOCOLS, https ? long(CURLPROTO_HTTPS) : long(CURLPROTO_HTTP | CURLPROTO_HTTPS));
 #endif
   curl_easy_setopt(curl, CURLOPT_USERAGENT, "dllm/0.1 (libcurl)");
   curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, 20L);
-  // A transfer that moves less than 1 byte/s for 60 s has stalled: fail it (it is resumed later).
-  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
-  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, 60L);
+  // A transfer that moves less than 1 kB/s for stall_seconds has stalled: fail it (a download is resumed later).
+  // A server trickling a byte a second can no longer hold a pull forever.
+  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, kStallBytesPerSecond);
+  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, std::max(1L, opts.stall_seconds));
+  curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
+  curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, on_progress);
   curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, on_header);
   curl_easy_setopt(curl, CURLOPT_HEADERDATA, &t);
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, &t);
   if (from > 0) curl_easy_setopt(curl, CURLOPT_RANGE, range.c_str());
-  if (!opts.token.empty()) {
-    // libcurl sends credentials set this way to the first host only, never to the host a redirect names
-    // (the hub redirects file downloads to a CDN).
+  if (!opts.token.empty() && origin_of(url) == origin_of(opts.endpoint)) {
+    // The token goes only to requests that start at the endpoint's own scheme, host and port; libcurl sends
+    // credentials set this way to that first origin only, never to the one a redirect names (the hub redirects
+    // file downloads to a CDN).
     curl_easy_setopt(curl, CURLOPT_HTTPAUTH, long(CURLAUTH_BEARER));
     curl_easy_setopt(curl, CURLOPT_XOAUTH2_BEARER, opts.token.c_str());
   }
   CURLcode rc = curl_easy_perform(curl);
   if (rc == CURLE_OK) start(&t);  // a response without a body (404 with no text, 416) still reaches on_start
   curl_easy_cleanup(curl);
+  throw_if_interrupted();
   if (t.aborted) return t.status;
   if (rc != CURLE_OK) {
     std::string why = errbuf[0] ? errbuf : curl_easy_strerror(rc);
     if (is_unreachable(rc)) throw NetworkError("cannot reach " + host_of(url) + " (" + why + ")", true);
+    // Permanent: retrying cannot help, so these are not NetworkErrors (which are retried).
+    if (rc == CURLE_UNSUPPORTED_PROTOCOL)
+      throw Error("refused to fetch " + url + ": it is, or redirects to, a URL that is not http or https (" + why + ")");
+    if (rc == CURLE_TOO_MANY_REDIRECTS)
+      throw Error("too many redirects fetching " + url + " (a redirect loop?): " + why);
+    if (rc == CURLE_OPERATION_TIMEDOUT)
+      throw NetworkError("the transfer from " + host_of(url) + " stalled: less than " +
+                             std::to_string(kStallBytesPerSecond) + " bytes/s for " + std::to_string(opts.stall_seconds) +
+                             " s (DLLM_STALL_TIMEOUT sets how long)", false);
     throw NetworkError("the transfer from " + host_of(url) + " failed: " + why, false);
   }
   return t.status;

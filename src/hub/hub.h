@@ -2,7 +2,7 @@
 // Files are listed through the hub's API, downloaded with libcurl into a cache folder (resuming partial files,
 // sha256-verified, renamed into place only when verified, one downloader per file thanks to a lock), and found
 // again in the cache without a network. Environment: HF_ENDPOINT, HF_TOKEN, HF_HUB_OFFLINE, DLLM_CACHE,
-// XDG_CACHE_HOME, DLLM_MODEL.
+// XDG_CACHE_HOME, DLLM_MODEL, DLLM_STALL_TIMEOUT.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -52,6 +52,8 @@ std::string quant_label(const std::string& file_name);
 // model-info object ({"siblings":[{"rfilename","size","lfs":{"sha256","size"}}]}). Folders are skipped.
 std::vector<RemoteFile> parse_file_list(const std::string& json, const std::string& what);
 
+inline constexpr long kStallBytesPerSecond = 1024;
+
 struct Options {
   std::string endpoint = "https://huggingface.co";  // HF_ENDPOINT, no trailing slash
   std::string token;                                // HF_TOKEN, sent as a bearer token to the endpoint only
@@ -60,6 +62,9 @@ struct Options {
   bool progress = false;                            // draw a progress bar (stderr is a terminal)
   int retries = 3;                                  // resumed attempts after an interrupted transfer
   int retry_delay_ms = 1000;                        // doubled after each retry
+  // A transfer slower than kStallBytesPerSecond for this long has stalled and fails (a download is then resumed
+  // by a retry): DLLM_STALL_TIMEOUT seconds, default 60. Bounds how long a trickling server can hold a pull.
+  long stall_seconds = 60;
   // One line of information for the user (default: "dllm: " + line on stderr).
   std::function<void(const std::string&)> note;
   // Asked before a download starts; false skips it. Unset: download without asking.
@@ -86,7 +91,9 @@ std::string file_url(const Options& opts, const std::string& repo, const std::st
 
 // Downloads url to dest: through dest + ".part" (resumed with a Range request when it exists), under the lock
 // dest + ".lock" (a second process waits and says so), checked against size and sha256 (when not empty), and
-// renamed to dest only then. Every failure throws dllm::Error and leaves no file under dest's name.
+// renamed to dest only then. Every failure throws dllm::Error and leaves no file under dest's name. A file with
+// neither a size nor a sha256 is refused (nothing bounds or checks it); one with a size only is downloaded with a
+// warning, and no digest is recorded beside it.
 void download_file(const Options& opts, const std::string& url, const std::string& dest, uint64_t size,
                    const std::string& sha256);
 

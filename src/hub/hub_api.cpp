@@ -6,12 +6,17 @@
 #include <cctype>
 
 #include "hub/internal.h"
+#include "model/printable.h"
 
 namespace dllm::hub {
 
 namespace {
 
 using nlohmann::json;
+
+// Bounds on one page of a listing (a real page of 1000 files is well under 1 MB, and 3 levels deep).
+constexpr size_t kMaxListingBytes = 16u << 20;
+constexpr int kMaxListingDepth = 16;
 
 // A 64-digit hex sha256 (lower-cased), "" for anything else; accepts a "sha256:" prefix.
 std::string normalize_sha(std::string s) {
@@ -58,6 +63,27 @@ std::string next_link(const Headers& headers) {
   return "";
 }
 
+// True when the JSON text nests arrays and objects deeper than max_depth (strings are skipped). A listing is a
+// list of flat objects: a deep one is hostile (30 million levels would take gigabytes once parsed).
+bool nested_deeper_than(const std::string& text, int max_depth) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) return true;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return false;
+}
+
 std::string escape_segment(const std::string& s) {
   char* e = curl_easy_escape(nullptr, s.c_str(), static_cast<int>(s.size()));
   if (!e) throw Error("cannot encode the URL path segment '" + s + "'");
@@ -69,12 +95,17 @@ std::string escape_segment(const std::string& s) {
 }  // namespace
 
 std::vector<RemoteFile> parse_file_list(const std::string& text, const std::string& what) {
+  if (text.size() > kMaxListingBytes)
+    throw Error("the hub's file list for " + what + " is larger than " + format_bytes(kMaxListingBytes));
+  if (nested_deeper_than(text, kMaxListingDepth))
+    throw Error("the hub's file list for " + what + " is nested deeper than " + std::to_string(kMaxListingDepth) +
+                " levels: not a file list");
   json j = json::parse(text, nullptr, false);
   if (j.is_discarded()) throw Error("the hub's file list for " + what + " is not valid JSON");
   std::vector<RemoteFile> files;
   auto keep = [&](RemoteFile f) {
     if (f.path.empty()) return;
-    if (!safe_relative_path(f.path)) throw Error("the hub's file list for " + what + " has an unsafe path: " + f.path);
+    if (!safe_relative_path(f.path)) throw Error("the hub's file list for " + what + " has an unsafe path: " + shown(f.path));
     files.push_back(std::move(f));
   };
   try {
@@ -98,7 +129,7 @@ std::vector<RemoteFile> list_files(const Options& opts, const std::string& repo)
   std::string url = opts.endpoint + "/api/models/" + repo + "/tree/main?recursive=true";
   for (int page = 0; !url.empty(); ++page) {
     if (page > 1000) throw Error("the hub's file list for " + repo + " does not end");
-    HttpResponse r = http_get(opts, url);
+    HttpResponse r = http_get(opts, url, kMaxListingBytes);
     if (r.status != 200) throw HttpError(http_status_message(r.status, r.headers, r.body, repo, opts), r.status);
     if (looks_like_html(r.headers, r.body))
       throw Error("the hub at " + opts.endpoint + " answered with an HTML page instead of the file list of " + repo +
@@ -106,6 +137,11 @@ std::vector<RemoteFile> list_files(const Options& opts, const std::string& repo)
     auto files = parse_file_list(r.body, repo);
     all.insert(all.end(), files.begin(), files.end());
     url = next_link(r.headers);
+    // The next page must come from the endpoint itself: another host, port or scheme (an http downgrade, a
+    // file: URL) would receive the token, or serve a listing nobody vouched for.
+    if (!url.empty() && origin_of(url) != origin_of(opts.endpoint))
+      throw Error("the hub's file list for " + repo + " points its next page at another address (" + shown(url) +
+                  ") than " + opts.endpoint + ": refused");
   }
   return all;
 }

@@ -44,6 +44,9 @@ class HttpError : public Error {
 
 // "host[:port]" of a URL.
 std::string host_of(const std::string& url);
+// "scheme://host:port" of a URL, lower-cased, with the scheme's default port made explicit ("" when the URL has no
+// scheme): two URLs of the same origin may share credentials, no others.
+std::string origin_of(const std::string& url);
 
 struct HttpResponse {
   long status = 0;

@@ -7,6 +7,7 @@
 #include <regex>
 
 #include "hub/internal.h"
+#include "model/printable.h"
 
 namespace dllm::hub {
 
@@ -68,8 +69,8 @@ std::string describe(const std::vector<const RemoteFile*>& files) {
   for (const RemoteFile* f : files) {
     if (!s.empty()) s += ", ";
     std::string label = quant_label(f->path);
-    s += label.empty() ? f->path + " (" + format_bytes(f->size) + ")"
-                       : label + " (" + f->path + ", " + format_bytes(f->size) + ")";
+    s += label.empty() ? shown(f->path) + " (" + format_bytes(f->size) + ")"
+                       : shown(label) + " (" + shown(f->path) + ", " + format_bytes(f->size) + ")";
   }
   return s;
 }

@@ -1,6 +1,7 @@
 // From an id to a verified local file: the cache first when only a path is wanted (resolve_model), the hub's
 // listing when a pull must check or fetch (pull), and the cache alone when offline, saying so.
 #include "hub/internal.h"
+#include "model/interrupt.h"
 
 namespace dllm::hub {
 
@@ -23,6 +24,8 @@ PullResult cached_only(const ModelId& id, const Options& opts, const std::string
 
 PullResult pull(const ModelId& id, const Options& opts) {
   if (opts.offline) return cached_only(id, opts, "offline mode (HF_HUB_OFFLINE is set)");
+  // Ctrl-C stops the transfer in order: the resumable .part stays, the lock goes, the progress line is erased.
+  InterruptScope interrupt_scope;
   std::vector<RemoteFile> files;
   try {
     files = list_files(opts, id.repo);
@@ -44,6 +47,7 @@ PullResult pull(const ModelId& id, const Options& opts) {
   }
   download_file(opts, file_url(opts, id.repo, r.file.path), r.path, r.file.size, r.file.sha256);
   r.status = PullStatus::kDownloaded;
+  throw_if_interrupted(" after " + r.file.path + " was downloaded and verified");
   return r;
 }
 

@@ -6,12 +6,16 @@
 
 #include "model/error.h"
 #include "model/quant.h"
+#include "model/printable.h"
 
 namespace dllm::model {
 
 const char* supported_architectures() { return "llada, dream"; }
 
 namespace {
+
+// More layers than any released model has (LLaDA-8B: 32, the largest LLMs: under 200).
+constexpr int64_t kMaxLayers = 4096;
 
 [[noreturn]] void invalid(const std::string& what) { throw Error("invalid metadata: " + what); }
 
@@ -39,8 +43,8 @@ std::string shape_string(const int64_t* ne, uint32_t n_dims) {
 int64_t declared_vocab(const gguf::File& f, const std::string& a) {
   if (f.find(a + ".vocab_size")) return positive_key(f, a + ".vocab_size");
   if (const gguf::Value* toks = f.find("tokenizer.ggml.tokens");
-      toks && toks->type == gguf::ValueType::ARRAY && !toks->arr.empty()) {
-    return static_cast<int64_t>(toks->arr.size());
+      toks && toks->type == gguf::ValueType::ARRAY && toks->size() > 0) {
+    return static_cast<int64_t>(toks->size());
   }
   const gguf::TensorInfo* emb = f.find_tensor("token_embd.weight");
   if (!emb) throw Error("required tensor missing: token_embd.weight");
@@ -57,7 +61,7 @@ HParams read_hparams(const gguf::File& f) {
   } else if (hp.arch_name == "dream") {
     hp.arch = Arch::Dream;
   } else {
-    throw Error("unsupported model architecture: " + hp.arch_name + " (supported: " +
+    throw Error("unsupported model architecture: " + shown(hp.arch_name) + " (supported: " +
                 supported_architectures() + ")");
   }
   const std::string a = hp.arch_name + ".";
@@ -67,6 +71,9 @@ HParams read_hparams(const gguf::File& f) {
   hp.n_embd = positive_key(f, a + "embedding_length");
   hp.n_ff = positive_key(f, a + "feed_forward_length");
   hp.n_layer = positive_key(f, a + "block_count");
+  if (hp.n_layer > kMaxLayers)
+    invalid(a + "block_count = " + std::to_string(hp.n_layer) + " is more than " + std::to_string(kMaxLayers) +
+            " layers");
   hp.n_head = positive_key(f, a + "attention.head_count");
   hp.n_head_kv = optional_positive_key(f, a + "attention.head_count_kv", hp.n_head);
   const double eps = f.get_float(a + "attention.layer_norm_rms_epsilon");
@@ -140,6 +147,13 @@ const gguf::TensorInfo* require(const gguf::File& f, const std::string& name, st
 ModelTensors check_tensors(const gguf::File& f, const HParams& hp) {
   const int64_t D = hp.n_embd, Q = hp.q_dim(), KV = hp.kv_dim(), F = hp.n_ff, V = hp.n_vocab;
   ModelTensors m;
+  // block_count sizes the layer list: checked against the tensors the file holds before anything is sized by it.
+  const int64_t per_layer = hp.qkv_bias ? 12 : 9, present = static_cast<int64_t>(f.tensors().size());
+  if (hp.n_layer > present / per_layer) {
+    invalid(hp.arch_name + ".block_count = " + std::to_string(hp.n_layer) + ", but the file holds only " +
+            std::to_string(present) + " tensors (" + std::to_string(hp.n_layer) + " layers need " +
+            std::to_string(per_layer) + " each)");
+  }
   m.token_embd = require(f, "token_embd.weight", {D, V});
   m.layers.resize(static_cast<size_t>(hp.n_layer));
   for (int64_t i = 0; i < hp.n_layer; ++i) {

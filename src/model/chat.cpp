@@ -3,6 +3,7 @@
 
 #include "model/error.h"
 #include "model/pretokenizer.h"
+#include "model/printable.h"
 
 namespace dllm::model {
 
@@ -48,7 +49,7 @@ std::string python_strip(std::string_view text) {
 ChatTemplate chat_template_for_arch(std::string_view arch) {
   if (arch == "llada") return ChatTemplate::LLaDA;
   if (arch == "dream") return ChatTemplate::Dream;
-  throw Error("unsupported model architecture: " + std::string(arch) + " (supported: llada, dream)");
+  throw Error("unsupported model architecture: " + shown(arch) + " (supported: llada, dream)");
 }
 
 std::string render_chat(ChatTemplate tmpl, std::string_view user, std::string_view bos_text) {

@@ -238,7 +238,7 @@ void validate(const GenerateConfig& c, int64_t prompt_length) {
     if (c.dual_cache) throw usage_error("--dual-cache is for LLaDA models only (this model is Dream)");
     if (prompt_length < 1) throw usage_error("the prompt is empty: Dream needs at least one prompt token");
   }
-  if (c.context_length > 0 && prompt_length + c.max_tokens > c.context_length) {
+  if (c.context_length > 0 && c.max_tokens > c.context_length - prompt_length) {  // no overflow, whatever the sizes
     throw usage_error("the canvas of " + std::to_string(prompt_length) + " prompt tokens + --max-tokens " + L +
                       " is longer than the model's context length " + std::to_string(c.context_length));
   }

@@ -17,6 +17,7 @@
 #include <unordered_set>
 
 #include "model/error.h"
+#include "model/printable.h"
 
 namespace dllm::gguf {
 
@@ -28,22 +29,11 @@ constexpr int kMaxArrayDepth = 8;         // nested arrays deeper than this are 
 constexpr uint64_t kMinKvBytes = 8 + 4 + 1;          // key length, value type, smallest value
 constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 4 + 8;  // name length, n_dims, type, offset
 
-// A name from the file for an error message: in single quotes, control bytes as \xNN, cut after 120 bytes.
+// A name from the file for an error message: in single quotes, escaped for a terminal (model/printable.h), cut
+// after 120 bytes.
 std::string quoted(std::string_view s) {
-  constexpr size_t kMax = 120;
-  std::string r(1, '\'');
-  for (size_t i = 0; i < s.size() && i < kMax; ++i) {
-    auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c == 0x7f) {
-      const char* hex = "0123456789abcdef";
-      r += "\\x";
-      r += hex[c >> 4];
-      r += hex[c & 15];
-    } else {
-      r += static_cast<char>(c);
-    }
-  }
-  if (s.size() > kMax) r += "...";
+  std::string r = "'";  // (appended, not "'" + ...: GCC 12 warns falsely about that form)
+  r += escape_text(s, 120);
   r += '\'';
   return r;
 }
@@ -97,6 +87,14 @@ class Cursor {
            std::to_string(size_) + ")" + note);
   }
 
+  // The next n bytes (checked), skipped.
+  const uint8_t* skip(uint64_t n) {
+    need(n);
+    const uint8_t* p = base_ + pos_;
+    pos_ += n;
+    return p;
+  }
+
   template <typename T>
   T read() {
     need(sizeof(T));
@@ -124,24 +122,15 @@ class Cursor {
   uint64_t pos_ = 0;
 };
 
-void read_value(Cursor& c, ValueType t, Value& v, int depth);
+void read_value(Cursor& c, ValueType t, Value& v, int depth, uint64_t& nested_budget);
 
-void read_array(Cursor& c, Value& v, int depth) {
-  if (depth >= kMaxArrayDepth)
-    c.fail(c.what + " nests arrays deeper than " + std::to_string(kMaxArrayDepth) + " levels");
-  uint32_t et = c.read<uint32_t>();
-  if (!valid_value_type(et)) c.fail(c.what + " is an array with invalid element type " + std::to_string(et));
-  v.elem_type = static_cast<ValueType>(et);
-  uint64_t n = c.read<uint64_t>();
-  uint64_t per = min_value_bytes(v.elem_type);
-  if (n > c.left() / per)
-    c.fail(c.what + " is an array of " + std::to_string(n) + " " + value_type_name(v.elem_type) +
-           " elements, longer than the file: only " + std::to_string(c.left()) + " bytes are left");
-  v.arr.resize(n);  // bounded: n * per <= bytes left
-  for (uint64_t k = 0; k < n; ++k) read_value(c, v.elem_type, v.arr[k], depth + 1);
+// Bytes of one element of a fixed-size type (0 for strings and arrays).
+uint64_t scalar_bytes(ValueType t) {
+  return t == ValueType::STRING || t == ValueType::ARRAY ? 0 : min_value_bytes(t);
 }
 
-void read_value(Cursor& c, ValueType t, Value& v, int depth) {
+// Decodes one scalar of type t from its little-endian bytes.
+void decode_scalar(ValueType t, const uint8_t* p, Value& v) {
   v.type = t;
   auto set_unsigned = [&](uint64_t x) {
     v.u = x;
@@ -153,25 +142,61 @@ void read_value(Cursor& c, ValueType t, Value& v, int depth) {
     v.u = x >= 0 ? static_cast<uint64_t>(x) : 0;
     v.f = static_cast<double>(x);
   };
+  auto get = [&](auto x) {
+    std::memcpy(&x, p, sizeof x);
+    return x;
+  };
   switch (t) {
-    case ValueType::U8: set_unsigned(c.read<uint8_t>()); break;
-    case ValueType::I8: set_signed(c.read<int8_t>()); break;
-    case ValueType::U16: set_unsigned(c.read<uint16_t>()); break;
-    case ValueType::I16: set_signed(c.read<int16_t>()); break;
-    case ValueType::U32: set_unsigned(c.read<uint32_t>()); break;
-    case ValueType::I32: set_signed(c.read<int32_t>()); break;
-    case ValueType::U64: set_unsigned(c.read<uint64_t>()); break;
-    case ValueType::I64: set_signed(c.read<int64_t>()); break;
-    case ValueType::F32: v.f = c.read<float>(); break;
-    case ValueType::F64: v.f = c.read<double>(); break;
-    case ValueType::BOOL: {
-      uint8_t b = c.read<uint8_t>();
-      v.u = b != 0;
-      v.i = b != 0;
-      break;
-    }
-    case ValueType::STRING: v.s = c.read_string(); break;
-    case ValueType::ARRAY: read_array(c, v, depth); break;
+    case ValueType::U8: set_unsigned(get(uint8_t{})); break;
+    case ValueType::I8: set_signed(get(int8_t{})); break;
+    case ValueType::U16: set_unsigned(get(uint16_t{})); break;
+    case ValueType::I16: set_signed(get(int16_t{})); break;
+    case ValueType::U32: set_unsigned(get(uint32_t{})); break;
+    case ValueType::I32: set_signed(get(int32_t{})); break;
+    case ValueType::U64: set_unsigned(get(uint64_t{})); break;
+    case ValueType::I64: set_signed(get(int64_t{})); break;
+    case ValueType::F32: v.f = get(float{}); break;
+    case ValueType::F64: v.f = get(double{}); break;
+    case ValueType::BOOL: v.u = v.i = get(uint8_t{}) != 0; break;
+    default: break;
+  }
+}
+
+void read_array(Cursor& c, Value& v, int depth, uint64_t& nested_budget) {
+  if (depth >= kMaxArrayDepth)
+    c.fail(c.what + " nests arrays deeper than " + std::to_string(kMaxArrayDepth) + " levels");
+  uint32_t et = c.read<uint32_t>();
+  if (!valid_value_type(et)) c.fail(c.what + " is an array with invalid element type " + std::to_string(et));
+  v.elem_type = static_cast<ValueType>(et);
+  uint64_t n = c.read<uint64_t>();
+  uint64_t per = min_value_bytes(v.elem_type);
+  if (n > c.left() / per)
+    c.fail(c.what + " is an array of " + std::to_string(n) + " " + value_type_name(v.elem_type) +
+           " elements, longer than the file: only " + std::to_string(c.left()) + " bytes are left");
+  v.count = n;
+  if (const uint64_t size = scalar_bytes(v.elem_type)) {  // scalars: a view of the mapping, nothing allocated
+    v.raw = c.skip(n * size);  // bounded: n * size <= bytes left
+  } else if (v.elem_type == ValueType::STRING) {
+    v.strs.reserve(n);  // 16 bytes per element of at least 8 in the file
+    for (uint64_t k = 0; k < n; ++k) v.strs.push_back(c.read_string());
+  } else {
+    if (n > nested_budget)
+      c.fail(c.what + " holds more than " + std::to_string(kMaxNestedArrayElements) +
+             " nested array elements in all (no model file has that many)");
+    nested_budget -= n;
+    v.arr.resize(n);  // bounded: n * per <= bytes left, and by the budget
+    for (uint64_t k = 0; k < n; ++k) read_value(c, v.elem_type, v.arr[k], depth + 1, nested_budget);
+  }
+}
+
+void read_value(Cursor& c, ValueType t, Value& v, int depth, uint64_t& nested_budget) {
+  v.type = t;
+  if (const uint64_t size = scalar_bytes(t)) {
+    decode_scalar(t, c.skip(size), v);
+  } else if (t == ValueType::STRING) {
+    v.s = c.read_string();
+  } else {
+    read_array(c, v, depth, nested_budget);
   }
 }
 
@@ -194,6 +219,22 @@ const char* value_type_name(ValueType t) {
     case ValueType::F64: return "f64";
   }
   return "invalid";
+}
+
+Value Value::at(size_t k) const {
+  if (type != ValueType::ARRAY || k >= count) throw Error("internal error: metadata array element out of range");
+  if (const uint64_t size = scalar_bytes(elem_type)) {
+    Value e;
+    decode_scalar(elem_type, raw + k * size, e);
+    return e;
+  }
+  if (elem_type == ValueType::STRING) {
+    Value e;
+    e.type = ValueType::STRING;
+    e.s = strs[k];
+    return e;
+  }
+  return arr[k];
 }
 
 bool Value::is_integer() const {
@@ -299,7 +340,11 @@ void File::parse() {
   std::unordered_map<std::string_view, uint64_t> seen_keys;
   seen_keys.reserve(kvs_.capacity());
   const std::string of_kv = " of " + std::to_string(n_kv);
+  uint64_t nested_budget = kMaxNestedArrayElements;
   for (uint64_t k = 0; k < n_kv; ++k) {
+    if (k == kMaxMetadataKeys)
+      c.fail("the header declares " + std::to_string(n_kv) + " metadata keys, more than the " +
+             std::to_string(kMaxMetadataKeys) + " dllm reads (no model file has that many)");
     c.what = "metadata key #" + std::to_string(k) + of_kv;
     KeyValue& kv = kvs_.emplace_back();
     kv.key = c.read_string();
@@ -310,7 +355,7 @@ void File::parse() {
              std::to_string(k) + ")");
     uint32_t t = c.read<uint32_t>();
     if (!valid_value_type(t)) c.fail("metadata key " + quoted(kv.key) + " has invalid value type " + std::to_string(t));
-    read_value(c, static_cast<ValueType>(t), kv.value, 0);
+    read_value(c, static_cast<ValueType>(t), kv.value, 0, nested_budget);
   }
 
   if (const Value* a = find("general.alignment")) {
@@ -327,6 +372,9 @@ void File::parse() {
   tensor_index_.reserve(tensors_.capacity());
   const std::string of_tensors = " of " + std::to_string(n_tensors);
   for (uint64_t k = 0; k < n_tensors; ++k) {
+    if (k == kMaxTensors)
+      c.fail("the header declares " + std::to_string(n_tensors) + " tensors, more than the " +
+             std::to_string(kMaxTensors) + " dllm reads (no model file has that many)");
     TensorInfo& t = tensors_.emplace_back();
     c.what = "tensor info #" + std::to_string(k) + of_tensors;
     t.name = c.read_string();
@@ -428,7 +476,7 @@ namespace {
 [[noreturn]] void wrong_type(std::string_view key, const Value& v, const char* expected) {
   std::string t = value_type_name(v.type);
   if (v.type == ValueType::ARRAY) t = "arr[" + std::string(value_type_name(v.elem_type)) + "]";
-  throw Error("metadata key " + std::string(key) + " has type " + t + ", expected " + expected);
+  throw Error("metadata key " + shown(key) + " has type " + t + ", expected " + expected);
 }
 
 bool is_signed_type(ValueType t) {
@@ -438,7 +486,7 @@ bool is_signed_type(ValueType t) {
 int64_t to_int64(std::string_view key, const Value& v) {
   if (!v.is_integer()) wrong_type(key, v, "an integer");
   if (!is_signed_type(v.type) && v.u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-    throw Error("metadata key " + std::string(key) + " value " + std::to_string(v.u) + " does not fit in int64");
+    throw Error("metadata key " + shown(key) + " value " + std::to_string(v.u) + " does not fit in int64");
   return v.i;
 }
 
@@ -446,7 +494,7 @@ int64_t to_int64(std::string_view key, const Value& v) {
 
 static const Value& require(const File& f, std::string_view key) {
   const Value* v = f.find(key);
-  if (!v) throw Error("required metadata key missing: " + std::string(key));
+  if (!v) throw Error("required metadata key missing: " + shown(key));
   return *v;
 }
 
@@ -454,7 +502,7 @@ uint64_t File::get_uint(std::string_view key) const {
   const Value& v = require(*this, key);
   if (!v.is_integer()) wrong_type(key, v, "an unsigned integer");
   if (is_signed_type(v.type) && v.i < 0)
-    throw Error("metadata key " + std::string(key) + " is " + std::to_string(v.i) + ", expected a non-negative integer");
+    throw Error("metadata key " + shown(key) + " is " + std::to_string(v.i) + ", expected a non-negative integer");
   return v.u;
 }
 
@@ -482,8 +530,7 @@ std::vector<std::string_view> File::get_string_array(std::string_view key) const
   const Value& v = require(*this, key);
   if (v.type != ValueType::ARRAY || v.elem_type != ValueType::STRING) wrong_type(key, v, "arr[str]");
   std::vector<std::string_view> out;
-  out.reserve(v.arr.size());
-  for (const Value& e : v.arr) out.push_back(e.s);
+  return v.strs;
   return out;
 }
 
@@ -493,8 +540,8 @@ std::vector<int64_t> File::get_int_array(std::string_view key) const {
   probe.type = v.elem_type;
   if (v.type != ValueType::ARRAY || !probe.is_integer()) wrong_type(key, v, "an array of integers");
   std::vector<int64_t> out;
-  out.reserve(v.arr.size());
-  for (const Value& e : v.arr) out.push_back(to_int64(key, e));
+  out.reserve(v.size());
+  for (size_t k = 0; k < v.size(); ++k) out.push_back(to_int64(key, v.at(k)));
   return out;
 }
 

@@ -20,7 +20,9 @@ enum class ValueType : uint32_t {
 };
 const char* value_type_name(ValueType t);  // "u32", "str", "arr", ...
 
-// One metadata value. Scalars are widened into the fields below; strings point into the mapping.
+// One metadata value. Scalars are widened into the fields below; strings point into the mapping. Arrays are kept
+// compact, so metadata never takes much more memory than its bytes in the file: an array of scalars stays in the
+// mapping (decoded by at()), an array of strings is a list of views, and only arrays of arrays hold Values.
 struct Value {
   ValueType type = ValueType::U8;
   uint64_t u = 0;          // unsigned integers and bool (0/1)
@@ -28,8 +30,13 @@ struct Value {
   double f = 0;            // F32 / F64 (also set for every integer type)
   std::string_view s;      // STRING
   ValueType elem_type = ValueType::U8;  // ARRAY: type of the elements
-  std::vector<Value> arr;  // ARRAY: the elements (nested arrays allowed)
+  uint64_t count = 0;                   // ARRAY: number of elements
+  const uint8_t* raw = nullptr;         // ARRAY of scalars: the first element's bytes in the mapping
+  std::vector<std::string_view> strs;   // ARRAY of strings: the elements
+  std::vector<Value> arr;               // ARRAY of arrays: the elements (nested arrays allowed)
 
+  size_t size() const { return static_cast<size_t>(count); }  // ARRAY: number of elements
+  Value at(size_t k) const;                                   // ARRAY: element k (k < size())
   bool is_integer() const;
   bool is_float() const { return type == ValueType::F32 || type == ValueType::F64; }
 };
@@ -54,6 +61,12 @@ struct TensorInfo {
   int64_t n_rows() const { return ne[1] * ne[2] * ne[3]; }
   uint64_t row_bytes() const { return static_cast<uint64_t>(ne[0]) / type_info.block_size * type_info.type_size; }
 };
+
+// Bounds past which a file is refused with a clear error rather than parsed: far beyond any real model (LLaDA-8B
+// has about 40 keys and 291 tensors), they keep the memory the metadata takes to a few tens of MB.
+inline constexpr uint64_t kMaxMetadataKeys = 65536;
+inline constexpr uint64_t kMaxTensors = 262144;
+inline constexpr uint64_t kMaxNestedArrayElements = 65536;  // elements of arrays of arrays, in all
 
 class File {
  public:

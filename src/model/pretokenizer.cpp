@@ -31,6 +31,7 @@
 #include <string>
 
 #include "model/error.h"
+#include "model/printable.h"
 
 namespace dllm::model {
 
@@ -124,7 +125,7 @@ const char* supported_pre_tokenizers() {
 PreTokenizerInfo pre_tokenizer_info(std::string_view name) {
   for (const NameEntry& e : kNames)
     if (name == e.name) return e.info;
-  throw Error("unknown pre-tokenizer '" + std::string(name) + "' (tokenizer.ggml.pre); supported: " +
+  throw Error("unknown pre-tokenizer '" + shown(name) + "' (tokenizer.ggml.pre); supported: " +
               supported_pre_tokenizers());
 }
 

@@ -12,6 +12,7 @@
 
 #include "model/error.h"
 #include "model/pretokenizer.h"
+#include "model/printable.h"
 
 namespace dllm::model {
 
@@ -156,6 +157,10 @@ struct Merge {
 
 // ---- state that is not part of the public shape ----------------------------------------------
 
+// The longest special token (control, user-defined, unknown) a vocabulary may hold: each is looked for at every
+// byte of a prompt. Real ones are under 100 bytes.
+constexpr size_t kMaxSpecialTokenBytes = 1024;
+
 struct Tokenizer::Impl {
   std::unique_ptr<PreTokenizer> pretok;
   TextIndex text_to_id;  // views into tokens_[i].text
@@ -163,12 +168,10 @@ struct Tokenizer::Impl {
   std::array<int32_t, 256> byte_token{};                     // token of each raw byte, -1 if none
 
   // Tokens matched in the text before pre-tokenisation (control, user-defined, unknown), in
-  // llama.cpp's priority order: longer text first (ties: lower id). A trie finds them in the text.
-  struct TrieNode {
-    std::vector<std::pair<unsigned char, int32_t>> kids;  // sorted by byte
-    int32_t token = -1;
-  };
-  std::vector<TrieNode> trie{TrieNode{}};
+  // llama.cpp's priority order: longer text first (ties: lower id). They are found in the text through their
+  // ids sorted by text (4 bytes per token, nothing per byte: a trie node per byte took 100 bytes per byte), by
+  // narrowing the range of texts that share the prefix read so far.
+  std::vector<int32_t> special_by_text;
   std::vector<int32_t> special_priority;  // token id -> rank in the priority order (-1: not special)
   std::vector<int32_t> specials;          // rank -> token id
   std::array<bool, 256> special_first{};  // bytes that start some special token
@@ -184,7 +187,7 @@ struct Tokenizer::Impl {
 Tokenizer::Tokenizer(const gguf::File& file) : impl_(std::make_unique<Impl>()) {
   const std::string_view model = file.get_string("tokenizer.ggml.model");
   if (model != "gpt2")
-    throw Error("unsupported tokenizer model '" + std::string(model) +
+    throw Error("unsupported tokenizer model '" + shown(model) +
                 "' (tokenizer.ggml.model); dllm supports gpt2 (byte-level BPE)");
   pre_name_ = std::string(file.get_string("tokenizer.ggml.pre"));
   const PreTokenizerInfo info = pre_tokenizer_info(pre_name_);
@@ -222,7 +225,7 @@ void Tokenizer::load_tokens(const gguf::File& file) {
     t.attr = types.empty() ? kAttrNormal : attr_from_type(types[i]);
     const int32_t other = impl_->text_to_id.insert(t.text, static_cast<int32_t>(i));
     if (other >= 0)
-      throw Error("duplicate token in tokenizer.ggml.tokens: '" + t.text + "' has ids " +
+      throw Error("duplicate token in tokenizer.ggml.tokens: '" + shown(t.text) + "' has ids " +
                   std::to_string(other) + " and " + std::to_string(i));
   }
   for (std::string_view text : kForcedControlTexts) {
@@ -258,24 +261,18 @@ void Tokenizer::load_tokens(const gguf::File& file) {
   impl_->specials = specials;
   for (size_t r = 0; r < specials.size(); ++r) {
     const int32_t id = specials[r];
-    impl_->special_priority[id] = static_cast<int32_t>(r);
     const std::string& text = tokens_[id].text;
+    // Matching costs up to a special token's length at every byte of a prompt: the length is bounded.
+    if (text.size() > kMaxSpecialTokenBytes)
+      throw Error("special token " + std::to_string(id) + " in tokenizer.ggml.tokens is " +
+                  std::to_string(text.size()) + " bytes long (at most " + std::to_string(kMaxSpecialTokenBytes) +
+                  "): '" + shown(text, 40) + "'");
+    impl_->special_priority[id] = static_cast<int32_t>(r);
     impl_->special_first[static_cast<unsigned char>(text[0])] = true;
-    size_t node = 0;
-    for (unsigned char c : text) {
-      auto& kids = impl_->trie[node].kids;
-      auto it = std::lower_bound(kids.begin(), kids.end(), c, [](const auto& k, unsigned char v) { return k.first < v; });
-      if (it != kids.end() && it->first == c) {
-        node = static_cast<size_t>(it->second);
-      } else {
-        const auto child = static_cast<int32_t>(impl_->trie.size());
-        kids.insert(it, {c, child});
-        impl_->trie.emplace_back();
-        node = static_cast<size_t>(child);
-      }
-    }
-    impl_->trie[node].token = id;
   }
+  impl_->special_by_text = specials;
+  std::sort(impl_->special_by_text.begin(), impl_->special_by_text.end(),
+            [&](int32_t x, int32_t y) { return tokens_[x].text < tokens_[y].text; });
 }
 
 void Tokenizer::load_merges(const gguf::File& file) {
@@ -287,16 +284,16 @@ void Tokenizer::load_merges(const gguf::File& file) {
     const std::string_view m = merges[r];
     const size_t sp = m.size() > 1 ? m.find(' ', 1) : std::string_view::npos;
     auto fail = [&](const std::string& why) {
-      return Error("merge " + std::to_string(r) + " '" + std::string(m) + "' in tokenizer.ggml.merges " + why);
+      return Error("merge " + std::to_string(r) + " '" + shown(m) + "' in tokenizer.ggml.merges " + why);
     };
     if (sp == std::string_view::npos || sp + 1 >= m.size()) throw fail("is not two tokens separated by a space");
     const std::string_view left = m.substr(0, sp), right = m.substr(sp + 1);
     const int32_t l = find(left), rt = find(right);
-    if (l < 0) throw fail("names unknown token '" + std::string(left) + "'");
-    if (rt < 0) throw fail("names unknown token '" + std::string(right) + "'");
+    if (l < 0) throw fail("names unknown token '" + shown(left) + "'");
+    if (rt < 0) throw fail("names unknown token '" + shown(right) + "'");
     joined.assign(left).append(right);
     const int32_t res = find(joined);
-    if (res < 0) throw fail("makes '" + joined + "', which is not in tokenizer.ggml.tokens");
+    if (res < 0) throw fail("makes '" + shown(joined) + "', which is not in tokenizer.ggml.tokens");
     impl_->merges.emplace(Impl::key(l, rt), Merge{static_cast<int32_t>(r), res});  // first rank wins
   }
 }
@@ -373,15 +370,21 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special
   const auto* s = reinterpret_cast<const unsigned char*>(text.data());
   for (size_t p = 0; p < text.size(); ++p) {
     if (!impl_->special_first[s[p]]) continue;
-    size_t node = 0;
-    for (size_t q = p; q < text.size(); ++q) {
-      const auto& kids = impl_->trie[node].kids;
-      auto it = std::lower_bound(kids.begin(), kids.end(), s[q], [](const auto& k, unsigned char v) { return k.first < v; });
-      if (it == kids.end() || it->first != s[q]) break;
-      node = static_cast<size_t>(it->second);
-      const int32_t id = impl_->trie[node].token;
-      if (id >= 0 && (parse_special || !(tokens_[id].attr & (kAttrControl | kAttrUnknown))))
-        hits.push_back({impl_->special_priority[id], p});
+    // [lo, hi): the special tokens (sorted by text) whose first d bytes are text[p, p + d). A text of exactly
+    // d bytes sorts first in that range: it occurs at p.
+    const std::vector<int32_t>& sorted = impl_->special_by_text;
+    auto lo = sorted.begin(), hi = sorted.end();
+    for (size_t d = 0; lo != hi; ++d) {
+      if (tokens_[*lo].text.size() == d) {
+        const int32_t id = *lo++;
+        if (parse_special || !(tokens_[id].attr & (kAttrControl | kAttrUnknown)))
+          hits.push_back({impl_->special_priority[id], p});
+      }
+      if (p + d >= text.size()) break;
+      const unsigned char c = s[p + d];
+      auto byte_at = [&](int32_t id) { return static_cast<unsigned char>(tokens_[id].text[d]); };
+      lo = std::lower_bound(lo, hi, c, [&](int32_t id, unsigned char v) { return byte_at(id) < v; });
+      hi = std::upper_bound(lo, hi, c, [&](unsigned char v, int32_t id) { return v < byte_at(id); });
     }
   }
 

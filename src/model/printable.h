@@ -1,0 +1,19 @@
+// Untrusted text (GGUF metadata, token texts, hub file names, URLs) on its way to a terminal: one helper, used by
+// error messages, hub messages and `inspect`, so no file or server can move the cursor, retitle the window,
+// reorder what follows (bidi overrides) or flood the screen.
+#pragma once
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace dllm {
+
+// The text with \" \\ \n \t \r escaped, other C0 control bytes, DEL and bytes of invalid UTF-8 as \xNN, and the
+// characters a terminal or a text layout acts on (C1 controls U+0080..U+009F, bidi marks and overrides, line and
+// paragraph separators) as \uNNNN; cut after about `max` input bytes, at a character boundary, with "...".
+std::string escape_text(std::string_view s, size_t max);
+
+// For messages: escape_text cut at 200 bytes, saying how long the whole was ("... (102400 bytes)").
+std::string shown(std::string_view s, size_t max = 200);
+
+}  // namespace dllm
