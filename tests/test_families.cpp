@@ -107,10 +107,14 @@ TEST_P(FamilyGenerations, SameTokensOnEveryFamily) {
     SCOPED_TRACE(file);
     const std::vector<int32_t> base = greedy(c, jit::Isa::Portable);
     ASSERT_EQ(base.size(), c.expected.size());
-    for (jit::Isa isa : other_families()) EXPECT_EQ(greedy(c, isa), base) << jit::isa_name(isa);
+    for (jit::Isa isa : other_families()) {
+      EXPECT_EQ(greedy(c, isa), base) << jit::isa_name(isa);
+    }
     // Against the fixture: the F32 models (whose matrices take the reference path) must match it; the
     // quantized ones quantize activations as llama.cpp does and match it in most cases (recorded).
-    if (c.model_file.find("F32") != std::string::npos) EXPECT_EQ(base, c.expected) << "portable vs the fixture";
+    if (c.model_file.find("F32") != std::string::npos) {
+      EXPECT_EQ(base, c.expected) << "portable vs the fixture";
+    }
     RecordProperty(test::test_label(file), base == c.expected ? "matches the fixture" : "differs");
     ++cases;
   }
