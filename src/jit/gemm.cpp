@@ -21,34 +21,37 @@ void check_operands(const QuantMatrix& w, const QuantizedActs& a) {
 
 // The portable family: the kernels' float contract (kernel_order.h) in plain C++, one output at a time.
 void gemm_portable(const QuantMatrix& w, const QuantizedActs& a, float* y, ThreadPool& pool) {
-  if (w.type != GgmlType::Q4_K && w.type != GgmlType::Q6_K && w.type != GgmlType::Q8_0)
-    throw Error(std::string("gemm: no kernel for ") + ggml_type_name(w.type) + " weights");
+  // The dot of one weight row with one activation row, chosen once per call.
+  float (*dot)(int64_t, const void*, const void*) = nullptr;
+  switch (w.type) {
+    case GgmlType::Q4_K:
+      dot = [](int64_t k, const void* wr, const void* act) {
+        return kernel_order_dot_q4_K(k, static_cast<const quant::BlockQ4_K*>(wr),
+                                     static_cast<const quant::BlockQ8_K*>(act));
+      };
+      break;
+    case GgmlType::Q6_K:
+      dot = [](int64_t k, const void* wr, const void* act) {
+        return kernel_order_dot_q6_K(k, static_cast<const quant::BlockQ6_K*>(wr),
+                                     static_cast<const quant::BlockQ8_K*>(act));
+      };
+      break;
+    case GgmlType::Q8_0:
+      dot = [](int64_t k, const void* wr, const void* act) {
+        return kernel_order_dot_q8_0(k, static_cast<const quant::BlockQ8_0*>(wr),
+                                     static_cast<const quant::BlockQ8_0*>(act));
+      };
+      break;
+    default: throw Error(std::string("gemm: no kernel for ") + ggml_type_name(w.type) + " weights");
+  }
   const size_t row_bytes = w.src_row_bytes();
   const int64_t chunk = 16;
   const int64_t n_chunks = (w.n + chunk - 1) / chunk;
   pool.parallel_for(n_chunks * a.rows, [&](int64_t item, int) {
     const int64_t r = item / n_chunks, c = item % n_chunks;
     const void* act = a.row_blocks(r);
-    for (int64_t n = c * chunk; n < std::min(w.n, (c + 1) * chunk); ++n) {
-      const void* wr = w.src + n * row_bytes;
-      float v = 0;
-      switch (w.type) {
-        case GgmlType::Q4_K:
-          v = kernel_order_dot_q4_K(w.k, static_cast<const quant::BlockQ4_K*>(wr),
-                                    static_cast<const quant::BlockQ8_K*>(act));
-          break;
-        case GgmlType::Q6_K:
-          v = kernel_order_dot_q6_K(w.k, static_cast<const quant::BlockQ6_K*>(wr),
-                                    static_cast<const quant::BlockQ8_K*>(act));
-          break;
-        case GgmlType::Q8_0:
-          v = kernel_order_dot_q8_0(w.k, static_cast<const quant::BlockQ8_0*>(wr),
-                                    static_cast<const quant::BlockQ8_0*>(act));
-          break;
-        default: break;  // refused before the loop
-      }
-      y[r * w.n + n] = v;
-    }
+    for (int64_t n = c * chunk; n < std::min(w.n, (c + 1) * chunk); ++n)
+      y[r * w.n + n] = dot(w.k, w.src + n * row_bytes, act);
   });
 }
 
