@@ -16,7 +16,7 @@ bool jit_supports(GgmlType type) {
   return type == GgmlType::Q4_K || type == GgmlType::Q6_K || type == GgmlType::Q8_0;
 }
 
-CpuExecutor::CpuExecutor(ThreadPool& pool, Isa isa) : pool_(pool), isa_(isa), reference_(pool) {}
+CpuExecutor::CpuExecutor(ThreadPool& pool, Isa isa) : Executor(&pool), pool_(pool), isa_(isa), reference_(pool) {}
 
 CpuExecutor::~CpuExecutor() = default;
 

@@ -1,27 +1,66 @@
-// The executor interface: the few heavy operations the forward pass (forward.cpp) asks of a backend.
-// At load the model hands each weight matrix to prepare_weight() once; per step it multiplies f32
-// activation rows by prepared weights, runs bidirectional attention over the canvas, and sends the rows
-// the sampler reads through the LM head. Element-wise work (embedding lookup, RMSNorm, RoPE, SwiGLU,
-// residuals) stays in forward.cpp.
+// The executor interface: what the forward program (forward.cpp, with one layer builder per architecture)
+// asks of a backend. At load the model hands each weight matrix to prepare_weight() and each norm weight
+// or bias to prepare_vector() once. Per step the program runs a handful of fused operations over a
+// batch of rows (the computed positions of every sequence in the step, concatenated) held in
+// executor-owned activation buffers that live across steps: embedding, norm + shared matmul, keys and
+// values into a sequence's store (bias + RoPE), attention per sequence (bias + RoPE on the queries),
+// matmul + residual, SwiGLU + matmul + residual, row gathers, and final norm + LM head on chosen rows.
+// Only the logits leave the executor.
 //
-// Implementations: ReferenceExecutor (reference_executor.h: portable C++, the oracle of every test),
-// and later a JIT CPU executor and a GPU executor in src/jit. Nothing here knows which one runs.
+// Executor implements every operation on host memory from four primitives a CPU backend overrides
+// (matmul, matmul_shared, attention, lm_head); a device backend (the GPU) overrides the operations
+// themselves, so its activations and key/value stores stay on the device. Every operation works row by
+// row: a row's result never depends on the other rows in the batch, which is what makes a sequence's
+// logits bit-identical alone or batched.
+//
+// Implementations: ReferenceExecutor (reference_executor.h: portable C++, the oracle of every test), the
+// JIT CPU executor and the GPU executor in src/jit. Nothing here knows which one runs.
 #pragma once
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <string>
 
+#include "model/arch.h"
 #include "model/gguf.h"
+
+namespace dllm {
+class ThreadPool;
+}
 
 namespace dllm::model {
 
-struct HParams;
-struct ForwardWeights;
-struct ForwardRequest;
 
 // Opaque handle of a prepared weight; only the executor that returned it knows what it refers to.
 struct WeightHandle {
   int32_t index = -1;
   bool valid() const { return index >= 0; }
+};
+
+// Opaque handle of a prepared vector (a norm weight or a bias); invalid = none (no bias).
+struct VectorHandle {
+  int32_t index = -1;
+  bool valid() const { return index >= 0; }
+};
+
+// An executor-owned f32 activation buffer [rows, cols] row-major. The forward program names a few slots
+// (Slot below); the executor keeps each slot's memory across steps and grows it on demand.
+struct Act {
+  int32_t slot = -1;
+};
+
+// Executor-owned keys and values of one sequence: `layers` layers of `positions` rows of kv_dim floats,
+// bias and RoPE applied. Opened per sequence (the dual cache keeps one across steps), closed when done.
+struct KvHandle {
+  int32_t index = -1;
+  bool valid() const { return index >= 0; }
+};
+
+// RoPE as the forward program applies it to queries and keys (algorithms.md 1.4.4).
+struct RopeSpec {
+  RopeStyle style{};
+  int64_t n_rot = 0;    // leading dims of a head that rotate
+  float base = 10000;   // freq_base
 };
 
 // Geometry of one attention call. Query rows and key/value rows are separate so that a caller can ask
@@ -36,7 +75,7 @@ struct AttentionShape {
 
 class Executor {
  public:
-  virtual ~Executor() = default;
+  virtual ~Executor();
 
   // Short name for diagnostics ("reference", ...).
   virtual std::string name() const = 0;
@@ -64,19 +103,61 @@ class Executor {
   virtual void attention(const AttentionShape& shape, const float* q, int64_t n_q, const float* k,
                          const float* v, int64_t n_kv, float* out) = 0;
 
-  // A backend that runs the whole forward pass itself (the GPU: weights, activations and caches stay on the
-  // device, only the requested logits come back) does it here and returns true; false (the default, and for
-  // requests it does not take) lets forward.cpp drive the pass through the operations above.
-  virtual bool run_forward(const HParams& hp, const ForwardWeights& weights, const ForwardRequest& request) {
-    return false;
-  }
-
   // The LM head: `rows` final-normed rows [rows, D] times the output weight -> logits [rows, n_vocab].
   // The caller passes only the rows it needs logits for. Same contract as matmul; a backend may
   // override it (the vocabulary projection is the largest matrix of all).
   virtual void lm_head(WeightHandle output, const float* x, int64_t rows, float* logits) {
     matmul(output, x, rows, logits);
   }
+
+  // --- the operations of the forward program (default: host memory, through the primitives above) ---
+
+  // Load time: a 1-D f32 vector the operations below read (norm weights, biases).
+  virtual VectorHandle prepare_vector(std::span<const float> v);
+  // The f32 values of a vector prepared by the default prepare_vector (empty for an invalid handle).
+  std::span<const float> host_vector(VectorHandle v) const;
+  // The buffer of `slot` with room for [rows, cols] (contents kept only while the shape fits).
+  virtual Act activation(int32_t slot, int64_t rows, int64_t cols);
+  // x[i] = row ids[i] of the embedding table, dequantised (rows of the file's mapping).
+  virtual void embed(const gguf::TensorInfo& table, std::span<const int32_t> ids, Act x);
+  // ys[i][r] = rmsnorm(x[r]) * norm  times ws[i], for r < rows (norm in double as forward.h says).
+  virtual void norm_matmul(Act x, int64_t rows, VectorHandle norm, float eps, const WeightHandle* ws,
+                           const Act* ys, int n);
+  // y[r] += x[r] times w, r < rows (the residual added in f32).
+  virtual void matmul_add(WeightHandle w, Act x, int64_t rows, Act y);
+  // y[r] += (silu(gate[r]) * up[r]) times w, r < rows (silu and product in f32); gate is overwritten.
+  virtual void swiglu_matmul_add(WeightHandle w, Act gate, Act up, int64_t rows, Act y);
+  // dst[i] = src[rows[i]].
+  virtual void gather(Act src, std::span<const int64_t> rows, Act dst);
+  // Keys and values of a sequence's store.
+  virtual KvHandle kv_open(int64_t layers, int64_t positions, int64_t kv_dim);
+  virtual void kv_close(KvHandle kv);
+  // Stores rows [row0, row0 + rows) of k and v as positions [pos0, pos0 + rows) of layer `layer`:
+  // bias (when valid) then RoPE at those positions on the keys, bias on the values.
+  virtual void kv_store(KvHandle kv, int64_t layer, Act k, Act v, int64_t row0, int64_t rows, int64_t pos0,
+                        VectorHandle bk, VectorHandle bv, const RopeSpec& rope, const AttentionShape& shape);
+  // out rows [row0, row0 + positions.size()) = attention of q's same rows (bias then RoPE at `positions`
+  // applied first; q is overwritten) over positions [0, n_kv) of layer `layer` of the store.
+  virtual void attend(KvHandle kv, int64_t layer, int64_t n_kv, Act q, int64_t row0,
+                      std::span<const int64_t> positions, VectorHandle bq, const RopeSpec& rope,
+                      const AttentionShape& shape, Act out);
+  // logits (host, [rows, n_vocab]) = rmsnorm(x[r]) * norm through the LM head, r < rows.
+  virtual void final_logits(WeightHandle output, Act x, int64_t rows, VectorHandle norm, float eps,
+                            float* logits);
+
+ protected:
+  // The host operations' thread pool (element-wise work); executors that keep the defaults set it.
+  explicit Executor(ThreadPool* pool = nullptr);
+
+ private:
+  struct HostState;
+  HostState& host();
+  ThreadPool* host_pool_ = nullptr;
+  std::unique_ptr<HostState> host_;
+
+ public:
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
 };
 
 }  // namespace dllm::model

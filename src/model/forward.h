@@ -13,31 +13,39 @@
 
 #include "model/arch.h"
 #include "model/executor.h"
-#include "model/thread_pool.h"
 
 namespace dllm::model {
 
-// The weights of one model, prepared for one executor. 1-D tensors (norm weights, biases: a few
-// thousand values each) are decoded to f32 here; matrices stay with the executor.
+// The weights of one model, prepared for one executor: matrices (prepare_weight) and 1-D tensors (norm
+// weights, biases: decoded to f32 and handed to prepare_vector) stay with the executor.
 struct ForwardWeights {
   struct Layer {
-    std::vector<float> attn_norm, ffn_norm;
-    std::vector<float> bq, bk, bv;  // empty when the architecture has no Q/K/V biases
+    VectorHandle attn_norm, ffn_norm;
+    VectorHandle bq, bk, bv;  // invalid when the architecture has no Q/K/V biases
     WeightHandle wq, wk, wv, wo, ffn_gate, ffn_up, ffn_down;
   };
   const gguf::TensorInfo* token_embd = nullptr;  // rows are dequantized on lookup
-  std::vector<float> output_norm;
+  VectorHandle output_norm;
   WeightHandle output;
   std::vector<Layer> layers;
 };
 
 ForwardWeights prepare_forward_weights(const HParams& hp, const ModelTensors& tensors, Executor& executor);
 
-// Keys (after RoPE) and values of every canvas position in every layer, kept for LLaDA's dual cache
-// (algorithms.md 3.12): k[l] and v[l] are [n, kv_dim] row-major.
-struct KVCache {
+// Keys (after RoPE) and values of every canvas position in every layer, kept by the executor for LLaDA's
+// dual cache (algorithms.md 3.12): one per sequence, released when it is destroyed or reset.
+class KVCache {
+ public:
+  KVCache() = default;
+  ~KVCache() { reset(); }
+  KVCache(const KVCache&) = delete;
+  KVCache& operator=(const KVCache&) = delete;
+  void reset();  // frees the executor's store
+  bool empty() const { return n == 0; }
+
   int64_t n = 0;  // canvas length the cache was filled for; 0 = empty
-  std::vector<std::vector<float>> k, v;
+  KvHandle handle;
+  Executor* owner = nullptr;
 };
 
 // How a pass uses a KVCache.
@@ -48,11 +56,11 @@ enum class CacheMode {
            // other positions; their own keys/values overwrite the cache's (approximate by design)
 };
 
-// One forward pass. tokens: the whole canvas (token i sits at position i). logit_rows: canvas positions
-// whose raw logits are wanted, in the order they are written to `logits` ([logit_rows.size(), n_vocab],
-// row-major); any order, repeats allowed. Logits are raw rows: Dream's shift is the sampler's business.
-// With CacheMode::Reuse the logit rows must lie in [row_begin, row_end) and the cache must have been
-// filled for a canvas of the same length.
+// One sequence's part of a forward pass. tokens: its whole canvas (token i sits at position i).
+// logit_rows: canvas positions whose raw logits are wanted, in the order they are written to `logits`
+// ([logit_rows.size(), n_vocab], row-major); any order, repeats allowed. Logits are raw rows: Dream's
+// shift is the sampler's business. With CacheMode::Reuse the logit rows must lie in [row_begin, row_end)
+// and the cache must have been filled for a canvas of the same length.
 struct ForwardRequest {
   std::span<const int32_t> tokens;
   std::span<const int64_t> logit_rows;
@@ -66,7 +74,13 @@ struct ForwardRequest {
 // vocabulary or a row outside the canvas (messages name the offending value and its position).
 void check_canvas(const HParams& hp, std::span<const int32_t> tokens, std::span<const int64_t> logit_rows);
 
-void forward(const HParams& hp, const ForwardWeights& weights, Executor& executor, ThreadPool& pool,
-             const ForwardRequest& request);
+// One forward pass over a batch of sequences: every sequence's computed rows go through each operation
+// together (one GEMM per weight for the whole batch), attention runs per sequence over its own keys and
+// values. A sequence's logits are bit-identical whichever other sequences share the batch (every operation
+// works row by row). Checks every request first (check_canvas and the cache's rules; dllm::Error).
+void forward_batch(const HParams& hp, const ForwardWeights& weights, Executor& executor,
+                   std::span<const ForwardRequest> requests);
+// One sequence.
+void forward(const HParams& hp, const ForwardWeights& weights, Executor& executor, const ForwardRequest& request);
 
 }  // namespace dllm::model

@@ -1,6 +1,5 @@
-// The generation loop (generate.h): canvas, LLaDA's blocks (with threshold and dual cache) and Dream's
-// timestep schedule, the rows each step asks the model for (algorithms.md section 6), the exact early
-// stop (5.3), cancellation between steps, and one StepEvent per step for the caller's renderers.
+// One sequence against a LogitSource (generate.h): the Sequence state machine (sequence.h) asks for the
+// rows of each step, this loop runs the pass it names. Also the settings' checks and the answer rules.
 #include "model/generate.h"
 
 #include <algorithm>
@@ -8,198 +7,16 @@
 
 #include "model/error.h"
 #include "model/model.h"
+#include "model/sequence.h"
 #include "model/thread_pool.h"
 
 namespace dllm::model {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
 bool is_stop(int32_t t, std::span<const int32_t> stop_ids) {
   return std::find(stop_ids.begin(), stop_ids.end(), t) != stop_ids.end();
 }
-
-// State shared by both architectures' loops.
-class Loop {
- public:
-  Loop(LogitSource& src, const GenerateConfig& cfg, std::span<const int32_t> prompt, const GenerateHooks& hooks)
-      : src_(src), cfg_(cfg), hooks_(hooks), V_(src.n_vocab()) {
-    res_.prompt_length = static_cast<int64_t>(prompt.size());
-    res_.canvas.assign(prompt.begin(), prompt.end());
-    res_.canvas.resize(prompt.size() + static_cast<size_t>(cfg.max_tokens), cfg.mask_id);
-    res_.total_steps = cfg.effective_steps();
-  }
-
-  GenerateResult run() {
-    const auto t0 = Clock::now();
-    if (cfg_.arch == Arch::LLaDA) run_llada();
-    else run_dream();
-    res_.total_ms = ms_since(t0);
-    return std::move(res_);
-  }
-
- private:
-  int64_t P() const { return res_.prompt_length; }
-  int64_t n() const { return static_cast<int64_t>(res_.canvas.size()); }
-
-  std::vector<int64_t> masked_in(int64_t lo, int64_t hi) const {
-    std::vector<int64_t> out;
-    for (int64_t j = lo; j < hi; ++j)
-      if (res_.canvas[static_cast<size_t>(j)] == cfg_.mask_id) out.push_back(j);
-    return out;
-  }
-  int64_t masked_left() const {
-    return std::count(res_.canvas.begin() + P(), res_.canvas.end(), cfg_.mask_id);
-  }
-  bool cancelled() {
-    if (hooks_.cancel && hooks_.cancel->load()) res_.cancelled = true;
-    return res_.cancelled;
-  }
-
-  enum class Pass { Exact, Refresh, Cached };
-
-  // One forward pass for the candidate positions C and their proposals. `row_of(j)` is the raw row that
-  // position j is sampled from (j for LLaDA, j-1 for Dream).
-  template <class RowOf, class Propose>
-  std::vector<Candidate> score(const std::vector<int64_t>& C, Pass pass, int64_t begin, int64_t end, RowOf row_of,
-                               Propose propose) {
-    std::vector<int64_t> rows;
-    if (cfg_.full_logits) {
-      rows.resize(static_cast<size_t>(n()));
-      for (int64_t r = 0; r < n(); ++r) rows[static_cast<size_t>(r)] = r;
-    } else {
-      for (int64_t j : C) rows.push_back(row_of(j));
-    }
-    logits_.resize(rows.size() * static_cast<size_t>(V_));
-    switch (pass) {
-      case Pass::Exact: src_.forward(res_.canvas, rows, logits_.data()); break;
-      case Pass::Refresh: src_.forward_refresh(res_.canvas, rows, logits_.data()); break;
-      case Pass::Cached: src_.forward_cached(res_.canvas, begin, end, rows, logits_.data()); break;
-    }
-    ++res_.forward_passes;
-    std::vector<Candidate> cand(C.size());
-    auto one = [&](int64_t c, int) {
-      const int64_t j = C[static_cast<size_t>(c)];
-      const int64_t r = cfg_.full_logits ? row_of(j) : c;
-      cand[static_cast<size_t>(c)] = Candidate{j, propose(logits_.data() + r * V_, j)};
-    };
-    if (hooks_.pool && C.size() > 1) {
-      hooks_.pool->parallel_for(static_cast<int64_t>(C.size()), one);
-    } else {
-      for (size_t c = 0; c < C.size(); ++c) one(static_cast<int64_t>(c), 0);
-    }
-    return cand;
-  }
-
-  // Commits the chosen candidates, reports the step, and applies the early stop. Returns true to stop.
-  bool finish_step(StepEvent ev, const std::vector<Candidate>& cand, const std::vector<size_t>& chosen,
-                   Clock::time_point t0, bool last_step) {
-    committed_.clear();
-    for (size_t i : chosen) {
-      const Candidate& c = cand[i];
-      res_.canvas[static_cast<size_t>(c.position)] = c.proposal.token;
-      committed_.push_back(c.position);
-    }
-    res_.committed += static_cast<int64_t>(committed_.size());
-    ev.committed = committed_;
-    ev.total_steps = res_.total_steps;
-    ev.masked_left = masked_left();
-    ev.canvas = res_.canvas;
-    ev.prompt_length = P();
-    ev.ms = ms_since(t0);
-    ++res_.steps_run;
-    res_.step_ms.push_back(ev.ms);
-    if (!ev.skipped) res_.forward_ms += ev.ms;
-    if (hooks_.on_step) hooks_.on_step(ev);
-    if (ev.skipped || !cfg_.early_stop) return false;
-    if (!answer_is_final(res_.canvas, P(), cfg_.mask_id, cfg_.stop_ids)) return false;
-    res_.stopped_early = ev.masked_left > 0 && !last_step;
-    return true;
-  }
-
-  void run_llada() {
-    const int64_t L = cfg_.max_tokens, B = cfg_.block_length, N = cfg_.effective_steps();
-    const int64_t nb = L / B, S = N / nb;
-    const Remasking rm = cfg_.remasking;
-    for (int64_t b = 0; b < nb; ++b) {
-      const int64_t s = P() + b * B, e = s + B;
-      const int64_t block_masked = static_cast<int64_t>(masked_in(s, e).size());
-      bool refreshed = false;
-      for (int64_t i = 0; i < S; ++i) {
-        if (cancelled()) return;
-        const auto t0 = Clock::now();
-        const int64_t step = b * S + i;
-        // Candidates: masked positions up to the block's end (3.3); with the dual cache only the block's
-        // rows are recomputed, so only they can be candidates.
-        const std::vector<int64_t> C = masked_in(cfg_.dual_cache ? s : P(), e);
-        if (C.empty()) break;  // the block is complete: its remaining steps have nothing to do
-        StepEvent ev;
-        ev.step = step;
-        ev.block = b;
-        ev.scheduled = llada_step_count(block_masked, S, i);
-        const bool last = b == nb - 1 && i == S - 1;
-        if (ev.scheduled == 0 && cfg_.threshold <= 0) {  // commits nothing: skipped exactly (6.3)
-          ev.skipped = true;
-          finish_step(ev, {}, {}, t0, last);
-          continue;
-        }
-        Pass pass = Pass::Exact;
-        if (cfg_.dual_cache) pass = refreshed ? Pass::Cached : Pass::Refresh;
-        ev.cached = pass == Pass::Cached;
-        const uint64_t ustep = static_cast<uint64_t>(step);
-        auto cand = score(
-            C, pass, s, e, [](int64_t j) { return j; },
-            [&](const float* row, int64_t j) {
-              return llada_propose(row, V_, cfg_.temperature, rm, cfg_.seed, ustep, j);
-            });
-        refreshed = true;
-        const auto chosen = select_candidates(cand, ev.scheduled, cfg_.threshold);
-        if (finish_step(ev, cand, chosen, t0, last)) return;
-      }
-    }
-  }
-
-  void run_dream() {
-    const int64_t N = cfg_.effective_steps();
-    const DreamSchedule sched(N);
-    for (int64_t i = 0; i < N; ++i) {
-      if (cancelled()) return;
-      const auto t0 = Clock::now();
-      const std::vector<int64_t> C = masked_in(P(), n());
-      if (C.empty()) break;
-      StepEvent ev;
-      ev.step = i;
-      ev.scheduled = sched.count(i, static_cast<int64_t>(C.size()));
-      const bool last = i == N - 1;
-      if (ev.scheduled == 0) {
-        ev.skipped = true;
-        finish_step(ev, {}, {}, t0, last);
-        continue;
-      }
-      const uint64_t ustep = static_cast<uint64_t>(i);
-      auto cand = score(
-          C, Pass::Exact, 0, 0, [](int64_t j) { return j - 1; },  // the shift (4.6)
-          [&](const float* row, int64_t j) {
-            return dream_propose(row, V_, cfg_.temperature, cfg_.remasking, cfg_.seed, ustep, j);
-          });
-      const auto chosen = select_candidates(cand, ev.scheduled);
-      if (finish_step(ev, cand, chosen, t0, last)) return;
-    }
-  }
-
-  LogitSource& src_;
-  const GenerateConfig& cfg_;
-  const GenerateHooks& hooks_;
-  const int64_t V_;
-  GenerateResult res_;
-  std::vector<float> logits_;
-  std::vector<int64_t> committed_;
-};
 
 std::string arch_label(Arch a) { return a == Arch::LLaDA ? "LLaDA" : "Dream"; }
 
@@ -283,8 +100,18 @@ std::unique_ptr<LogitSource> make_model_logit_source(Model& model) {
 
 GenerateResult generate(LogitSource& src, const GenerateConfig& cfg, std::span<const int32_t> prompt,
                         const GenerateHooks& hooks) {
-  validate(cfg, static_cast<int64_t>(prompt.size()));
-  return Loop(src, cfg, prompt, hooks).run();
+  Sequence seq(cfg, prompt, src.n_vocab(), hooks);
+  std::vector<float> logits;
+  while (const StepNeed* need = seq.next()) {
+    logits.resize(need->rows.size() * static_cast<size_t>(src.n_vocab()));
+    switch (need->pass) {
+      case Pass::Exact: src.forward(seq.canvas(), need->rows, logits.data()); break;
+      case Pass::Refresh: src.forward_refresh(seq.canvas(), need->rows, logits.data()); break;
+      case Pass::Cached: src.forward_cached(seq.canvas(), need->begin, need->end, need->rows, logits.data()); break;
+    }
+    seq.commit(logits.data());
+  }
+  return seq.take_result();
 }
 
 std::vector<int32_t> answer_tokens(std::span<const int32_t> canvas, int64_t prompt_length,

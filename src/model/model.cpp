@@ -27,7 +27,11 @@ void Model::forward(std::span<const int32_t> tokens, std::span<const int64_t> lo
 }
 
 void Model::forward(const ForwardRequest& request) {
-  if (!executor_->run_forward(hp_, weights_, request)) model::forward(hp_, weights_, *executor_, *pool_, request);
+  model::forward(hp_, weights_, *executor_, request);
+}
+
+void Model::forward_batch(std::span<const ForwardRequest> requests) {
+  model::forward_batch(hp_, weights_, *executor_, requests);
 }
 
 std::vector<float> Model::forward(std::span<const int32_t> tokens, std::span<const int64_t> logit_rows) {

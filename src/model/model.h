@@ -54,6 +54,9 @@ class Model {
   std::vector<float> forward(std::span<const int32_t> tokens, std::span<const int64_t> logit_rows);
   // The same with every option of ForwardRequest (the key/value cache of LLaDA's dual cache).
   void forward(const ForwardRequest& request);
+  // One pass over several sequences (forward.h: each one's logits as if it ran alone).
+  void forward_batch(std::span<const ForwardRequest> requests);
+  const ForwardWeights& weights() const { return weights_; }
 
  private:
   Model() = default;

@@ -33,7 +33,7 @@ double dot(const float* a, const float* b, int64_t n) {
 }  // namespace
 
 ReferenceExecutor::ReferenceExecutor(ThreadPool& pool)
-    : pool_(pool), rows_scratch_(static_cast<size_t>(pool.size())), attn_scratch_(static_cast<size_t>(pool.size())) {}
+    : Executor(&pool), pool_(pool), rows_scratch_(static_cast<size_t>(pool.size())), attn_scratch_(static_cast<size_t>(pool.size())) {}
 
 WeightHandle ReferenceExecutor::prepare_weight(const gguf::TensorInfo& t) {
   if (t.n_dims != 2) throw Error("tensor " + std::string(t.name) + " is not a matrix");

@@ -24,7 +24,8 @@ std::string fmt_gib(size_t bytes) {
 
 }  // namespace
 
-GpuExecutor::GpuExecutor(std::unique_ptr<Device> device, ThreadPool& pool) : dev_(std::move(device)), pool_(pool) {
+GpuExecutor::GpuExecutor(std::unique_ptr<Device> device, ThreadPool& pool)
+    : Executor(&pool), dev_(std::move(device)), pool_(pool) {
   const char* prof = std::getenv("DLLM_GPU_PROFILE");
   profiling_ = prof && *prof && std::string(prof) != "0";
 }
@@ -148,7 +149,7 @@ bool GpuExecutor::run_forward(const model::HParams& hp, const model::ForwardWeig
   if (req.cache_mode != model::CacheMode::None) return false;
   if (!forward_ || forward_weights_ != &weights) {
     forward_.reset();
-    forward_ = std::make_unique<GpuForward>(*dev_, pool_, hp, weights, weights_);
+    forward_ = std::make_unique<GpuForward>(*dev_, pool_, hp, weights, weights_, *this);
     forward_->set_profiling(profiling_);
     forward_weights_ = &weights;
   }

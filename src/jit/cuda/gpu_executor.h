@@ -39,7 +39,7 @@ class GpuExecutor : public model::Executor {
   // Returns false, doing nothing, for requests it does not handle (the dual cache's Fill / Reuse
   // passes): the caller then runs model::forward, which uses the per-call operations above.
   bool run_forward(const model::HParams& hp, const model::ForwardWeights& weights,
-                   const model::ForwardRequest& req) override;
+                   const model::ForwardRequest& req);
 
   Device& device() { return *dev_; }
   const GpuWeight& weight(model::WeightHandle h) const;

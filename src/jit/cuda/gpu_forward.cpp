@@ -14,7 +14,7 @@ namespace dllm::jit::cuda {
 
 namespace {
 
-DeviceBuffer upload_vector(Device& dev, const std::vector<float>& v) {
+DeviceBuffer upload_vector(Device& dev, std::span<const float> v) {
   if (v.empty()) return {};
   DeviceBuffer b(dev, v.size() * sizeof(float));
   dev.upload(b.addr(), v.data(), b.bytes());
@@ -34,7 +34,7 @@ std::string GpuProfile::report() const {
 }
 
 GpuForward::GpuForward(Device& dev, ThreadPool& pool, const model::HParams& hp, const model::ForwardWeights& fw,
-                       const std::vector<GpuWeight>& weights)
+                       const std::vector<GpuWeight>& weights, const model::Executor& host)
     : dev_(dev), pool_(pool), hp_(hp), fw_(fw), weights_(weights) {
   // Every matrix must be on the device already (GpuExecutor::prepare_weight) and have a kernel; each
   // reads activations quantised in its format.
@@ -60,13 +60,13 @@ GpuForward::GpuForward(Device& dev, ThreadPool& pool, const model::HParams& hp, 
   layers_.resize(fw.layers.size());
   for (size_t i = 0; i < fw.layers.size(); ++i) {
     const auto& l = fw.layers[i];
-    layers_[i].attn_norm = upload_vector(dev, l.attn_norm);
-    layers_[i].ffn_norm = upload_vector(dev, l.ffn_norm);
-    layers_[i].bq = upload_vector(dev, l.bq);
-    layers_[i].bk = upload_vector(dev, l.bk);
-    layers_[i].bv = upload_vector(dev, l.bv);
+    layers_[i].attn_norm = upload_vector(dev, host.host_vector(l.attn_norm));
+    layers_[i].ffn_norm = upload_vector(dev, host.host_vector(l.ffn_norm));
+    layers_[i].bq = upload_vector(dev, host.host_vector(l.bq));
+    layers_[i].bk = upload_vector(dev, host.host_vector(l.bk));
+    layers_[i].bv = upload_vector(dev, host.host_vector(l.bv));
   }
-  output_norm_ = upload_vector(dev, fw.output_norm);
+  output_norm_ = upload_vector(dev, host.host_vector(fw.output_norm));
 }
 
 const GpuWeight& GpuForward::weight(model::WeightHandle h) const {

@@ -10,6 +10,7 @@
 
 #include "jit/cuda/gpu_ops.h"
 #include "model/forward.h"
+#include "model/thread_pool.h"
 
 namespace dllm::jit::cuda {
 
@@ -31,7 +32,7 @@ class GpuForward {
   // weights: the uploaded matrices, indexed by WeightHandle (GpuExecutor's table). Uploads the norm
   // weights and biases, and compiles (or loads from the cache) the model's kernel unit.
   GpuForward(Device& dev, ThreadPool& pool, const model::HParams& hp, const model::ForwardWeights& fw,
-             const std::vector<GpuWeight>& weights);
+             const std::vector<GpuWeight>& weights, const model::Executor& host);
 
   // Checks the request like model::forward (same errors) and writes the logits of the requested rows.
   void forward(const model::ForwardRequest& req);

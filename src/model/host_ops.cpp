@@ -1,0 +1,295 @@
+// The forward program's operations on host memory (executor.h): the element-wise work (RMSNorm, bias,
+// RoPE, SwiGLU, residuals; accumulations in double where forward.h says so) around the executor's four
+// primitives (matmul, matmul_shared, attention, lm_head). The reference and JIT CPU executors use these;
+// the GPU overrides them.
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "model/error.h"
+#include "model/executor.h"
+#include "model/fast_math.h"
+#include "model/quant.h"
+#include "model/thread_pool.h"
+
+namespace dllm::model {
+
+namespace {
+
+// Runs fn over rows on the pool when there is one.
+template <class F>
+void for_rows(ThreadPool* pool, int64_t rows, F&& fn) {
+  if (pool) {
+    pool->parallel_for(rows, [&](int64_t r, int) { fn(r); });
+  } else {
+    for (int64_t r = 0; r < rows; ++r) fn(r);
+  }
+}
+
+// out[r] = w * x[r] / sqrt(mean(x[r]^2) + eps), in double.
+void rmsnorm(ThreadPool* pool, const float* x, int64_t rows, int64_t n, const float* w, float eps, float* out) {
+  for_rows(pool, rows, [&](int64_t r) {
+    const float* xr = x + r * n;
+    float* yr = out + r * n;
+    double ss = 0;
+    for (int64_t c = 0; c < n; ++c) ss += static_cast<double>(xr[c]) * xr[c];
+    const double scale = 1.0 / std::sqrt(ss / static_cast<double>(n) + static_cast<double>(eps));
+    for (int64_t c = 0; c < n; ++c) yr[c] = static_cast<float>(static_cast<double>(xr[c]) * scale * w[c]);
+  });
+}
+
+void add_bias(ThreadPool* pool, float* y, int64_t rows, int64_t n, const std::vector<float>* b) {
+  if (!b) return;
+  for_rows(pool, rows, [&](int64_t r) {
+    float* yr = y + r * n;
+    for (int64_t c = 0; c < n; ++c) yr[c] += (*b)[static_cast<size_t>(c)];
+  });
+}
+
+void add_rows(ThreadPool* pool, float* x, const float* y, int64_t rows, int64_t n) {
+  for_rows(pool, rows, [&](int64_t r) {
+    for (int64_t c = 0; c < n; ++c) x[r * n + c] += y[r * n + c];
+  });
+}
+
+// gate[i] = silu(gate[i]) * up[i] in f32 (as llama.cpp), compiled for AVX-512, AVX2 and baseline x86-64
+// and picked at run time.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void swiglu_row(float* gate, const float* up,
+                                                                            int64_t n) {
+  for (int64_t c = 0; c < n; ++c) {
+    const float g = gate[c];
+    gate[c] = g / (1.0f + exp_f32(-g)) * up[c];
+  }
+}
+
+// cos/sin of position * base^(-2p/n_rot) for positions 0..n_pos-1 and pairs p < n_rot/2, in double;
+// grown on demand (a position's values do not depend on the table's size).
+class RopeTable {
+ public:
+  void ensure(const RopeSpec& spec, int64_t n_pos) {
+    if (spec.n_rot == n_rot_ && spec.base == base_ && n_pos <= n_pos_) return;
+    n_rot_ = spec.n_rot, base_ = spec.base, n_pos_ = std::max(n_pos, 2 * n_pos_);
+    half_ = n_rot_ / 2;
+    cos_.assign(static_cast<size_t>(n_pos_ * half_), 0.0);
+    sin_.assign(cos_.size(), 0.0);
+    for (int64_t p = 0; p < half_; ++p) {
+      const double inv_freq = std::pow(static_cast<double>(base_), -2.0 * static_cast<double>(p) /
+                                                                       static_cast<double>(n_rot_));
+      for (int64_t pos = 0; pos < n_pos_; ++pos) {
+        const double theta = static_cast<double>(pos) * inv_freq;
+        cos_[static_cast<size_t>(pos * half_ + p)] = std::cos(theta);
+        sin_[static_cast<size_t>(pos * half_ + p)] = std::sin(theta);
+      }
+    }
+  }
+  int64_t half() const { return half_; }
+  const double* cos_at(int64_t pos) const { return cos_.data() + pos * half_; }
+  const double* sin_at(int64_t pos) const { return sin_.data() + pos * half_; }
+
+ private:
+  int64_t n_rot_ = -1, n_pos_ = 0, half_ = 0;
+  float base_ = 0;
+  std::vector<double> cos_, sin_;
+};
+
+// Rotates the first n_rot dims of every head of rows x[r] (at position pos(r)) in place.
+// Norm: pairs (2p, 2p+1). Neox: pairs (p, p + n_rot/2).
+template <class Pos>
+void rope(ThreadPool* pool, const RopeTable& table, RopeStyle style, float* x, int64_t rows, Pos pos,
+          int64_t n_heads, int64_t head_dim) {
+  const int64_t half = table.half();
+  for_rows(pool, rows, [&](int64_t r) {
+    const double* cs = table.cos_at(pos(r));
+    const double* sn = table.sin_at(pos(r));
+    for (int64_t h = 0; h < n_heads; ++h) {
+      float* xh = x + (r * n_heads + h) * head_dim;
+      for (int64_t p = 0; p < half; ++p) {
+        const int64_t i0 = style == RopeStyle::Norm ? 2 * p : p;
+        const int64_t i1 = style == RopeStyle::Norm ? 2 * p + 1 : p + half;
+        const double a = xh[i0], b = xh[i1];
+        xh[i0] = static_cast<float>(a * cs[p] - b * sn[p]);
+        xh[i1] = static_cast<float>(a * sn[p] + b * cs[p]);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+struct Executor::HostState {
+  struct Buffer {
+    std::vector<float> data;
+    int64_t rows = 0, cols = 0;
+  };
+  struct Kv {
+    int64_t positions = 0, kv_dim = 0;
+    std::vector<std::vector<float>> k, v;  // per layer [positions, kv_dim]
+  };
+  std::vector<std::vector<float>> vectors;
+  std::map<int32_t, Buffer> buffers;
+  std::vector<std::unique_ptr<Kv>> kv;  // null = closed (index reused)
+  std::vector<float> scratch, normed;
+  RopeTable rope;
+
+  Buffer& buf(Act a) {
+    auto it = buffers.find(a.slot);
+    if (it == buffers.end()) throw Error("internal error: activation slot " + std::to_string(a.slot) + " was never sized");
+    return it->second;
+  }
+  float* at(Act a) { return buf(a).data.data(); }
+  const std::vector<float>* vec(VectorHandle h) {
+    if (!h.valid()) return nullptr;
+    if (static_cast<size_t>(h.index) >= vectors.size()) throw Error("internal error: invalid vector handle");
+    return &vectors[static_cast<size_t>(h.index)];
+  }
+  Kv& store(KvHandle h) {
+    if (!h.valid() || static_cast<size_t>(h.index) >= kv.size() || !kv[static_cast<size_t>(h.index)])
+      throw Error("internal error: invalid key/value store handle");
+    return *kv[static_cast<size_t>(h.index)];
+  }
+  float* scratch_for(int64_t n) {
+    if (static_cast<int64_t>(scratch.size()) < n) scratch.resize(static_cast<size_t>(n));
+    return scratch.data();
+  }
+};
+
+Executor::Executor(ThreadPool* pool) : host_pool_(pool) {}
+Executor::~Executor() = default;
+
+Executor::HostState& Executor::host() {
+  if (!host_) host_ = std::make_unique<HostState>();
+  return *host_;
+}
+
+VectorHandle Executor::prepare_vector(std::span<const float> v) {
+  auto& h = host();
+  h.vectors.emplace_back(v.begin(), v.end());
+  return VectorHandle{static_cast<int32_t>(h.vectors.size() - 1)};
+}
+
+std::span<const float> Executor::host_vector(VectorHandle v) const {
+  if (!v.valid() || !host_ || static_cast<size_t>(v.index) >= host_->vectors.size()) return {};
+  return host_->vectors[static_cast<size_t>(v.index)];
+}
+
+Act Executor::activation(int32_t slot, int64_t rows, int64_t cols) {
+  auto& b = host().buffers[slot];
+  const size_t need = static_cast<size_t>(std::max<int64_t>(rows, 1) * cols);
+  if (b.data.size() < need) b.data.resize(need);
+  b.rows = rows, b.cols = cols;
+  return Act{slot};
+}
+
+void Executor::embed(const gguf::TensorInfo& table, std::span<const int32_t> ids, Act x) {
+  auto& h = host();
+  float* out = h.at(x);
+  const int64_t D = table.ne[0];
+  for_rows(host_pool_, static_cast<int64_t>(ids.size()), [&](int64_t i) {
+    const uint64_t id = static_cast<uint64_t>(ids[static_cast<size_t>(i)]);
+    quant::dequantize_row(table.type(), table.data + id * table.row_bytes(), out + i * D, D);
+  });
+}
+
+void Executor::norm_matmul(Act x, int64_t rows, VectorHandle norm, float eps, const WeightHandle* ws,
+                           const Act* ys, int n) {
+  auto& h = host();
+  const int64_t D = h.buf(x).cols;
+  h.normed.resize(static_cast<size_t>(std::max<int64_t>(rows, 1) * D));
+  rmsnorm(host_pool_, h.at(x), rows, D, h.vec(norm)->data(), eps, h.normed.data());
+  float* outs[8];
+  if (n > 8) throw Error("internal error: norm_matmul takes at most 8 products");
+  for (int i = 0; i < n; ++i) outs[i] = h.at(ys[i]);
+  matmul_shared(ws, outs, n, h.normed.data(), rows);
+}
+
+void Executor::matmul_add(WeightHandle w, Act x, int64_t rows, Act y) {
+  auto& h = host();
+  const int64_t n = h.buf(y).cols;
+  float* o = h.scratch_for(rows * n);
+  matmul(w, h.at(x), rows, o);
+  add_rows(host_pool_, h.at(y), o, rows, n);
+}
+
+void Executor::swiglu_matmul_add(WeightHandle w, Act gate, Act up, int64_t rows, Act y) {
+  auto& h = host();
+  const int64_t F = h.buf(gate).cols;
+  float* g = h.at(gate);
+  const float* u = h.at(up);
+  for_rows(host_pool_, rows, [&](int64_t r) { swiglu_row(g + r * F, u + r * F, F); });
+  matmul_add(w, gate, rows, y);
+}
+
+void Executor::gather(Act src, std::span<const int64_t> rows, Act dst) {
+  auto& h = host();
+  const int64_t n = h.buf(src).cols;
+  // Through a scratch copy, so src and dst may be the same buffer.
+  float* tmp = h.scratch_for(static_cast<int64_t>(rows.size()) * n);
+  const float* s = h.at(src);
+  for (size_t i = 0; i < rows.size(); ++i) std::copy_n(s + rows[i] * n, n, tmp + static_cast<int64_t>(i) * n);
+  std::copy_n(tmp, rows.size() * static_cast<size_t>(n), h.at(dst));
+}
+
+KvHandle Executor::kv_open(int64_t layers, int64_t positions, int64_t kv_dim) {
+  auto& h = host();
+  auto kv = std::make_unique<HostState::Kv>();
+  kv->positions = positions, kv->kv_dim = kv_dim;
+  kv->k.assign(static_cast<size_t>(layers), std::vector<float>(static_cast<size_t>(positions * kv_dim), 0.0f));
+  kv->v = kv->k;
+  for (size_t i = 0; i < h.kv.size(); ++i) {
+    if (!h.kv[i]) {
+      h.kv[i] = std::move(kv);
+      return KvHandle{static_cast<int32_t>(i)};
+    }
+  }
+  h.kv.push_back(std::move(kv));
+  return KvHandle{static_cast<int32_t>(h.kv.size() - 1)};
+}
+
+void Executor::kv_close(KvHandle kv) {
+  auto& h = host();
+  if (kv.valid() && static_cast<size_t>(kv.index) < h.kv.size()) h.kv[static_cast<size_t>(kv.index)].reset();
+}
+
+void Executor::kv_store(KvHandle kv, int64_t layer, Act k, Act v, int64_t row0, int64_t rows, int64_t pos0,
+                        VectorHandle bk, VectorHandle bv, const RopeSpec& spec, const AttentionShape& shape) {
+  auto& h = host();
+  auto& s = h.store(kv);
+  const int64_t KV = s.kv_dim;
+  if (pos0 < 0 || pos0 + rows > s.positions) throw Error("internal error: key/value positions out of range");
+  float* kd = s.k[static_cast<size_t>(layer)].data() + pos0 * KV;
+  float* vd = s.v[static_cast<size_t>(layer)].data() + pos0 * KV;
+  std::copy_n(h.at(k) + row0 * KV, rows * KV, kd);
+  std::copy_n(h.at(v) + row0 * KV, rows * KV, vd);
+  add_bias(host_pool_, kd, rows, KV, h.vec(bk));
+  add_bias(host_pool_, vd, rows, KV, h.vec(bv));
+  h.rope.ensure(spec, pos0 + rows);
+  rope(host_pool_, h.rope, spec.style, kd, rows, [pos0](int64_t r) { return pos0 + r; }, shape.n_head_kv,
+       shape.head_dim);
+}
+
+void Executor::attend(KvHandle kv, int64_t layer, int64_t n_kv, Act q, int64_t row0,
+                      std::span<const int64_t> positions, VectorHandle bq, const RopeSpec& spec,
+                      const AttentionShape& shape, Act out) {
+  auto& h = host();
+  auto& s = h.store(kv);
+  const int64_t Q = shape.n_head * shape.head_dim, rows = static_cast<int64_t>(positions.size());
+  float* qd = h.at(q) + row0 * Q;
+  add_bias(host_pool_, qd, rows, Q, h.vec(bq));
+  int64_t max_pos = 0;
+  for (int64_t p : positions) max_pos = std::max(max_pos, p + 1);
+  h.rope.ensure(spec, max_pos);
+  rope(host_pool_, h.rope, spec.style, qd, rows, [&](int64_t r) { return positions[static_cast<size_t>(r)]; },
+       shape.n_head, shape.head_dim);
+  attention(shape, qd, rows, s.k[static_cast<size_t>(layer)].data(), s.v[static_cast<size_t>(layer)].data(), n_kv,
+            h.at(out) + row0 * Q);
+}
+
+void Executor::final_logits(WeightHandle output, Act x, int64_t rows, VectorHandle norm, float eps, float* logits) {
+  auto& h = host();
+  const int64_t D = h.buf(x).cols;
+  h.normed.resize(static_cast<size_t>(std::max<int64_t>(rows, 1) * D));
+  rmsnorm(host_pool_, h.at(x), rows, D, h.vec(norm)->data(), eps, h.normed.data());
+  lm_head(output, h.normed.data(), rows, logits);
+}
+
+}  // namespace dllm::model

@@ -1,0 +1,205 @@
+// The per-sequence state machine (sequence.h). The order of every decision is the generation loop's of
+// algorithms.md section 6: the cancel flag before each step, the candidates, a skipped step when the
+// schedule commits nothing, the pass, the proposals, the choice, the report, the early stop.
+#include "model/sequence.h"
+
+#include <algorithm>
+
+#include "model/thread_pool.h"
+
+namespace dllm::model {
+
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+Sequence::Sequence(const GenerateConfig& config, std::span<const int32_t> prompt, int64_t n_vocab,
+                   GenerateHooks hooks)
+    : cfg_(config), hooks_(std::move(hooks)), V_(n_vocab), start_(Clock::now()) {
+  validate(cfg_, static_cast<int64_t>(prompt.size()));
+  res_.prompt_length = static_cast<int64_t>(prompt.size());
+  res_.canvas.assign(prompt.begin(), prompt.end());
+  res_.canvas.resize(prompt.size() + static_cast<size_t>(cfg_.max_tokens), cfg_.mask_id);
+  res_.total_steps = cfg_.effective_steps();
+  if (cfg_.arch == Arch::LLaDA) {
+    nb_ = cfg_.max_tokens / cfg_.block_length;
+    S_ = cfg_.effective_steps() / nb_;
+  } else {
+    dream_sched_.emplace(cfg_.effective_steps());
+  }
+}
+
+std::vector<int64_t> Sequence::masked_in(int64_t lo, int64_t hi) const {
+  std::vector<int64_t> out;
+  for (int64_t j = lo; j < hi; ++j)
+    if (res_.canvas[static_cast<size_t>(j)] == cfg_.mask_id) out.push_back(j);
+  return out;
+}
+
+bool Sequence::cancel_requested() {
+  if (cancelled_ || (hooks_.cancel && hooks_.cancel->load())) res_.cancelled = true;
+  return res_.cancelled;
+}
+
+void Sequence::cancel() { cancelled_ = true; }
+
+void Sequence::finish() {
+  if (done_) return;
+  done_ = true;
+  pending_ = false;
+  res_.total_ms = ms_since(start_);
+}
+
+const StepNeed* Sequence::next() {
+  if (done_) return nullptr;
+  if (pending_) return &need_;
+  return cfg_.arch == Arch::LLaDA ? plan_llada() : plan_dream();
+}
+
+const StepNeed* Sequence::ask(Pass pass, int64_t begin, int64_t end) {
+  need_.pass = pass;
+  need_.begin = begin;
+  need_.end = end;
+  need_.rows.clear();
+  const int64_t shift = cfg_.arch == Arch::LLaDA ? 0 : 1;  // Dream reads raw row j-1 for position j (4.6)
+  if (cfg_.full_logits) {
+    for (int64_t r = 0; r < n(); ++r) need_.rows.push_back(r);
+  } else {
+    for (int64_t j : C_) need_.rows.push_back(j - shift);
+  }
+  pending_ = true;
+  return &need_;
+}
+
+const StepNeed* Sequence::plan_llada() {
+  const int64_t B = cfg_.block_length;
+  for (;;) {
+    if (b_ >= nb_) {
+      finish();
+      return nullptr;
+    }
+    const int64_t s = P() + b_ * B, e = s + B;
+    if (!block_open_) {
+      block_masked_ = static_cast<int64_t>(masked_in(s, e).size());
+      refreshed_ = false;
+      block_open_ = true;
+      i_ = 0;
+    }
+    if (i_ >= S_) {  // the block's steps are done
+      ++b_, block_open_ = false;
+      continue;
+    }
+    if (cancel_requested()) {
+      finish();
+      return nullptr;
+    }
+    t0_ = Clock::now();
+    // Candidates: masked positions up to the block's end (3.3); with the dual cache only the block's
+    // rows are recomputed, so only they can be candidates.
+    C_ = masked_in(cfg_.dual_cache ? s : P(), e);
+    if (C_.empty()) {  // the block is complete: its remaining steps have nothing to do
+      ++b_, block_open_ = false;
+      continue;
+    }
+    ev_ = StepEvent{};
+    ev_.step = b_ * S_ + i_;
+    ev_.block = b_;
+    ev_.scheduled = llada_step_count(block_masked_, S_, i_);
+    last_ = b_ == nb_ - 1 && i_ == S_ - 1;
+    if (ev_.scheduled == 0 && cfg_.threshold <= 0) {  // commits nothing: skipped exactly (6.3)
+      ev_.skipped = true;
+      finish_step(ev_, {}, {});
+      ++i_;
+      continue;
+    }
+    Pass pass = Pass::Exact;
+    if (cfg_.dual_cache) pass = refreshed_ ? Pass::Cached : Pass::Refresh;
+    ev_.cached = pass == Pass::Cached;
+    return ask(pass, s, e);
+  }
+}
+
+const StepNeed* Sequence::plan_dream() {
+  const int64_t N = cfg_.effective_steps();
+  for (;;) {
+    if (i_ >= N || cancel_requested()) {
+      finish();
+      return nullptr;
+    }
+    t0_ = Clock::now();
+    C_ = masked_in(P(), n());
+    if (C_.empty()) {
+      finish();
+      return nullptr;
+    }
+    ev_ = StepEvent{};
+    ev_.step = i_;
+    ev_.scheduled = dream_sched_->count(i_, static_cast<int64_t>(C_.size()));
+    last_ = i_ == N - 1;
+    if (ev_.scheduled == 0) {
+      ev_.skipped = true;
+      finish_step(ev_, {}, {});
+      ++i_;
+      continue;
+    }
+    return ask(Pass::Exact, 0, 0);
+  }
+}
+
+void Sequence::commit(const float* logits) {
+  if (!pending_) return;
+  pending_ = false;
+  ++res_.forward_passes;
+  const bool llada = cfg_.arch == Arch::LLaDA;
+  const uint64_t ustep = static_cast<uint64_t>(ev_.step);
+  std::vector<Candidate> cand(C_.size());
+  auto one = [&](int64_t c, int) {
+    const int64_t j = C_[static_cast<size_t>(c)];
+    const int64_t row = cfg_.full_logits ? (llada ? j : j - 1) : c;
+    const float* l = logits + row * V_;
+    const Proposal p = llada ? llada_propose(l, V_, cfg_.temperature, cfg_.remasking, cfg_.seed, ustep, j)
+                             : dream_propose(l, V_, cfg_.temperature, cfg_.remasking, cfg_.seed, ustep, j);
+    cand[static_cast<size_t>(c)] = Candidate{j, p};
+  };
+  if (hooks_.pool && C_.size() > 1) {
+    hooks_.pool->parallel_for(static_cast<int64_t>(C_.size()), one);
+  } else {
+    for (size_t c = 0; c < C_.size(); ++c) one(static_cast<int64_t>(c), 0);
+  }
+  const auto chosen = llada ? select_candidates(cand, ev_.scheduled, cfg_.threshold)
+                            : select_candidates(cand, ev_.scheduled);
+  if (llada) refreshed_ = true;
+  const bool stop = finish_step(ev_, cand, chosen);
+  ++i_;
+  if (stop) finish();
+}
+
+bool Sequence::finish_step(StepEvent ev, const std::vector<Candidate>& cand, const std::vector<size_t>& chosen) {
+  committed_.clear();
+  for (size_t i : chosen) {
+    const Candidate& c = cand[i];
+    res_.canvas[static_cast<size_t>(c.position)] = c.proposal.token;
+    committed_.push_back(c.position);
+  }
+  res_.committed += static_cast<int64_t>(committed_.size());
+  ev.committed = committed_;
+  ev.total_steps = res_.total_steps;
+  ev.masked_left = std::count(res_.canvas.begin() + P(), res_.canvas.end(), cfg_.mask_id);
+  ev.canvas = res_.canvas;
+  ev.prompt_length = P();
+  ev.ms = ms_since(t0_);
+  ++res_.steps_run;
+  res_.step_ms.push_back(ev.ms);
+  if (!ev.skipped) res_.forward_ms += ev.ms;
+  if (hooks_.on_step) hooks_.on_step(ev);
+  if (ev.skipped || !cfg_.early_stop) return false;
+  if (!answer_is_final(res_.canvas, P(), cfg_.mask_id, cfg_.stop_ids)) return false;
+  res_.stopped_early = ev.masked_left > 0 && !last_;
+  return true;
+}
+
+}  // namespace dllm::model

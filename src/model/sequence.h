@@ -1,0 +1,88 @@
+// Generation as a state machine per sequence (algorithms.md sections 3-6). A Sequence holds one canvas,
+// its schedule and its sampler state, and never calls the model: each step it says which raw rows it needs
+// and in which pass (next()), and given their logits it commits (commit()). Whoever owns the model drives
+// it: generate() below one sequence against a LogitSource, the Batch (batch.h) many sequences through one
+// forward pass per step. LLaDA's blocks (threshold, dual cache) and Dream's timestep schedule, the exact
+// early stop (5.3), cancellation between steps and one StepEvent per step behave exactly as the loop did.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "model/generate.h"
+#include "model/sampler.h"
+
+namespace dllm::model {
+
+// Which forward pass a step needs (LLaDA's dual cache: algorithms.md 3.12).
+enum class Pass {
+  Exact,    // every position through every layer; no cache
+  Refresh,  // an exact pass that also keeps every position's keys and values (the sequence's cache)
+  Cached,   // only positions [begin, end) recomputed against the kept keys and values
+};
+
+// What the next step asks of the model.
+struct StepNeed {
+  Pass pass = Pass::Exact;
+  std::vector<int64_t> rows;   // raw rows whose logits the step reads, in this order
+  int64_t begin = 0, end = 0;  // Cached: the recomputed positions (rows lie inside)
+};
+
+class Sequence {
+ public:
+  // Checks the settings against the prompt (validate(), dllm::usage_error) and lays out the canvas:
+  // the prompt, then max_tokens masks. hooks.on_step sees every step; hooks.cancel is read between
+  // steps; hooks.pool, when set, scores the rows of a step in parallel.
+  Sequence(const GenerateConfig& config, std::span<const int32_t> prompt, int64_t n_vocab,
+           GenerateHooks hooks = {});
+
+  // The forward pass the next step needs. Steps that need none (a schedule count of 0, a completed
+  // block) are processed here first, reporting their events. nullptr once the generation is over:
+  // every step ran, the early stop ended it, or the cancel flag (or cancel()) stopped it.
+  const StepNeed* next();
+  // Commits the pending step from the logits of next()'s rows ([rows.size(), n_vocab] row-major).
+  void commit(const float* logits);
+  // Stops the generation before its next step (the result says cancelled).
+  void cancel();
+
+  bool finished() const { return done_; }
+  std::span<const int32_t> canvas() const { return res_.canvas; }
+  int64_t prompt_length() const { return res_.prompt_length; }
+  const GenerateConfig& config() const { return cfg_; }
+  const GenerateResult& result() const { return res_; }
+  GenerateResult take_result() { return std::move(res_); }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  int64_t P() const { return res_.prompt_length; }
+  int64_t n() const { return static_cast<int64_t>(res_.canvas.size()); }
+  std::vector<int64_t> masked_in(int64_t lo, int64_t hi) const;
+  bool cancel_requested();
+  void finish();
+  // Reports a step and applies the early stop; returns true when the generation ends here.
+  bool finish_step(StepEvent ev, const std::vector<Candidate>& cand, const std::vector<size_t>& chosen);
+  const StepNeed* plan_llada();
+  const StepNeed* plan_dream();
+  const StepNeed* ask(Pass pass, int64_t begin, int64_t end);
+
+  GenerateConfig cfg_;
+  GenerateHooks hooks_;
+  int64_t V_;
+  GenerateResult res_;
+  Clock::time_point start_, t0_;
+  bool done_ = false, pending_ = false, cancelled_ = false;
+  // the step in flight
+  std::vector<int64_t> C_;  // candidate positions
+  StepEvent ev_;
+  bool last_ = false;
+  StepNeed need_;
+  std::vector<int64_t> committed_;
+  // LLaDA: block b_, step i_ within it; Dream: step i_
+  int64_t nb_ = 0, S_ = 0, b_ = 0, i_ = 0, block_masked_ = 0;
+  bool block_open_ = false, refreshed_ = false;
+  std::optional<DreamSchedule> dream_sched_;
+};
+
+}  // namespace dllm::model
