@@ -90,14 +90,15 @@ bool Batch::step() {
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }
-  if (running_.empty()) return !waiting_.empty();
-
   // One forward pass over every sequence's need.
   const int64_t V = model_.n_vocab();
   std::vector<ForwardRequest> reqs;
-  reqs.reserve(running_.size());
+  std::vector<Slot*> in_pass;
   for (auto& s : running_) {
-    const StepNeed& need = *s->seq->next();
+    const StepNeed* next = s->seq->next();
+    if (!next) continue;  // cancelled since it was planned: it leaves below
+    const StepNeed& need = *next;
+    in_pass.push_back(s.get());
     s->logits.resize(need.rows.size() * static_cast<size_t>(V));
     ForwardRequest req{s->seq->canvas(), need.rows, s->logits.data()};
     if (need.pass != Pass::Exact) {
@@ -108,11 +109,15 @@ bool Batch::step() {
     }
     reqs.push_back(req);
   }
+  if (reqs.empty()) {
+    retire();
+    return !waiting_.empty();
+  }
   model_.forward_batch(reqs);
   ++passes_;
   last_rows_ = rows;
-  last_sequences_ = static_cast<int64_t>(running_.size());
-  for (auto& s : running_) {
+  last_sequences_ = static_cast<int64_t>(in_pass.size());
+  for (Slot* s : in_pass) {
     s->seq->commit(s->logits.data());
     advance(*s);
   }

@@ -56,7 +56,11 @@ void Sequence::finish() {
 
 const StepNeed* Sequence::next() {
   if (done_) return nullptr;
-  if (pending_) return &need_;
+  if (pending_) {  // planned, not yet run: a cancel still stops it
+    if (!cancel_requested()) return &need_;
+    finish();
+    return nullptr;
+  }
   return cfg_.arch == Arch::LLaDA ? plan_llada() : plan_dream();
 }
 
