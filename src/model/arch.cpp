@@ -10,6 +10,22 @@
 
 namespace dllm::model {
 
+namespace {
+const ArchSpec* const kArchitectures[] = {&detail::kLLaDASpec, &detail::kDreamSpec};
+}  // namespace
+
+const ArchSpec& arch_spec(Arch arch) {
+  for (const ArchSpec* s : kArchitectures)
+    if (s->arch == arch) return *s;
+  throw Error("internal error: an architecture without a table entry");
+}
+
+const ArchSpec* find_arch_spec(std::string_view name) {
+  for (const ArchSpec* s : kArchitectures)
+    if (name == s->name) return s;
+  return nullptr;
+}
+
 const char* supported_architectures() { return "llada, dream"; }
 
 namespace {
@@ -56,14 +72,12 @@ int64_t declared_vocab(const gguf::File& f, const std::string& a) {
 HParams read_hparams(const gguf::File& f) {
   HParams hp;
   hp.arch_name = std::string(f.get_string("general.architecture"));
-  if (hp.arch_name == "llada") {
-    hp.arch = Arch::LLaDA;
-  } else if (hp.arch_name == "dream") {
-    hp.arch = Arch::Dream;
-  } else {
+  const ArchSpec* spec = find_arch_spec(hp.arch_name);
+  if (!spec) {
     throw Error("unsupported model architecture: " + shown(hp.arch_name) + " (supported: " +
                 supported_architectures() + ")");
   }
+  hp.arch = spec->arch;
   const std::string a = hp.arch_name + ".";
 
   // Keys every file must carry, in the order llama.cpp's loader reads them.
@@ -112,11 +126,7 @@ HParams read_hparams(const gguf::File& f) {
   }
   hp.mask_token_id = static_cast<int32_t>(mask);
 
-  if (hp.arch == Arch::LLaDA) {
-    detail::finish_llada_hparams(f, hp);
-  } else {
-    detail::finish_dream_hparams(f, hp);
-  }
+  spec->finish_hparams(f, hp);
   return hp;
 }
 

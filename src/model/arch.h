@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "model/gguf.h"
@@ -66,6 +67,31 @@ struct ModelTensors {
   std::vector<LayerTensors> layers;
 };
 
+class LayerProgram;  // forward.h: the forward program as an architecture's layer builder sees it
+
+// How an architecture's generations are sampled.
+enum class SamplerKind {
+  Blocks,     // LLaDA's generate.py: blocks, low_confidence/random, threshold, dual cache; raw row j for position j
+  Timesteps,  // Dream's diffusion_generate: the timestep schedule over the whole canvas, row j-1 for position j
+};
+
+// What one architecture is, in one place (llada.cpp, dream.cpp): every other part of the program asks
+// this table instead of testing the Arch value.
+struct ArchSpec {
+  Arch arch;
+  const char* name;    // general.architecture, and the prefix of its metadata keys
+  const char* label;   // for messages: "LLaDA"
+  SamplerKind sampler;
+  // Fills the architecture-specific fields of hp after the common keys were read (RoPE style, biases,
+  // logit shift, defaults).
+  void (*finish_hparams)(const gguf::File& file, HParams& hp);
+  // One transformer layer of the forward program, built from its operations.
+  void (*build_layer)(LayerProgram& program, int64_t layer);
+};
+
+const ArchSpec& arch_spec(Arch arch);
+// nullptr for a name no supported architecture has.
+const ArchSpec* find_arch_spec(std::string_view name);
 // Names of the supported architectures, for messages: "llada, dream".
 const char* supported_architectures();
 
@@ -84,10 +110,9 @@ HParams read_hparams(const gguf::File& file);
 ModelTensors check_tensors(const gguf::File& file, const HParams& hp);
 
 namespace detail {
-// Per-architecture parts (llada.cpp, dream.cpp): fill the architecture-specific fields of hp after the
-// common keys were read (RoPE style, biases, shift, defaults).
-void finish_llada_hparams(const gguf::File& file, HParams& hp);
-void finish_dream_hparams(const gguf::File& file, HParams& hp);
+// The architectures' entries (llada.cpp, dream.cpp).
+extern const ArchSpec kLLaDASpec;
+extern const ArchSpec kDreamSpec;
 }  // namespace detail
 
 }  // namespace dllm::model

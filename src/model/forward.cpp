@@ -9,6 +9,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "model/arch.h"
 #include "model/error.h"
 #include "model/quant.h"
 
@@ -120,9 +121,108 @@ void check_canvas(const HParams& hp, std::span<const int32_t> tokens, std::span<
   }
 }
 
+namespace {
+
+// The forward program over one batch (the blocks of LayerProgram, and the layout they share).
+class Program : public LayerProgram {
+ public:
+  Program(const HParams& hp, const ForwardWeights& w, Executor& ex, std::vector<Part>& parts)
+      : hp_(hp), w_(w), ex_(ex), parts_(parts),
+        rope_{hp.rope_style, hp.n_rot, hp.rope_base},
+        shape_{hp.n_head, hp.n_head_kv, hp.head_dim,
+               static_cast<float>(1.0 / std::sqrt(static_cast<double>(hp.head_dim)))} {
+    for (const Part& p : parts) total_ += p.rows(), M_ += p.m();
+    // After the last layer's keys and values only the rows whose logits are wanted go on.
+    keep_.reserve(static_cast<size_t>(M_));
+    for (const Part& p : parts)
+      for (int64_t r : p.req->logit_rows) keep_.push_back(p.off + r - p.r0);
+  }
+
+  void run(std::span<float*> logits) {
+    // --- embedding (no scaling) of every computed position ---
+    x_ = ex_.activation(kX, std::max(total_, M_), hp_.n_embd);
+    std::vector<int32_t> ids;
+    ids.reserve(static_cast<size_t>(total_));
+    for (const Part& p : parts_) ids.insert(ids.end(), p.req->tokens.begin() + p.r0, p.req->tokens.begin() + p.r1);
+    ex_.embed(*w_.token_embd, ids, x_);
+    rows_ = total_;
+    const ArchSpec& arch = arch_spec(hp_.arch);
+    for (int64_t l = 0; l < static_cast<int64_t>(w_.layers.size()); ++l) arch.build_layer(*this, l);
+    if (M_ == 0) return;  // only caches were filled
+    if (rows_ != M_) ex_.gather(x_, keep_, x_);  // no layers at all: select the rows here
+
+    // --- final norm and LM head, requested rows only ---
+    if (parts_.size() == 1) {
+      ex_.final_logits(w_.output, x_, M_, w_.output_norm, hp_.rms_eps, logits[0]);
+      return;
+    }
+    const int64_t V = hp_.n_vocab;
+    std::vector<float> all(static_cast<size_t>(M_ * V));
+    ex_.final_logits(w_.output, x_, M_, w_.output_norm, hp_.rms_eps, all.data());
+    for (size_t i = 0; i < parts_.size(); ++i)
+      std::copy_n(all.data() + parts_[i].qoff * V, parts_[i].m() * V, logits[i]);
+  }
+
+  void self_attention(int64_t l) override {
+    const ForwardWeights::Layer& L = w_.layers[static_cast<size_t>(l)];
+    const bool last = l + 1 == static_cast<int64_t>(w_.layers.size());
+    const int64_t Q = hp_.q_dim(), KV = hp_.kv_dim();
+    // Keys and values of the computed positions (the queries too, but at the last layer).
+    const Act k = ex_.activation(kK, total_, KV), v = ex_.activation(kV, total_, KV);
+    Act q = ex_.activation(kQ, total_, Q);
+    if (!last) {
+      const WeightHandle ws[3] = {L.wq, L.wk, L.wv};
+      const Act ys[3] = {q, k, v};
+      ex_.norm_matmul(x_, total_, L.attn_norm, hp_.rms_eps, ws, ys, 3);
+    } else {
+      const WeightHandle ws[2] = {L.wk, L.wv};
+      const Act ys[2] = {k, v};
+      ex_.norm_matmul(x_, total_, L.attn_norm, hp_.rms_eps, ws, ys, 2);
+    }
+    for (const Part& p : parts_)
+      ex_.kv_store(p.kv, p.layer(l), k, v, p.off, p.rows(), p.r0, L.bk, L.bv, rope_, shape_);
+    if (last) {  // the residual stream and the queries of the requested rows only
+      ex_.gather(x_, keep_, x_);
+      rows_ = M_;
+      q = ex_.activation(kQ, M_, Q);
+      ex_.norm_matmul(x_, M_, L.attn_norm, hp_.rms_eps, &L.wq, &q, 1);
+    }
+    const Act att = ex_.activation(kAtt, rows_, Q);
+    for (const Part& p : parts_) {
+      if (last && p.m() == 0) continue;
+      if (last) ex_.attend(p.kv, p.layer(l), p.n, q, p.qoff, p.req->logit_rows, L.bq, rope_, shape_, att);
+      else ex_.attend(p.kv, p.layer(l), p.n, q, p.off, p.positions, L.bq, rope_, shape_, att);
+    }
+    ex_.matmul_add(L.wo, att, rows_, x_);
+  }
+
+  void swiglu_ffn(int64_t l) override {
+    const ForwardWeights::Layer& L = w_.layers[static_cast<size_t>(l)];
+    const Act gate = ex_.activation(kGate, rows_, hp_.n_ff), up = ex_.activation(kUp, rows_, hp_.n_ff);
+    const WeightHandle ws[2] = {L.ffn_gate, L.ffn_up};
+    const Act ys[2] = {gate, up};
+    ex_.norm_matmul(x_, rows_, L.ffn_norm, hp_.rms_eps, ws, ys, 2);
+    ex_.swiglu_matmul_add(L.ffn_down, gate, up, rows_, x_);
+  }
+
+ private:
+  const HParams& hp_;
+  const ForwardWeights& w_;
+  Executor& ex_;
+  std::vector<Part>& parts_;
+  const RopeSpec rope_;
+  const AttentionShape shape_;
+  int64_t total_ = 0, M_ = 0;  // computed rows; logit rows
+  int64_t rows_ = 0;           // rows of x still carried
+  std::vector<int64_t> keep_;
+  Act x_;
+};
+
+}  // namespace
+
 void forward_batch(const HParams& hp, const ForwardWeights& w, Executor& ex, std::span<const ForwardRequest> reqs) {
   const int64_t n_layer = static_cast<int64_t>(w.layers.size());
-  const int64_t D = hp.n_embd, Q = hp.q_dim(), KV = hp.kv_dim(), F = hp.n_ff, V = hp.n_vocab;
+  const int64_t KV = hp.kv_dim();
 
   // --- the batch's layout: every request checked before any work ---
   std::vector<Part> parts;
@@ -142,98 +242,33 @@ void forward_batch(const HParams& hp, const ForwardWeights& w, Executor& ex, std
     total += p.rows(), M += p.m();
     p.positions.resize(static_cast<size_t>(p.rows()));
     std::iota(p.positions.begin(), p.positions.end(), p.r0);
-    if (p.req->cache_mode == CacheMode::None) {
-      p.kv = ex.kv_open(1, p.n, KV);  // scratch: one layer at a time
-    } else {
-      KVCache& c = *p.req->cache;
-      if (p.req->cache_mode == CacheMode::Fill) {
-        c.reset();
-        c.handle = ex.kv_open(n_layer, p.n, KV);
-        c.owner = &ex;
-        c.n = p.n;
-      }
-      p.kv = c.handle;
-      p.per_layer = true;
-    }
   }
-  struct ScratchStores {  // closes the exact passes' scratch stores whatever happens
+  struct Stores {  // opens each sequence's key/value store; closes the exact passes' scratch ones
     Executor& ex;
     std::vector<Part>& parts;
-    ~ScratchStores() {
+    ~Stores() {
       for (Part& p : parts)
         if (!p.per_layer && p.kv.valid()) ex.kv_close(p.kv);
     }
-  } scratch{ex, parts};
-
-  const RopeSpec rope{hp.rope_style, hp.n_rot, hp.rope_base};
-  const AttentionShape shape{hp.n_head, hp.n_head_kv, hp.head_dim,
-                             static_cast<float>(1.0 / std::sqrt(static_cast<double>(hp.head_dim)))};
-
-  // --- embedding (no scaling) of every computed position ---
-  const Act x = ex.activation(kX, std::max(total, M), D);
-  std::vector<int32_t> ids;
-  ids.reserve(static_cast<size_t>(total));
-  for (const Part& p : parts) ids.insert(ids.end(), p.req->tokens.begin() + p.r0, p.req->tokens.begin() + p.r1);
-  ex.embed(*w.token_embd, ids, x);
-
-  // After the last layer's keys and values only the rows whose logits are wanted go on.
-  std::vector<int64_t> keep;
-  keep.reserve(static_cast<size_t>(M));
-  for (const Part& p : parts)
-    for (int64_t r : p.req->logit_rows) keep.push_back(p.off + r - p.r0);
-
-  int64_t rows = total;  // rows of x still carried
-  for (int64_t l = 0; l < n_layer; ++l) {
-    const ForwardWeights::Layer& L = w.layers[static_cast<size_t>(l)];
-    const bool last = l + 1 == n_layer;
-
-    // --- attention block: keys and values of the computed positions (Q too, but at the last layer) ---
-    const Act k = ex.activation(kK, total, KV), v = ex.activation(kV, total, KV);
-    Act q = ex.activation(kQ, total, Q);
-    if (!last) {
-      const WeightHandle ws[3] = {L.wq, L.wk, L.wv};
-      const Act ys[3] = {q, k, v};
-      ex.norm_matmul(x, total, L.attn_norm, hp.rms_eps, ws, ys, 3);
-    } else {
-      const WeightHandle ws[2] = {L.wk, L.wv};
-      const Act ys[2] = {k, v};
-      ex.norm_matmul(x, total, L.attn_norm, hp.rms_eps, ws, ys, 2);
+  } stores{ex, parts};
+  for (Part& p : parts) {
+    if (p.req->cache_mode == CacheMode::None) {
+      p.kv = ex.kv_open(1, p.n, KV);  // scratch: one layer at a time
+      continue;
     }
-    for (const Part& p : parts)
-      ex.kv_store(p.kv, p.layer(l), k, v, p.off, p.rows(), p.r0, L.bk, L.bv, rope, shape);
-    if (last) {  // the residual stream and the queries of the requested rows only
-      ex.gather(x, keep, x);
-      rows = M;
-      q = ex.activation(kQ, M, Q);
-      ex.norm_matmul(x, M, L.attn_norm, hp.rms_eps, &L.wq, &q, 1);
+    KVCache& c = *p.req->cache;
+    if (p.req->cache_mode == CacheMode::Fill) {
+      c.reset();
+      c.handle = ex.kv_open(n_layer, p.n, KV);
+      c.owner = &ex;
+      c.n = p.n;
     }
-    const Act att = ex.activation(kAtt, rows, Q);
-    for (const Part& p : parts) {
-      if (last && p.m() == 0) continue;
-      if (last) ex.attend(p.kv, p.layer(l), p.n, q, p.qoff, p.req->logit_rows, L.bq, rope, shape, att);
-      else ex.attend(p.kv, p.layer(l), p.n, q, p.off, p.positions, L.bq, rope, shape, att);
-    }
-    ex.matmul_add(L.wo, att, rows, x);
-
-    // --- feed-forward block (SwiGLU) ---
-    const Act gate = ex.activation(kGate, rows, F), up = ex.activation(kUp, rows, F);
-    const WeightHandle ws[2] = {L.ffn_gate, L.ffn_up};
-    const Act ys[2] = {gate, up};
-    ex.norm_matmul(x, rows, L.ffn_norm, hp.rms_eps, ws, ys, 2);
-    ex.swiglu_matmul_add(L.ffn_down, gate, up, rows, x);
+    p.kv = c.handle;
+    p.per_layer = true;
   }
-  if (M == 0) return;  // only caches were filled
-  if (rows != M) ex.gather(x, keep, x);  // no layers at all: select the rows here
-
-  // --- final norm and LM head, requested rows only ---
-  if (parts.size() == 1) {
-    ex.final_logits(w.output, x, M, w.output_norm, hp.rms_eps, parts[0].req->logits);
-    return;
-  }
-  std::vector<float> logits(static_cast<size_t>(M * V));
-  ex.final_logits(w.output, x, M, w.output_norm, hp.rms_eps, logits.data());
-  for (const Part& p : parts)
-    std::copy_n(logits.data() + p.qoff * V, p.m() * V, p.req->logits);
+  std::vector<float*> logits;
+  for (const Part& p : parts) logits.push_back(p.req->logits);
+  Program(hp, w, ex, parts).run(logits);
 }
 
 void forward(const HParams& hp, const ForwardWeights& w, Executor& ex, const ForwardRequest& req) {

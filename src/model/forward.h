@@ -70,6 +70,20 @@ struct ForwardRequest {
   int64_t row_begin = 0, row_end = 0;  // Reuse: the positions recomputed
 };
 
+// The forward program of one pass as an architecture's layer builder (ArchSpec::build_layer) sees it: the
+// blocks a layer is made of, each a few executor operations over the whole batch. The residual stream x
+// holds every computed row of every sequence; at the last layer, once the keys and values are stored,
+// only the rows whose logits are wanted go on.
+class LayerProgram {
+ public:
+  virtual ~LayerProgram() = default;
+  // RMSNorm -> Q/K/V (+ biases) -> RoPE -> keys/values stored per sequence -> bidirectional attention per
+  // sequence -> output projection -> residual.
+  virtual void self_attention(int64_t layer) = 0;
+  // RMSNorm -> gate/up -> SwiGLU -> down projection -> residual.
+  virtual void swiglu_ffn(int64_t layer) = 0;
+};
+
 // Throws dllm::Error for an empty canvas, a canvas longer than the context, an id outside the
 // vocabulary or a row outside the canvas (messages name the offending value and its position).
 void check_canvas(const HParams& hp, std::span<const int32_t> tokens, std::span<const int64_t> logit_rows);

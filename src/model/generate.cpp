@@ -18,7 +18,6 @@ bool is_stop(int32_t t, std::span<const int32_t> stop_ids) {
   return std::find(stop_ids.begin(), stop_ids.end(), t) != stop_ids.end();
 }
 
-std::string arch_label(Arch a) { return a == Arch::LLaDA ? "LLaDA" : "Dream"; }
 
 }  // namespace
 
@@ -37,10 +36,10 @@ void validate(const GenerateConfig& c, int64_t prompt_length) {
   if (c.effective_steps() < 1) throw usage_error("flag --steps must be at least 1, got " + N);
   if (!remasking_valid_for(c.arch, c.remasking)) {
     throw usage_error("--remasking " + std::string(remasking_name(c.remasking)) + " is not available for " +
-                      arch_label(c.arch) + " models (use " + remasking_choices(c.arch) + ")");
+                      arch_spec(c.arch).label + " models (use " + remasking_choices(c.arch) + ")");
   }
   if (c.dual_cache && c.full_logits) throw usage_error("flags --dual-cache and --full-logits cannot be combined");
-  if (c.arch == Arch::LLaDA) {
+  if (arch_spec(c.arch).sampler == SamplerKind::Blocks) {
     if (c.block_length < 1) throw usage_error("flag --block-length must be at least 1, got " + B);
     if (c.max_tokens % c.block_length != 0) {
       throw usage_error("--block-length " + B + " must divide --max-tokens " + L);
@@ -51,8 +50,9 @@ void validate(const GenerateConfig& c, int64_t prompt_length) {
                         " (--max-tokens " + L + " / --block-length " + B + ")");
     }
   } else {
-    if (c.threshold > 0) throw usage_error("--threshold is for LLaDA models only (this model is Dream)");
-    if (c.dual_cache) throw usage_error("--dual-cache is for LLaDA models only (this model is Dream)");
+    const std::string label = arch_spec(c.arch).label;
+    if (c.threshold > 0) throw usage_error("--threshold is for LLaDA models only (this model is " + label + ")");
+    if (c.dual_cache) throw usage_error("--dual-cache is for LLaDA models only (this model is " + label + ")");
     if (prompt_length < 1) throw usage_error("the prompt is empty: Dream needs at least one prompt token");
   }
   if (c.context_length > 0 && c.max_tokens > c.context_length - prompt_length) {  // no overflow, whatever the sizes

@@ -43,15 +43,19 @@ std::optional<Remasking> parse_remasking(const std::string& name) {
   return std::nullopt;
 }
 
-Remasking default_remasking(Arch arch) { return arch == Arch::LLaDA ? Remasking::LowConfidence : Remasking::Entropy; }
+namespace {
+bool block_sampler(Arch arch) { return arch_spec(arch).sampler == SamplerKind::Blocks; }
+}  // namespace
+
+Remasking default_remasking(Arch arch) { return block_sampler(arch) ? Remasking::LowConfidence : Remasking::Entropy; }
 
 bool remasking_valid_for(Arch arch, Remasking r) {
   const bool llada = r == Remasking::LowConfidence || r == Remasking::Random;
-  return arch == Arch::LLaDA ? llada : !llada;
+  return block_sampler(arch) ? llada : !llada;
 }
 
 const char* remasking_choices(Arch arch) {
-  return arch == Arch::LLaDA ? "low_confidence or random" : "entropy, maskgit_plus or topk_margin";
+  return block_sampler(arch) ? "low_confidence or random" : "entropy, maskgit_plus or topk_margin";
 }
 
 // --- random stream ---

@@ -19,13 +19,14 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 
 Sequence::Sequence(const GenerateConfig& config, std::span<const int32_t> prompt, int64_t n_vocab,
                    GenerateHooks hooks)
-    : cfg_(config), hooks_(std::move(hooks)), V_(n_vocab), start_(Clock::now()) {
+    : cfg_(config), hooks_(std::move(hooks)), V_(n_vocab),
+      blocks_(arch_spec(config.arch).sampler == SamplerKind::Blocks), start_(Clock::now()) {
   validate(cfg_, static_cast<int64_t>(prompt.size()));
   res_.prompt_length = static_cast<int64_t>(prompt.size());
   res_.canvas.assign(prompt.begin(), prompt.end());
   res_.canvas.resize(prompt.size() + static_cast<size_t>(cfg_.max_tokens), cfg_.mask_id);
   res_.total_steps = cfg_.effective_steps();
-  if (cfg_.arch == Arch::LLaDA) {
+  if (blocks_) {
     nb_ = cfg_.max_tokens / cfg_.block_length;
     S_ = cfg_.effective_steps() / nb_;
   } else {
@@ -61,7 +62,7 @@ const StepNeed* Sequence::next() {
     finish();
     return nullptr;
   }
-  return cfg_.arch == Arch::LLaDA ? plan_llada() : plan_dream();
+  return blocks_ ? plan_llada() : plan_dream();
 }
 
 const StepNeed* Sequence::ask(Pass pass, int64_t begin, int64_t end) {
@@ -69,7 +70,7 @@ const StepNeed* Sequence::ask(Pass pass, int64_t begin, int64_t end) {
   need_.begin = begin;
   need_.end = end;
   need_.rows.clear();
-  const int64_t shift = cfg_.arch == Arch::LLaDA ? 0 : 1;  // Dream reads raw row j-1 for position j (4.6)
+  const int64_t shift = blocks_ ? 0 : 1;  // Dream reads raw row j-1 for position j (4.6)
   if (cfg_.full_logits) {
     for (int64_t r = 0; r < n(); ++r) need_.rows.push_back(r);
   } else {
@@ -158,7 +159,7 @@ void Sequence::commit(const float* logits) {
   if (!pending_) return;
   pending_ = false;
   ++res_.forward_passes;
-  const bool llada = cfg_.arch == Arch::LLaDA;
+  const bool llada = blocks_;
   const uint64_t ustep = static_cast<uint64_t>(ev_.step);
   std::vector<Candidate> cand(C_.size());
   auto one = [&](int64_t c, int) {

@@ -70,6 +70,7 @@ class Sequence {
   GenerateConfig cfg_;
   GenerateHooks hooks_;
   int64_t V_;
+  bool blocks_;  // LLaDA's block sampler; else Dream's timestep sampler
   GenerateResult res_;
   Clock::time_point start_, t0_;
   bool done_ = false, pending_ = false, cancelled_ = false;
