@@ -141,6 +141,11 @@ class EmulatorDevice : public jit::cuda::Device {
     check_range(dst, bytes);
     std::memset(reinterpret_cast<void*>(dst), 0, bytes);
   }
+  void copy(jit::cuda::DevAddr dst, jit::cuda::DevAddr src, size_t bytes) override {
+    check_range(dst, bytes);
+    check_range(src, bytes);
+    std::memcpy(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
+  }
   void synchronize() override {}
 
   void load_kernels(const jit::cuda::KernelSet& set) override {
