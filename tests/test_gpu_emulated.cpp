@@ -477,7 +477,8 @@ INSTANTIATE_TEST_SUITE_P(TinyQuantised, GpuEmulatedForward,
 // A GPU executor on the emulator with a model's weights prepared for it, and the forward program on it.
 struct EmulatedGpuModel {
   ThreadPool pool{2};
-  jc::GpuExecutor gpu{std::make_unique<EmulatorDevice>(), pool};
+  EmulatorDevice* dev = new EmulatorDevice;  // owned by gpu
+  jc::GpuExecutor gpu{std::unique_ptr<EmulatorDevice>(dev), pool};
   model::HParams hp;
   model::ForwardWeights fw;
   explicit EmulatedGpuModel(const model::Model& m) : hp(m.hparams()), fw(model::prepare_forward_weights(hp, m.tensors(), gpu)) {}
@@ -507,8 +508,16 @@ TEST(GpuEmulated, BatchedCanvasesEqualEachAloneBitForBit) {
       alone.push_back(g.forward(lc.ids, lc.rows));
       batched.emplace_back(alone.back().size(), 0.f);
     }
-    for (size_t i = 0; i < cases.size(); ++i) reqs.push_back({cases[i].ids, cases[i].rows, batched[i].data()});
+    size_t logit_rows = 0;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      reqs.push_back({cases[i].ids, cases[i].rows, batched[i].data()});
+      logit_rows += cases[i].rows.size();
+    }
+    const size_t downloads = g.dev->downloads(), bytes = g.dev->download_bytes();
     model::forward_batch(g.hp, g.fw, g.gpu, reqs);
+    // Only the logits leave the device, in one copy: activations never round-trip through the host.
+    EXPECT_EQ(g.dev->downloads() - downloads, 1u);
+    EXPECT_EQ(g.dev->download_bytes() - bytes, logit_rows * static_cast<size_t>(V) * sizeof(float));
     for (size_t i = 0; i < cases.size(); ++i) {
       EXPECT_EQ(batched[i], alone[i]) << cases[i].name << ": batched logits differ from the pass alone";
       expect_logits_close(batched[i], cpu->forward(cases[i].ids, cases[i].rows), V, std::string(name) + " batched " + cases[i].name);
