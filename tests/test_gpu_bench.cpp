@@ -265,7 +265,7 @@ struct BenchModel {
     load_s = std::chrono::duration<double>(Clock::now() - t0).count();
   }
   void forward(std::span<const int32_t> ids, std::span<const int64_t> rows, float* out) {
-    ASSERT_TRUE(gpu->run_forward(hp, fw, model::ForwardRequest{ids, rows, out}));
+    model::forward(hp, fw, *gpu, model::ForwardRequest{ids, rows, out});
   }
 };
 

@@ -1,9 +1,9 @@
 // GPU execution tests on a real NVIDIA GPU (compute capability 8.0+ and NVRTC). Every test skips with
 // the reason when no usable GPU is found, so the file passes on CPU-only machines;
 // bench/gpu/device-check.sh runs it on a GPU machine. Checks: logits of every quantised fixture and case
-// against the CPU reference executor (whole forward on the device, and the per-call executor path),
-// greedy generations identical to the references (and so to the CPU path) on every quantised
-// generation fixture, the kernel cache (a second load compiles nothing), types without GPU kernels named,
+// against the CPU reference executor (the forward program on the device, with the weights prepared by
+// hand and through Model), greedy generations identical to the references (and so to the CPU path) on
+// every quantised generation fixture, the kernel cache (a second load compiles nothing), types without GPU kernels named,
 // and the device choice reported for this machine.
 #include <gtest/gtest.h>
 
@@ -57,7 +57,7 @@ TEST_P(GpuDevice, LogitsOfEveryCaseMatchTheCpuReference) {
   for (const std::string& c : logits_case_names()) {
     const LogitsCase lc = logits_case(name, c);
     std::vector<float> got(lc.rows.size() * static_cast<size_t>(hp.n_vocab));
-    ASSERT_TRUE(gpu->run_forward(hp, fw, model::ForwardRequest{lc.ids, lc.rows, got.data()}));
+    model::forward(hp, fw, *gpu, model::ForwardRequest{lc.ids, lc.rows, got.data()});
     expect_logits_close(got, cpu->forward(lc.ids, lc.rows), hp.n_vocab, name + " " + c);
   }
   // A long canvas (several key tiles and row blocks, rows in any order, repeats) against the CPU.
@@ -65,7 +65,7 @@ TEST_P(GpuDevice, LogitsOfEveryCaseMatchTheCpuReference) {
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 37 + 11) % hp.n_vocab);
   const std::vector<int64_t> rows = {299, 0, 150, 150, 64, 63, 200};
   std::vector<float> got(rows.size() * static_cast<size_t>(hp.n_vocab));
-  gpu->run_forward(hp, fw, model::ForwardRequest{ids, rows, got.data()});
+  model::forward(hp, fw, *gpu, model::ForwardRequest{ids, rows, got.data()});
   expect_logits_close(got, cpu->forward(ids, rows), hp.n_vocab, name + " 300 tokens");
   for (const std::string& line : gpu->describe()) RecordProperty("describe", line);
 }
@@ -130,7 +130,8 @@ TEST(GpuDeviceCache, SecondLoadCompilesNothing) {
   for (int round = 0; round < 2; ++round) {
     auto gpu = jc::GpuExecutor::open(pool);
     const model::ForwardWeights fw = model::prepare_forward_weights(cpu->hparams(), cpu->tensors(), *gpu);
-    gpu->run_forward(cpu->hparams(), fw, model::ForwardRequest{lc.ids, lc.rows, round ? second.data() : first.data()});
+    model::forward(cpu->hparams(), fw, *gpu,
+                   model::ForwardRequest{lc.ids, lc.rows, round ? second.data() : first.data()});
     const jc::KernelLoadStats& s = gpu->device().load_stats();
     if (round == 0) {
       EXPECT_EQ(s.units_compiled, 1);

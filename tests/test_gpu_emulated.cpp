@@ -3,9 +3,9 @@
 // fragment layouts. Checks: weight repacking decodes to the reference decoder's values bit for bit; the
 // activation quantiser's fragments and scales; the int8 GEMM of every weight format equals the exact
 // product of the quantised activations and the dequantised weights (to f32 rounding); flash attention
-// equals exact softmax attention on the same f16 operands; RoPE packing; and the whole forward pass
-// (GpuForward, and the per-call executor path through model::forward) against the CPU reference
-// executor on the tiny fixture models.
+// equals exact softmax attention on the same f16 operands; RoPE packing; and the forward program on the
+// GPU executor's device operations (weights prepared by hand and through Model) against the CPU reference
+// executor on the tiny fixture models, batched sequences bit-identical to each alone, and the dual cache.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -428,7 +428,7 @@ TEST_P(GpuEmulatedForward, WholeForwardAndExecutorPathMatchTheCpuReference) {
   const model::HParams& hp = cpu->hparams();
   const int64_t V = cpu->n_vocab();
 
-  // GpuForward through the executor's whole-forward hook.
+  // The forward program on the executor's device operations.
   auto owned = std::make_unique<EmulatorDevice>();
   EmulatorDevice& dev = *owned;
   ThreadPool pool(2);
@@ -438,28 +438,28 @@ TEST_P(GpuEmulatedForward, WholeForwardAndExecutorPathMatchTheCpuReference) {
     for (const char* c : {"c1_short_len8", "c2_canvas_midgen_len37", "c4_random_ids_len13"}) {
       const LogitsCase lc = logits_case(name, c);
       std::vector<float> got(lc.rows.size() * static_cast<size_t>(V));
-      ASSERT_TRUE(gpu.run_forward(hp, fw, model::ForwardRequest{lc.ids, lc.rows, got.data()}));
+      model::forward(hp, fw, gpu, model::ForwardRequest{lc.ids, lc.rows, got.data()});
       expect_logits_close(got, cpu->forward(lc.ids, lc.rows), V, name + " " + c);
     }
     // Repeated and reordered rows give exactly those rows.
     const LogitsCase lc = logits_case(name, "c4_random_ids_len13");
     const std::vector<int64_t> all = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, some = {12, 0, 5, 5};
     std::vector<float> a(all.size() * V), s(some.size() * V);
-    gpu.run_forward(hp, fw, model::ForwardRequest{lc.ids, all, a.data()});
-    gpu.run_forward(hp, fw, model::ForwardRequest{lc.ids, some, s.data()});
+    model::forward(hp, fw, gpu, model::ForwardRequest{lc.ids, all, a.data()});
+    model::forward(hp, fw, gpu, model::ForwardRequest{lc.ids, some, s.data()});
     for (size_t i = 0; i < some.size(); ++i) {
       ASSERT_TRUE(std::equal(s.begin() + i * V, s.begin() + (i + 1) * V, a.begin() + some[i] * V)) << i;
     }
     // The same errors as the CPU forward pass.
     const std::vector<int32_t> bad = {1, 2, static_cast<int32_t>(V)};
-    EXPECT_THROW(gpu.run_forward(hp, fw, model::ForwardRequest{bad, some, s.data()}), Error);
+    EXPECT_THROW(model::forward(hp, fw, gpu, model::ForwardRequest{bad, some, s.data()}), Error);
     EXPECT_EQ(dev.live_overruns(), 0u);
   }
   EXPECT_EQ(dev.live_allocations(), 0u) << "device memory leaked";
   EXPECT_EQ(dev.overruns(), 0u) << "a kernel wrote past an allocation";
   EXPECT_EQ(dev.bad_frees(), 0u);
 
-  // The per-call executor path (model::forward calling matmul / attention / lm_head).
+  // The same through Model (the executor made by LoadOptions, as `dllm run --device gpu` does).
   model::LoadOptions gopt;
   gopt.threads = 2;
   gopt.make_executor = [](ThreadPool& p) -> std::unique_ptr<model::Executor> {
@@ -474,7 +474,146 @@ INSTANTIATE_TEST_SUITE_P(TinyQuantised, GpuEmulatedForward,
                          ::testing::Values("tiny-llada-Q8_0", "tiny-llada-Q4_K_M", "tiny-dream-Q8_0",
                                            "tiny-dream-Q4_K_M"));
 
-// Greedy generations through the GPU forward pass give the reference tokens: two short runs exactly, or
+// A GPU executor on the emulator with a model's weights prepared for it, and the forward program on it.
+struct EmulatedGpuModel {
+  ThreadPool pool{2};
+  EmulatorDevice* dev = new EmulatorDevice;  // owned by gpu
+  jc::GpuExecutor gpu{std::unique_ptr<EmulatorDevice>(dev), pool};
+  model::HParams hp;
+  model::ForwardWeights fw;
+  explicit EmulatedGpuModel(const model::Model& m) : hp(m.hparams()), fw(model::prepare_forward_weights(hp, m.tensors(), gpu)) {}
+  std::vector<float> forward(std::span<const int32_t> ids, std::span<const int64_t> rows) {
+    std::vector<float> out(rows.size() * static_cast<size_t>(hp.n_vocab));
+    model::forward(hp, fw, gpu, model::ForwardRequest{ids, rows, out.data()});
+    return out;
+  }
+};
+
+// Canvases of different lengths through one forward_batch give every sequence exactly the logits of its
+// pass alone: every operation works row by row on the device too (GEMM rows, quantiser rows, packed heads
+// and attention per sequence), so a sequence's rows do not see where in the batch they sit.
+TEST(GpuEmulated, BatchedCanvasesEqualEachAloneBitForBit) {
+  for (const char* name : {"tiny-llada-Q8_0", "tiny-dream-Q4_K_M"}) {
+    SCOPED_TRACE(name);
+    model::LoadOptions opt;
+    opt.threads = 2;
+    const auto cpu = model::Model::load(data_path(std::string("models/") + name + ".gguf"), opt);
+    EmulatedGpuModel g(*cpu);
+    const int64_t V = g.hp.n_vocab;
+    std::vector<LogitsCase> cases;
+    for (const char* c : {"c2_canvas_midgen_len37", "c1_short_len8", "c4_random_ids_len13"}) cases.push_back(logits_case(name, c));
+    std::vector<std::vector<float>> alone, batched;
+    std::vector<model::ForwardRequest> reqs;
+    for (const LogitsCase& lc : cases) {
+      alone.push_back(g.forward(lc.ids, lc.rows));
+      batched.emplace_back(alone.back().size(), 0.f);
+    }
+    size_t logit_rows = 0;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      reqs.push_back({cases[i].ids, cases[i].rows, batched[i].data()});
+      logit_rows += cases[i].rows.size();
+    }
+    const size_t downloads = g.dev->downloads(), bytes = g.dev->download_bytes();
+    model::forward_batch(g.hp, g.fw, g.gpu, reqs);
+    // Only the logits leave the device, in one copy: activations never round-trip through the host.
+    EXPECT_EQ(g.dev->downloads() - downloads, 1u);
+    EXPECT_EQ(g.dev->download_bytes() - bytes, logit_rows * static_cast<size_t>(V) * sizeof(float));
+    for (size_t i = 0; i < cases.size(); ++i) {
+      EXPECT_EQ(batched[i], alone[i]) << cases[i].name << ": batched logits differ from the pass alone";
+      expect_logits_close(batched[i], cpu->forward(cases[i].ids, cases[i].rows), V, std::string(name) + " batched " + cases[i].name);
+    }
+  }
+}
+
+// LLaDA's dual cache on the device, with the properties tests/test_generate_cache.cpp checks on the CPU:
+// the Fill pass is the exact pass (bit for bit); a Reuse pass on an unchanged canvas is bit-identical to
+// the exact pass too (the block's rows are recomputed by the same row-wise kernels, the other positions'
+// raw keys/values are the ones the Fill pass stored, and attention packs them with bias and RoPE exactly
+// as the exact pass does); after a change inside the block the result is stale but closer to the new
+// exact logits than the old ones, and agrees with the CPU reference's own Reuse pass within the GPU's
+// tolerance; rows outside the block are refused. A Reuse pass batched with another sequence's exact pass
+// gives both their results alone.
+TEST(GpuEmulated, DualCacheFillThenReuse) {
+  model::LoadOptions opt;
+  opt.threads = 2;
+  const auto cpu = model::Model::load(data_path("models/tiny-llada-Q8_0.gguf"), opt);
+  EmulatedGpuModel g(*cpu);
+  const int64_t V = g.hp.n_vocab;
+  // "Write a haiku about autumn leaves." through LLaDA's chat template, then 32 masks.
+  std::vector<int32_t> canvas = {1012, 1015, 84, 401, 1016, 282, 54, 81, 986, 257, 558, 72, 74, 84, 699, 711,
+                                 598, 501, 77, 704, 64, 85, 295, 13, 1017, 1015, 405, 82, 363, 397, 1016, 282};
+  canvas.resize(canvas.size() + 32, cpu->mask_token_id());
+  canvas[40] = 500;
+  const std::vector<int64_t> rows = {40, 41, 42, 43, 44, 45, 46, 47};
+  const std::vector<float> exact = g.forward(canvas, rows);
+  expect_logits_close(exact, cpu->forward(canvas, rows), V, "exact pass");
+
+  model::KVCache cache;
+  std::vector<float> refresh(exact.size()), reused(exact.size());
+  model::ForwardRequest fill{canvas, rows, refresh.data()};
+  fill.cache = &cache;
+  fill.cache_mode = model::CacheMode::Fill;
+  model::forward(g.hp, g.fw, g.gpu, fill);
+  EXPECT_EQ(refresh, exact) << "the refresh pass is the exact pass";
+  EXPECT_EQ(cache.n, static_cast<int64_t>(canvas.size()));
+
+  model::ForwardRequest reuse{canvas, rows, reused.data()};
+  reuse.cache = &cache;
+  reuse.cache_mode = model::CacheMode::Reuse;
+  reuse.row_begin = 40;
+  reuse.row_end = 48;
+  model::forward(g.hp, g.fw, g.gpu, reuse);
+  EXPECT_EQ(reused, exact) << "nothing changed since the refresh: the block sees exact keys/values";
+
+  // A committed token inside the block: the block's rows are recomputed, the other positions are stale.
+  canvas[41] = 600;
+  const std::vector<float> exact2 = g.forward(canvas, rows);
+  model::forward(g.hp, g.fw, g.gpu, reuse);
+  EXPECT_NE(reused, exact2);
+  EXPECT_LT(rel_l2(reused.data(), exact2.data(), static_cast<int64_t>(reused.size())),
+            0.5 * rel_l2(exact.data(), exact2.data(), static_cast<int64_t>(exact.size())));
+  {  // the CPU reference's dual cache on the same two canvases
+    std::vector<int32_t> before = canvas;
+    before[41] = cpu->mask_token_id();
+    model::KVCache cpu_cache;
+    std::vector<float> cpu_fill(exact.size()), cpu_reused(exact.size());
+    model::ForwardRequest f{before, rows, cpu_fill.data()};
+    f.cache = &cpu_cache;
+    f.cache_mode = model::CacheMode::Fill;
+    cpu->forward(f);
+    model::ForwardRequest r{canvas, rows, cpu_reused.data()};
+    r.cache = &cpu_cache;
+    r.cache_mode = model::CacheMode::Reuse;
+    r.row_begin = 40;
+    r.row_end = 48;
+    cpu->forward(r);
+    expect_logits_close(reused, cpu_reused, V, "stale reuse against the CPU reference's");
+  }
+
+  // Batched with another sequence's exact pass: both as alone.
+  const LogitsCase other = logits_case("tiny-llada-Q8_0", "c4_random_ids_len13");
+  const std::vector<float> other_alone = g.forward(other.ids, other.rows);
+  std::vector<float> reused_b(exact.size()), other_b(other_alone.size());
+  model::ForwardRequest reuse_b = reuse;
+  reuse_b.logits = reused_b.data();
+  const model::ForwardRequest reqs[2] = {model::ForwardRequest{other.ids, other.rows, other_b.data()}, reuse_b};
+  model::forward_batch(g.hp, g.fw, g.gpu, reqs);
+  EXPECT_EQ(other_b, other_alone);
+  model::forward(g.hp, g.fw, g.gpu, reuse);
+  EXPECT_EQ(reused_b, reused);
+
+  // Rows outside the recomputed block are refused.
+  const std::vector<int64_t> outside = {39};
+  std::vector<float> one(static_cast<size_t>(V));
+  model::ForwardRequest bad{canvas, outside, one.data()};
+  bad.cache = &cache;
+  bad.cache_mode = model::CacheMode::Reuse;
+  bad.row_begin = 40;
+  bad.row_end = 48;
+  EXPECT_THROW(model::forward(g.hp, g.fw, g.gpu, bad), Error);
+}
+
+// Greedy generations through the forward program on the GPU executor give the reference tokens: two short runs exactly, or
 // every quantised reference with DLLM_EMULATE_ALL_GENERATIONS=1 (minutes; measured 21 of 23 identical,
 // see GenerationTally; the real device runs them all in tests/test_gpu_device.cpp).
 TEST(GpuEmulated, GreedyGenerationsMatchTheReferences) {

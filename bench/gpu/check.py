@@ -354,7 +354,7 @@ def speed(a):
             continue
         for profile in (False, True):
             if dual and profile:
-                continue  # the dual cache's passes run through the per-call path, which is not profiled
+                continue  # a dual-cache run's profile would average its full and block steps together
             tag = f"{arch}-{name}{'-profile' if profile else ''}"
             if dl.passed(30):
                 dump_json(os.path.join(runs_dir, tag + ".json"), {"skipped": "budget"})

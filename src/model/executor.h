@@ -80,6 +80,10 @@ class Executor {
   // Short name for diagnostics ("reference", ...).
   virtual std::string name() const = 0;
 
+  // Load time, before any weight or vector: the model's hyperparameters (prepare_forward_weights passes
+  // them), so that a device backend can build everything for the model's shapes at once. Default: nothing.
+  virtual void prepare_model(const HParams& hp) { (void)hp; }
+
   // Load time: prepare a 2-D weight tensor of `n` rows (ne1) of `k` values (ne0), stored as the file
   // stores it (any type quant::can_dequantize accepts). The tensor's bytes live in the file's mapping,
   // which outlives the executor. An implementation may repack; it must never expand a whole model to f32.

@@ -73,7 +73,8 @@ void KVCache::reset() {
   n = 0;
 }
 
-ForwardWeights prepare_forward_weights(const HParams&, const ModelTensors& t, Executor& ex) {
+ForwardWeights prepare_forward_weights(const HParams& hp, const ModelTensors& t, Executor& ex) {
+  ex.prepare_model(hp);
   ForwardWeights w;
   w.token_embd = t.token_embd;
   w.output_norm = prepare_vector(ex, t.output_norm);

@@ -135,11 +135,18 @@ class EmulatorDevice : public jit::cuda::Device {
   }
   void download(void* dst, jit::cuda::DevAddr src, size_t bytes) override {
     check_range(src, bytes);
+    ++downloads_;
+    download_bytes_ += bytes;
     std::memcpy(dst, reinterpret_cast<const void*>(src), bytes);
   }
   void zero(jit::cuda::DevAddr dst, size_t bytes) override {
     check_range(dst, bytes);
     std::memset(reinterpret_cast<void*>(dst), 0, bytes);
+  }
+  void copy(jit::cuda::DevAddr dst, jit::cuda::DevAddr src, size_t bytes) override {
+    check_range(dst, bytes);
+    check_range(src, bytes);
+    std::memcpy(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
   }
   void synchronize() override {}
 
@@ -164,6 +171,8 @@ class EmulatorDevice : public jit::cuda::Device {
   size_t bad_frees() const { return bad_frees_; }
   size_t live_allocations() const { return allocs_.size(); }
   size_t launches() const { return launches_; }
+  size_t downloads() const { return downloads_; }  // device-to-host copies, and their bytes
+  size_t download_bytes() const { return download_bytes_; }
   // Checks every live allocation's canary zone.
   size_t live_overruns() const {
     size_t n = 0;
@@ -187,7 +196,7 @@ class EmulatorDevice : public jit::cuda::Device {
   std::map<jit::cuda::DevAddr, size_t> allocs_;
   std::set<std::string> loaded_;
   jit::cuda::KernelLoadStats stats_;
-  size_t overruns_ = 0, bad_frees_ = 0, launches_ = 0;
+  size_t overruns_ = 0, bad_frees_ = 0, launches_ = 0, downloads_ = 0, download_bytes_ = 0;
 };
 
 }  // namespace dllm::test

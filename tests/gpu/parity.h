@@ -1,5 +1,5 @@
 // Shared by the GPU test files (emulated and real device): the logits cases and greedy generation
-// references of tests/data, a LogitSource that runs the GPU executor's whole forward pass, and the
+// references of tests/data, a LogitSource that runs the forward program on the GPU executor, and the
 // comparisons (worst row rel. L2, argmax agreement, identical generated tokens).
 #pragma once
 #include <gtest/gtest.h>
@@ -64,16 +64,14 @@ inline void expect_logits_close(const std::vector<float>& got, const std::vector
   for (float f : got) ASSERT_TRUE(std::isfinite(f)) << what;
 }
 
-// The model's forward passes through GpuExecutor::run_forward (the whole forward on the device).
+// The model's forward passes on the GPU executor (model::forward: the forward program on the device).
 class GpuLogitSource : public model::LogitSource {
  public:
   GpuLogitSource(jit::cuda::GpuExecutor& gpu, const model::HParams& hp, const model::ModelTensors& tensors)
       : gpu_(gpu), hp_(hp), fw_(model::prepare_forward_weights(hp, tensors, gpu)) {}
   int64_t n_vocab() const override { return hp_.n_vocab; }
   void forward(std::span<const int32_t> canvas, std::span<const int64_t> rows, float* out) override {
-    if (!gpu_.run_forward(hp_, fw_, model::ForwardRequest{canvas, rows, out})) {
-      throw std::runtime_error("run_forward declined a plain request");
-    }
+    model::forward(hp_, fw_, gpu_, model::ForwardRequest{canvas, rows, out});
   }
 
  private:

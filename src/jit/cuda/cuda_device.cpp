@@ -137,6 +137,12 @@ void CudaDevice::zero(DevAddr dst, size_t bytes) {
   CU_CHECK(d_, cuMemsetD8Async, dst, 0, bytes, nullptr);
 }
 
+void CudaDevice::copy(DevAddr dst, DevAddr src, size_t bytes) {
+  if (bytes == 0) return;
+  bind();
+  CU_CHECK(d_, cuMemcpyDtoDAsync, dst, src, bytes, nullptr);
+}
+
 void CudaDevice::synchronize() {
   bind();
   CU_CHECK(d_, cuCtxSynchronize);

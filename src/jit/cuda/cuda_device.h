@@ -25,6 +25,7 @@ class CudaDevice : public Device {
   void upload(DevAddr dst, const void* src, size_t bytes) override;
   void download(void* dst, DevAddr src, size_t bytes) override;
   void zero(DevAddr dst, size_t bytes) override;
+  void copy(DevAddr dst, DevAddr src, size_t bytes) override;
   void synchronize() override;
   void load_kernels(const KernelSet& set) override;
   bool has_kernel(const std::string& name) const override { return fns_.count(name) != 0; }

@@ -33,6 +33,7 @@ class Device {
   virtual void upload(DevAddr dst, const void* src, size_t bytes) = 0;
   virtual void download(void* dst, DevAddr src, size_t bytes) = 0;
   virtual void zero(DevAddr dst, size_t bytes) = 0;
+  virtual void copy(DevAddr dst, DevAddr src, size_t bytes) = 0;  // device to device (may not overlap)
   virtual void synchronize() = 0;
 
   // Makes every kernel of `set` launchable (compiling the set as one unit when needed).

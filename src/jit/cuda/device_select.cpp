@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "jit/cuda/gpu_forward.h"
+#include "jit/cuda/gpu_executor.h"
 #include "jit/cuda/nvrtc.h"
 #include "jit/cuda/weight_pack.h"
 #include "model/error.h"
@@ -149,7 +149,7 @@ uint64_t gpu_memory_needed(const model::HParams& hp, const model::ModelTensors& 
   }
   add(tensors.output);
   const int64_t rows = std::max<int64_t>(1, max_rows);
-  bytes += GpuForward::workspace_bytes(hp, rows, rows);
+  bytes += GpuExecutor::workspace_bytes(hp, rows, rows);
   return bytes;
 }
 

@@ -53,6 +53,7 @@ struct DriverLoader {
         resolve(d.cuMemFreeHost, {"cuMemFreeHost"}) && resolve(d.cuMemcpyHtoD, {"cuMemcpyHtoD_v2"}) &&
         resolve(d.cuMemcpyDtoH, {"cuMemcpyDtoH_v2"}) && resolve(d.cuMemcpyHtoDAsync, {"cuMemcpyHtoDAsync_v2"}) &&
         resolve(d.cuMemcpyDtoHAsync, {"cuMemcpyDtoHAsync_v2"}) &&
+        resolve(d.cuMemcpyDtoDAsync, {"cuMemcpyDtoDAsync_v2"}) &&
         resolve(d.cuMemsetD8Async, {"cuMemsetD8Async"}) && resolve(d.cuModuleLoadData, {"cuModuleLoadData"}) &&
         resolve(d.cuModuleUnload, {"cuModuleUnload"}) && resolve(d.cuModuleGetFunction, {"cuModuleGetFunction"}) &&
         resolve(d.cuFuncSetAttribute, {"cuFuncSetAttribute"}) && resolve(d.cuLaunchKernel, {"cuLaunchKernel"}) &&

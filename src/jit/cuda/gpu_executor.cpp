@@ -1,13 +1,16 @@
-// The GPU executor (gpu_executor.h): weight upload at load, the per-call operations, and the hook into
-// the whole-model forward pass.
+// The GPU executor (gpu_executor.h): weight upload at load, the per-call primitives, and the forward
+// program's operations on device-resident buffers.
 #include "jit/cuda/gpu_executor.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
 #include "jit/cuda/cuda_device.h"
 #include "model/error.h"
+#include "model/quant.h"
 
 namespace dllm::jit::cuda {
 
@@ -22,7 +25,22 @@ std::string fmt_gib(size_t bytes) {
   return buf;
 }
 
+constexpr size_t kF32 = sizeof(float);
+constexpr size_t kMaxSpareBuffers = 4;  // buffers of closed key/value stores kept for the next kv_open
+
+std::string internal(const std::string& what) { return "internal error: " + what; }
+
 }  // namespace
+
+std::string GpuProfile::report() const {
+  if (steps == 0) return "gpu profile: no whole-model pass ran";
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "gpu profile (synchronised per kernel group, not for benchmarking), per step: gemm %.2f ms, "
+                "attention %.2f ms, lm head %.2f ms, transfer %.2f ms",
+                per_step_ms(gemm_s), per_step_ms(attention_s), per_step_ms(lm_head_s), per_step_ms(transfer_s));
+  return buf;
+}
 
 GpuExecutor::GpuExecutor(std::unique_ptr<Device> device, ThreadPool& pool)
     : Executor(&pool), dev_(std::move(device)), pool_(pool) {
@@ -34,6 +52,28 @@ GpuExecutor::~GpuExecutor() = default;
 
 std::unique_ptr<GpuExecutor> GpuExecutor::open(ThreadPool& pool, int ordinal) {
   return std::make_unique<GpuExecutor>(CudaDevice::open(ordinal), pool);
+}
+
+// ---------------------------------------------------------------- load time
+
+GpuExecutor::AttnKernels GpuExecutor::attn_kernels(const model::RopeSpec& rope, const model::AttentionShape& sh) {
+  const PackStyle style = rope.style == model::RopeStyle::Neox ? PackStyle::Neox : PackStyle::Norm;
+  return {PackDesc{sh.n_head, sh.head_dim, rope.n_rot, style, false},
+          PackDesc{sh.n_head_kv, sh.head_dim, rope.n_rot, style, false},
+          PackDesc{sh.n_head_kv, sh.head_dim, rope.n_rot, PackStyle::None, true},
+          AttnDesc{sh.n_head, sh.n_head_kv, sh.head_dim}};
+}
+
+void GpuExecutor::prepare_model(const model::HParams& hp) {
+  if (const std::string err = head_dim_error(hp.head_dim, hp.n_rot); !err.empty()) throw Error(err);
+  model_d_ = hp.n_embd, model_f_ = hp.n_ff, model_ctx_ = hp.n_ctx;
+  const AttnKernels a = attn_kernels(model::RopeSpec{hp.rope_style, hp.n_rot, hp.rope_base},
+                                     model::AttentionShape{hp.n_head, hp.n_head_kv, hp.head_dim, 0.f});
+  kernels_.add(a.q);
+  kernels_.add(a.k);
+  kernels_.add(a.v);
+  kernels_.add(a.attn);
+  kernels_loaded_ = false;
 }
 
 model::WeightHandle GpuExecutor::prepare_weight(const gguf::TensorInfo& t) {
@@ -67,8 +107,15 @@ model::WeightHandle GpuExecutor::prepare_weight(const gguf::TensorInfo& t) {
     if (L.has_mins()) dev_->upload(w.mins.addr() + first * spt * sizeof(float), sm.data(), tiles * spt * sizeof(float));
   }
   weight_bytes_ += L.device_bytes();
-  matmul_kernels_.add(w.desc());
-  matmul_kernels_.add(QuantDesc{QuantMode::Plain, act_format_for(L.format), L.k});
+  // The GEMM and the quantisers that feed it: plain (the per-call path, the attention output), RMSNorm
+  // for the matrices reading the residual stream, SwiGLU for the down projection (every mode when the
+  // model's widths are unknown).
+  const ActFormat a = act_format_for(L.format);
+  kernels_.add(w.desc());
+  kernels_.add(QuantDesc{QuantMode::Plain, a, L.k});
+  if (model_d_ == 0 || L.k == model_d_) kernels_.add(QuantDesc{QuantMode::RmsNorm, a, L.k});
+  if (model_d_ == 0 || L.k == model_f_) kernels_.add(QuantDesc{QuantMode::SwiGlu, a, L.k});
+  kernels_loaded_ = false;
   weights_.push_back(std::move(w));
   return model::WeightHandle{static_cast<int32_t>(weights_.size() - 1)};
 }
@@ -80,6 +127,32 @@ const GpuWeight& GpuExecutor::weight(model::WeightHandle h) const {
   return weights_[static_cast<size_t>(h.index)];
 }
 
+void GpuExecutor::load_model_kernels() {
+  if (kernels_loaded_) return;
+  dev_->load_kernels(kernels_);  // one unit for the whole model
+  kernels_loaded_ = true;
+}
+
+model::VectorHandle GpuExecutor::prepare_vector(std::span<const float> v) {
+  const model::VectorHandle h = Executor::prepare_vector(v);  // the host copy (host_vector) and the index
+  DeviceBuffer b;
+  if (!v.empty()) {
+    b = DeviceBuffer(*dev_, v.size() * kF32);
+    dev_->upload(b.addr(), v.data(), b.bytes());
+  }
+  vectors_.push_back(std::move(b));
+  if (static_cast<size_t>(h.index) + 1 != vectors_.size()) throw Error(internal("GPU vector table out of step"));
+  return h;
+}
+
+DevAddr GpuExecutor::vector_addr(model::VectorHandle h) const {
+  if (!h.valid()) return 0;
+  if (static_cast<size_t>(h.index) >= vectors_.size()) throw Error(internal("invalid GPU vector handle"));
+  return vectors_[static_cast<size_t>(h.index)].addr();
+}
+
+// ---------------------------------------------------------------- the per-call primitives
+
 void GpuExecutor::matmul(model::WeightHandle h, const float* x, int64_t rows, float* y) {
   matmul_shared(&h, &y, 1, x, rows);
 }
@@ -87,24 +160,20 @@ void GpuExecutor::matmul(model::WeightHandle h, const float* x, int64_t rows, fl
 void GpuExecutor::matmul_shared(const model::WeightHandle* ws, float* const* ys, int n, const float* x,
                                 int64_t rows) {
   if (rows <= 0 || n <= 0) return;
-  const int64_t k = weight(ws[0]).layout.k;
+  if (n > 8) throw Error(internal("matmul_shared takes at most 8 products"));
+  const GpuWeight* readers[8];
+  for (int i = 0; i < n; ++i) readers[i] = &weight(ws[i]);
+  const int64_t k = readers[0]->layout.k;
   for (int i = 1; i < n; ++i) {
-    if (weight(ws[i]).layout.k != k) throw Error("internal error: matmul_shared over matrices of different widths");
+    if (readers[i]->layout.k != k) throw Error(internal("matmul_shared over matrices of different widths"));
   }
-  dev_->load_kernels(matmul_kernels_);  // one unit for every prepared weight; a no-op once loaded
-  const DevAddr xd = x_.get(*dev_, static_cast<size_t>(rows * k) * sizeof(float));
-  dev_->upload(xd, x, static_cast<size_t>(rows * k) * sizeof(float));
-  // One quantisation per activation format the matrices read (Q8_0 and/or Q8_K).
-  bool done[2] = {false, false};
+  load_model_kernels();
+  const DevAddr xd = x_.get(*dev_, static_cast<size_t>(rows * k) * kF32);
+  dev_->upload(xd, x, static_cast<size_t>(rows * k) * kF32);
+  gpu_quant_for(*dev_, QuantMode::Plain, std::span(readers, static_cast<size_t>(n)), xd, 0, 0, 0, rows, k, 0.f, act_);
   for (int i = 0; i < n; ++i) {
-    const ActFormat f = act_format_for(weight(ws[i]).layout.format);
-    if (done[static_cast<size_t>(f)]) continue;
-    gpu_quant(*dev_, QuantMode::Plain, f, k, xd, 0, 0, 0, rows, k, 0.f, act_[static_cast<size_t>(f)]);
-    done[static_cast<size_t>(f)] = true;
-  }
-  for (int i = 0; i < n; ++i) {
-    const GpuWeight& w = weight(ws[i]);
-    const size_t bytes = static_cast<size_t>(rows * w.layout.n) * sizeof(float);
+    const GpuWeight& w = *readers[i];
+    const size_t bytes = static_cast<size_t>(rows * w.layout.n) * kF32;
     const DevAddr yd = y_.get(*dev_, bytes);
     gpu_gemm(*dev_, w, act_, rows, yd, w.layout.n, false);
     dev_->download(ys[i], yd, bytes);
@@ -128,7 +197,7 @@ void GpuExecutor::attention(const model::AttentionShape& sh, const float* q, int
   set.add(pv);
   set.add(ad);
   dev_->load_kernels(set);
-  const size_t qb = static_cast<size_t>(n_q * H * d) * sizeof(float), kb = static_cast<size_t>(n_kv * Hkv * d) * sizeof(float);
+  const size_t qb = static_cast<size_t>(n_q * H * d) * kF32, kb = static_cast<size_t>(n_kv * Hkv * d) * kF32;
   const DevAddr qd = q_.get(*dev_, qb), kd = k_.get(*dev_, kb), vd = v_.get(*dev_, kb);
   const DevAddr od = out_.get(*dev_, qb);
   const DevAddr qh = qh_.get(*dev_, packed_heads_bytes(H, d, n_q));
@@ -144,17 +213,306 @@ void GpuExecutor::attention(const model::AttentionShape& sh, const float* q, int
   dev_->download(out, od, qb);
 }
 
-bool GpuExecutor::run_forward(const model::HParams& hp, const model::ForwardWeights& weights,
-                              const model::ForwardRequest& req) {
-  if (req.cache_mode != model::CacheMode::None) return false;
-  if (!forward_ || forward_weights_ != &weights) {
-    forward_.reset();
-    forward_ = std::make_unique<GpuForward>(*dev_, pool_, hp, weights, weights_, *this);
-    forward_->set_profiling(profiling_);
-    forward_weights_ = &weights;
+// ---------------------------------------------------------------- the forward program's operations
+
+template <class F>
+void GpuExecutor::timed(double& slot, F&& f) {
+  if (!profiling_) {
+    f();
+    return;
   }
-  forward_->forward(req);
-  return true;
+  dev_->synchronize();
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  dev_->synchronize();
+  slot += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+size_t GpuExecutor::workspace_bytes(const model::HParams& hp, int64_t n, int64_t m) {
+  const int64_t D = hp.n_embd, Q = hp.q_dim(), KV = hp.kv_dim(), F = hp.n_ff;
+  const int64_t kmax = std::max({D, Q, F});
+  size_t b = act_bytes(n, kmax) + 2 * act_scale_bytes(n, kmax);
+  b += static_cast<size_t>(n) * kF32 * static_cast<size_t>(D + Q + 2 * KV + Q + 2 * F);  // activation slots
+  b += static_cast<size_t>(n) * kF32 * static_cast<size_t>(D + 2 * KV);  // gather scratch, one layer's store
+  b += packed_heads_bytes(hp.n_head, hp.head_dim, n) + 2 * packed_heads_bytes(hp.n_head_kv, hp.head_dim, n);
+  b += static_cast<size_t>(m) * static_cast<size_t>(hp.n_vocab) * kF32;
+  b += static_cast<size_t>(pad_rows(n)) * static_cast<size_t>(hp.n_rot + 1) * sizeof(double);  // RoPE tables
+  return b + b / 4;  // growth headroom of the scratch buffers
+}
+
+GpuExecutor::DevAct& GpuExecutor::act(model::Act a) {
+  const auto it = acts_.find(a.slot);
+  if (it == acts_.end()) throw Error(internal("activation slot " + std::to_string(a.slot) + " was never sized"));
+  return it->second;
+}
+
+DevAddr GpuExecutor::at(model::Act a, int64_t row) {
+  const DevAct& b = act(a);
+  return b.buf.buf.addr() + static_cast<size_t>(row * b.cols) * kF32;
+}
+
+model::Act GpuExecutor::activation(int32_t slot, int64_t rows, int64_t cols) {
+  DevAct& b = acts_[slot];
+  b.buf.get(*dev_, static_cast<size_t>(std::max<int64_t>(rows, 1) * cols) * kF32);
+  b.rows = rows, b.cols = cols;
+  return model::Act{slot};
+}
+
+void GpuExecutor::embed(const gguf::TensorInfo& table, std::span<const int32_t> ids, model::Act x) {
+  ++profile_.steps;  // every pass of the forward program starts here
+  const int64_t n = static_cast<int64_t>(ids.size()), D = table.ne[0];
+  if (n == 0) return;
+  if (act(x).cols != D) throw Error(internal("embedding width differs from the activation's"));
+  host_x_.resize(static_cast<size_t>(n * D));
+  pool_.parallel_for(n, [&](int64_t i, int) {
+    const uint64_t id = static_cast<uint64_t>(ids[static_cast<size_t>(i)]);
+    quant::dequantize_row(table.type(), table.data + id * table.row_bytes(), host_x_.data() + i * D, D);
+  });
+  timed(profile_.transfer_s, [&] { dev_->upload(at(x), host_x_.data(), host_x_.size() * kF32); });
+}
+
+void GpuExecutor::norm_matmul(model::Act x, int64_t rows, model::VectorHandle norm, float eps,
+                              const model::WeightHandle* ws, const model::Act* ys, int n) {
+  if (rows <= 0 || n <= 0) return;
+  if (n > 8) throw Error(internal("norm_matmul takes at most 8 products"));
+  const GpuWeight* readers[8];
+  for (int i = 0; i < n; ++i) {
+    readers[i] = &weight(ws[i]);
+    if (act(ys[i]).cols != readers[i]->layout.n) throw Error(internal("product width differs from its activation's"));
+  }
+  load_model_kernels();
+  timed(profile_.gemm_s, [&] {
+    gpu_quant_for(*dev_, QuantMode::RmsNorm, std::span(readers, static_cast<size_t>(n)), at(x), 0,
+                  vector_addr(norm), 0, rows, act(x).cols, eps, act_);
+    for (int i = 0; i < n; ++i) gpu_gemm(*dev_, *readers[i], act_, rows, at(ys[i]), act(ys[i]).cols, false);
+  });
+}
+
+void GpuExecutor::matmul_add(model::WeightHandle h, model::Act x, int64_t rows, model::Act y) {
+  if (rows <= 0) return;
+  const GpuWeight* w = &weight(h);
+  load_model_kernels();
+  timed(profile_.gemm_s, [&] {
+    gpu_quant_for(*dev_, QuantMode::Plain, std::span(&w, 1), at(x), 0, 0, 0, rows, act(x).cols, 0.f, act_);
+    gpu_gemm(*dev_, *w, act_, rows, at(y), act(y).cols, true);  // the residual added in the epilogue
+  });
+}
+
+void GpuExecutor::swiglu_matmul_add(model::WeightHandle h, model::Act gate, model::Act up, int64_t rows,
+                                    model::Act y) {
+  if (rows <= 0) return;
+  const GpuWeight* w = &weight(h);
+  load_model_kernels();
+  timed(profile_.gemm_s, [&] {
+    gpu_quant_for(*dev_, QuantMode::SwiGlu, std::span(&w, 1), at(gate), at(up), 0, 0, rows, act(gate).cols, 0.f,
+                  act_);
+    gpu_gemm(*dev_, *w, act_, rows, at(y), act(y).cols, true);
+  });
+}
+
+void GpuExecutor::gather(model::Act src, std::span<const int64_t> rows, model::Act dst) {
+  if (rows.empty()) return;
+  const DevAct& s = act(src);
+  DevAct& d = act(dst);
+  const int64_t cols = s.cols, n = static_cast<int64_t>(rows.size());
+  const size_t row_bytes = static_cast<size_t>(cols) * kF32;
+  if (d.cols != cols || d.buf.buf.bytes() < static_cast<size_t>(n) * row_bytes) {
+    throw Error(internal("gather into an activation of another shape"));
+  }
+  for (int64_t r : rows) {
+    if (r < 0 || r >= std::max(s.rows, int64_t{1})) throw Error(internal("gathered row out of range"));
+  }
+  timed(profile_.transfer_s, [&] {
+    // In place through a scratch buffer that then becomes dst's (no second copy).
+    const bool same = src.slot == dst.slot;
+    const DevAddr out = same ? gather_.get(*dev_, static_cast<size_t>(std::max(d.rows, n)) * row_bytes) : d.buf.buf.addr();
+    const DevAddr in = s.buf.buf.addr();
+    for (int64_t i = 0; i < n;) {  // one copy per run of consecutive rows
+      int64_t j = i + 1;
+      while (j < n && rows[static_cast<size_t>(j)] == rows[static_cast<size_t>(j - 1)] + 1) ++j;
+      dev_->copy(out + static_cast<size_t>(i) * row_bytes, in + static_cast<size_t>(rows[static_cast<size_t>(i)]) * row_bytes,
+                 static_cast<size_t>(j - i) * row_bytes);
+      i = j;
+    }
+    if (same) std::swap(d.buf.buf, gather_.buf);
+  });
+}
+
+DevAddr GpuExecutor::DevKv::k_at(int64_t layer, int64_t pos) const {
+  return k.addr() + static_cast<size_t>((layer * positions + pos) * kv_dim) * kF32;
+}
+DevAddr GpuExecutor::DevKv::v_at(int64_t layer, int64_t pos) const {
+  return v.addr() + static_cast<size_t>((layer * positions + pos) * kv_dim) * kF32;
+}
+
+GpuExecutor::DevKv& GpuExecutor::store(model::KvHandle h) {
+  if (!h.valid() || static_cast<size_t>(h.index) >= kv_.size() || !kv_[static_cast<size_t>(h.index)]) {
+    throw Error(internal("invalid key/value store handle"));
+  }
+  return *kv_[static_cast<size_t>(h.index)];
+}
+
+DeviceBuffer GpuExecutor::take_buffer(size_t bytes) {
+  auto best = spare_.end();
+  for (auto it = spare_.begin(); it != spare_.end(); ++it) {
+    if (it->bytes() >= bytes && (best == spare_.end() || it->bytes() < best->bytes())) best = it;
+  }
+  if (best == spare_.end()) return DeviceBuffer(*dev_, bytes);
+  DeviceBuffer b = std::move(*best);
+  spare_.erase(best);
+  return b;
+}
+
+model::KvHandle GpuExecutor::kv_open(int64_t layers, int64_t positions, int64_t kv_dim) {
+  auto kv = std::make_unique<DevKv>();
+  kv->layers = layers, kv->positions = positions, kv->kv_dim = kv_dim;
+  const size_t bytes = static_cast<size_t>(std::max<int64_t>(layers * positions * kv_dim, 1)) * kF32;
+  kv->k = take_buffer(bytes);
+  kv->v = take_buffer(bytes);
+  dev_->zero(kv->k.addr(), bytes);  // positions never stored read as zeros, as on the host
+  dev_->zero(kv->v.addr(), bytes);
+  kv->bk.assign(static_cast<size_t>(layers), model::VectorHandle{});
+  kv->bv = kv->bk;
+  for (size_t i = 0; i < kv_.size(); ++i) {
+    if (!kv_[i]) {
+      kv_[i] = std::move(kv);
+      return model::KvHandle{static_cast<int32_t>(i)};
+    }
+  }
+  kv_.push_back(std::move(kv));
+  return model::KvHandle{static_cast<int32_t>(kv_.size() - 1)};
+}
+
+void GpuExecutor::kv_close(model::KvHandle h) {
+  if (!h.valid() || static_cast<size_t>(h.index) >= kv_.size() || !kv_[static_cast<size_t>(h.index)]) return;
+  DevKv& s = *kv_[static_cast<size_t>(h.index)];
+  spare_.push_back(std::move(s.k));
+  spare_.push_back(std::move(s.v));
+  while (spare_.size() > kMaxSpareBuffers) spare_.erase(spare_.begin());
+  kv_[static_cast<size_t>(h.index)].reset();
+}
+
+void GpuExecutor::kv_store(model::KvHandle h, int64_t layer, model::Act k, model::Act v, int64_t row0, int64_t rows,
+                           int64_t pos0, model::VectorHandle bk, model::VectorHandle bv, const model::RopeSpec&,
+                           const model::AttentionShape&) {
+  if (rows <= 0) return;
+  DevKv& s = store(h);
+  if (layer < 0 || layer >= s.layers || pos0 < 0 || pos0 + rows > s.positions) {
+    throw Error(internal("key/value positions out of range"));
+  }
+  if (act(k).cols != s.kv_dim || act(v).cols != s.kv_dim) throw Error(internal("key/value width differs from the store's"));
+  // Raw projections in; bias and RoPE are applied when attend() packs the layer (the same kernel, the
+  // same values as packing them here).
+  s.bk[static_cast<size_t>(layer)] = bk;
+  s.bv[static_cast<size_t>(layer)] = bv;
+  const size_t bytes = static_cast<size_t>(rows * s.kv_dim) * kF32;
+  timed(profile_.attention_s, [&] {
+    dev_->copy(s.k_at(layer, pos0), at(k, row0), bytes);
+    dev_->copy(s.v_at(layer, pos0), at(v, row0), bytes);
+  });
+}
+
+// cos/sin of position * base^(-2p/n_rot) for pairs p < n_rot/2, in double exactly as the host computes
+// them, and the positions 0..cap-1 (contiguous rows read their positions from it).
+void GpuExecutor::ensure_rope(const model::RopeSpec& rope, int64_t n_pos) {
+  const bool same = rope.n_rot == rope_.n_rot && rope.base == rope_.base;
+  if (same && n_pos <= rope_cap_) return;
+  int64_t cap = std::max(pad_rows(n_pos), same ? 2 * rope_cap_ : int64_t{0});
+  if (model_ctx_ > 0) cap = std::max(pad_rows(n_pos), std::min(cap, pad_rows(model_ctx_)));
+  const int64_t half = rope.n_rot / 2;
+  std::vector<double> c(static_cast<size_t>(cap * half)), s(c.size());
+  std::vector<int> pos(static_cast<size_t>(cap));
+  for (int64_t p = 0; p < half; ++p) {
+    const double inv_freq = std::pow(static_cast<double>(rope.base),
+                                     -2.0 * static_cast<double>(p) / static_cast<double>(rope.n_rot));
+    for (int64_t i = 0; i < cap; ++i) {
+      const double theta = static_cast<double>(i) * inv_freq;
+      c[static_cast<size_t>(i * half + p)] = std::cos(theta);
+      s[static_cast<size_t>(i * half + p)] = std::sin(theta);
+    }
+  }
+  for (int64_t i = 0; i < cap; ++i) pos[static_cast<size_t>(i)] = static_cast<int>(i);
+  cos_ = DeviceBuffer(*dev_, c.size() * sizeof(double));
+  dev_->upload(cos_.addr(), c.data(), cos_.bytes());
+  sin_ = DeviceBuffer(*dev_, s.size() * sizeof(double));
+  dev_->upload(sin_.addr(), s.data(), sin_.bytes());
+  pos_ = DeviceBuffer(*dev_, pos.size() * sizeof(int));
+  dev_->upload(pos_.addr(), pos.data(), pos_.bytes());
+  rope_ = rope;
+  rope_cap_ = cap;
+}
+
+DevAddr GpuExecutor::positions_addr(std::span<const int64_t> positions) {
+  bool contiguous = true;
+  for (size_t i = 1; i < positions.size() && contiguous; ++i) contiguous = positions[i] == positions[i - 1] + 1;
+  if (contiguous) return pos_.addr() + static_cast<size_t>(positions[0]) * sizeof(int);
+  const std::vector<int> p(positions.begin(), positions.end());
+  const DevAddr a = pos_list_.get(*dev_, p.size() * sizeof(int));
+  dev_->upload(a, p.data(), p.size() * sizeof(int));
+  return a;
+}
+
+void GpuExecutor::attend(model::KvHandle h, int64_t layer, int64_t n_kv, model::Act q, int64_t row0,
+                         std::span<const int64_t> positions, model::VectorHandle bq, const model::RopeSpec& rope,
+                         const model::AttentionShape& shape, model::Act out) {
+  const int64_t rows = static_cast<int64_t>(positions.size());
+  if (rows == 0) return;
+  DevKv& s = store(h);
+  const int64_t H = shape.n_head, Hkv = shape.n_head_kv, d = shape.head_dim;
+  if (layer < 0 || layer >= s.layers || n_kv <= 0 || n_kv > s.positions || Hkv * d != s.kv_dim ||
+      H <= 0 || Hkv <= 0 || H % Hkv != 0 || act(q).cols != H * d || act(out).cols != H * d) {
+    throw Error(internal("bad attention shape"));
+  }
+  const AttnKernels ak = attn_kernels(rope, shape);
+  if (!attn_checked_valid_ || !(attn_checked_ == ak)) {
+    if (const std::string err = head_dim_error(d, rope.n_rot); !err.empty()) throw Error(err);
+    for (const std::string& name : {ak.q.name(), ak.k.name(), ak.v.name(), ak.attn.name()}) {
+      if (!kernels_.contains(name)) {  // not announced by prepare_model(): the unit is built again with them
+        kernels_.add(ak.q);
+        kernels_.add(ak.k);
+        kernels_.add(ak.v);
+        kernels_.add(ak.attn);
+        kernels_loaded_ = false;
+        break;
+      }
+    }
+    attn_checked_ = ak, attn_checked_valid_ = true;
+  }
+  load_model_kernels();
+  int64_t max_pos = n_kv;
+  for (int64_t p : positions) {
+    if (p < 0) throw Error(internal("negative query position"));
+    max_pos = std::max(max_pos, p + 1);
+  }
+  ensure_rope(rope, max_pos);
+  const size_t l = static_cast<size_t>(layer);
+  timed(profile_.attention_s, [&] {
+    const DevAddr qh = qh_.get(*dev_, packed_heads_bytes(H, d, rows));
+    const DevAddr kh = kh_.get(*dev_, packed_heads_bytes(Hkv, d, n_kv));
+    const DevAddr vt = vt_.get(*dev_, packed_heads_bytes(Hkv, d, n_kv));
+    gpu_pack(*dev_, ak.q, at(q, row0), rows, H * d, vector_addr(bq), cos_.addr(), sin_.addr(),
+             positions_addr(positions), qh);
+    gpu_pack(*dev_, ak.k, s.k_at(layer, 0), n_kv, s.kv_dim, vector_addr(s.bk[l]), cos_.addr(), sin_.addr(),
+             pos_.addr(), kh);
+    gpu_pack(*dev_, ak.v, s.v_at(layer, 0), n_kv, s.kv_dim, vector_addr(s.bv[l]), 0, 0, 0, vt);
+    gpu_attention(*dev_, ak.attn, qh, rows, kh, vt, n_kv, shape.scale, at(out, row0));
+  });
+}
+
+void GpuExecutor::final_logits(model::WeightHandle output, model::Act x, int64_t rows, model::VectorHandle norm,
+                               float eps, float* logits) {
+  if (rows <= 0) return;
+  const GpuWeight* w = &weight(output);
+  const int64_t V = w->layout.n;
+  const size_t bytes = static_cast<size_t>(rows * V) * kF32;
+  load_model_kernels();
+  const DevAddr ld = logits_.get(*dev_, bytes);
+  timed(profile_.lm_head_s, [&] {
+    gpu_quant_for(*dev_, QuantMode::RmsNorm, std::span(&w, 1), at(x), 0, vector_addr(norm), 0, rows, act(x).cols,
+                  eps, act_);
+    gpu_gemm(*dev_, *w, act_, rows, ld, V, false);
+  });
+  timed(profile_.transfer_s, [&] { dev_->download(logits, ld, bytes); });
 }
 
 std::vector<std::string> GpuExecutor::describe() const {
@@ -170,7 +528,7 @@ std::vector<std::string> GpuExecutor::describe() const {
   if (const auto* cd = dynamic_cast<const CudaDevice*>(dev_.get())) {
     for (const std::string& n : cd->notes()) lines.push_back("gpu " + n);
   }
-  if (profiling_) lines.push_back(forward_ ? forward_->profile().report() : GpuProfile{}.report());
+  if (profiling_) lines.push_back(profile_.report());
   return lines;
 }
 
@@ -183,7 +541,7 @@ ExecutorReport executor_report(const model::Executor& executor) {
   r.lines = gpu->describe();
   if (gpu->profiling()) {
     r.profiled = true;
-    if (const GpuProfile* p = gpu->profile()) r.profile = *p;  // none yet: no whole-model pass ran
+    r.profile = *gpu->profile();
   }
   return r;
 }

@@ -1,21 +1,37 @@
 // The GPU executor: model::Executor on an NVIDIA GPU (or any Device). prepare_weight() repacks each
 // Q4_K / Q6_K / Q8_0 matrix for the int8 tensor-core GEMM and uploads it once; the weights then live in
-// device memory. The per-call interface (matmul, attention, lm_head on host rows) works as the interface
-// asks, copying activations up and results down each call; run_forward() runs the whole forward pass on
-// the device (GpuForward) with only the requested logits coming back, which is what --device gpu uses
-// once the model layer calls it (see the proposed Executor hook in the report / gpu_forward.h).
+// device memory. The forward program's operations (executor.h) run on the device over device-resident
+// buffers kept across steps: the embeddings go up once per step, RMSNorm is fused into the activation
+// quantiser, Q/K/V/O and FFN products run on int8 tensor cores with the residual additions fused into
+// the GEMM epilogue, SwiGLU is fused into the quantiser of the down projection, bias + RoPE into the f16
+// packing for flash attention, and only the requested logits come back. The per-call primitives
+// (matmul, attention on host rows) work as the interface asks, copying up and down each call.
 #pragma once
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "jit/cuda/gpu_forward.h"
 #include "jit/cuda/gpu_ops.h"
 #include "model/executor.h"
 #include "model/forward.h"
 #include "model/thread_pool.h"
 
 namespace dllm::jit::cuda {
+
+// Per-step time split, measured only when profiling (DLLM_GPU_PROFILE=1): the device is synchronised
+// around every operation, which slows the step down, so these numbers are not for benchmarking. A step
+// is one pass of the forward program (one embed()).
+struct GpuProfile {
+  int steps = 0;
+  double gemm_s = 0;       // activation quantisers + projections of every layer
+  double attention_s = 0;  // key/value stores, head packing + flash attention
+  double lm_head_s = 0;    // final norm + vocabulary projection
+  double transfer_s = 0;   // embeddings up, logits down, row gathers on the device
+  // Mean milliseconds per step of one of the totals above (0 before the first step).
+  double per_step_ms(double total_s) const { return steps > 0 ? 1e3 * total_s / steps : 0.0; }
+  std::string report() const;  // one line for --verbose
+};
 
 class GpuExecutor : public model::Executor {
  public:
@@ -26,6 +42,9 @@ class GpuExecutor : public model::Executor {
   ~GpuExecutor() override;
 
   std::string name() const override { return "gpu"; }
+  // Notes the model's attention geometry, so that one kernel unit holds everything its passes launch.
+  // Throws dllm::Error for a head geometry the attention kernel cannot take.
+  void prepare_model(const model::HParams& hp) override;
   // Throws dllm::Error naming the tensor when its type has no GPU kernel (F16, F32, Q5_K, ...).
   model::WeightHandle prepare_weight(const gguf::TensorInfo& tensor) override;
   void matmul(model::WeightHandle w, const float* x, int64_t rows, float* y) override;
@@ -34,45 +53,108 @@ class GpuExecutor : public model::Executor {
   void attention(const model::AttentionShape& shape, const float* q, int64_t n_q, const float* k, const float* v,
                  int64_t n_kv, float* out) override;
 
-  // The whole forward pass on the device (the proposed Executor::forward hook): same contract and
-  // errors as model::forward. `weights` must be the ForwardWeights prepared with this executor.
-  // Returns false, doing nothing, for requests it does not handle (the dual cache's Fill / Reuse
-  // passes): the caller then runs model::forward, which uses the per-call operations above.
-  bool run_forward(const model::HParams& hp, const model::ForwardWeights& weights,
-                   const model::ForwardRequest& req);
+  // --- the forward program's operations, on the device ---
+  model::VectorHandle prepare_vector(std::span<const float> v) override;
+  model::Act activation(int32_t slot, int64_t rows, int64_t cols) override;
+  void embed(const gguf::TensorInfo& table, std::span<const int32_t> ids, model::Act x) override;
+  void norm_matmul(model::Act x, int64_t rows, model::VectorHandle norm, float eps, const model::WeightHandle* ws,
+                   const model::Act* ys, int n) override;
+  void matmul_add(model::WeightHandle w, model::Act x, int64_t rows, model::Act y) override;
+  void swiglu_matmul_add(model::WeightHandle w, model::Act gate, model::Act up, int64_t rows, model::Act y) override;
+  void gather(model::Act src, std::span<const int64_t> rows, model::Act dst) override;
+  model::KvHandle kv_open(int64_t layers, int64_t positions, int64_t kv_dim) override;
+  void kv_close(model::KvHandle kv) override;
+  void kv_store(model::KvHandle kv, int64_t layer, model::Act k, model::Act v, int64_t row0, int64_t rows,
+                int64_t pos0, model::VectorHandle bk, model::VectorHandle bv, const model::RopeSpec& rope,
+                const model::AttentionShape& shape) override;
+  void attend(model::KvHandle kv, int64_t layer, int64_t n_kv, model::Act q, int64_t row0,
+              std::span<const int64_t> positions, model::VectorHandle bq, const model::RopeSpec& rope,
+              const model::AttentionShape& shape, model::Act out) override;
+  void final_logits(model::WeightHandle output, model::Act x, int64_t rows, model::VectorHandle norm, float eps,
+                    float* logits) override;
 
   Device& device() { return *dev_; }
   const GpuWeight& weight(model::WeightHandle h) const;
   size_t weight_bytes() const { return weight_bytes_; }  // device memory held by the weights
-  // Profiling of run_forward (DLLM_GPU_PROFILE=1 enables it at construction).
+  // Device memory the forward program needs besides the weights for a batch of n computed rows and m
+  // logit rows (activations, quantised activations, packed heads, logits, RoPE tables, one layer's
+  // key/value store; a dual cache adds n_layer * n * kv_dim * 8 bytes per sequence).
+  static size_t workspace_bytes(const model::HParams& hp, int64_t n, int64_t m);
+  // Profiling of the forward program's operations (DLLM_GPU_PROFILE=1 enables it at construction).
   bool profiling() const { return profiling_; }
-  const GpuProfile* profile() const { return forward_ ? &forward_->profile() : nullptr; }
-  // Lines for --verbose: device, kernel compile/load time, weight memory, cache notes.
+  const GpuProfile* profile() const { return &profile_; }
+  // Lines for --verbose: device, kernel compile/load time, weight memory, cache notes, the profile.
   std::vector<std::string> describe() const;
 
  private:
+  // An activation slot: f32 [rows, cols] row-major.
+  struct DevAct {
+    Scratch buf;
+    int64_t rows = 0, cols = 0;
+  };
+  // A sequence's keys and values: the raw f32 projections, [layers][positions][kv_dim] each, as the
+  // GEMM wrote them; bias and RoPE are applied when attend() packs a layer's heads (so positions can be
+  // overwritten in any order and the layout stays the GEMM's). The biases each layer was stored with.
+  struct DevKv {
+    int64_t layers = 0, positions = 0, kv_dim = 0;
+    DeviceBuffer k, v;
+    std::vector<model::VectorHandle> bk, bv;
+    DevAddr k_at(int64_t layer, int64_t pos) const;
+    DevAddr v_at(int64_t layer, int64_t pos) const;
+  };
+  DevAct& act(model::Act a);
+  DevAddr at(model::Act a, int64_t row = 0);
+  DevAddr vector_addr(model::VectorHandle h) const;
+  DevKv& store(model::KvHandle h);
+  DeviceBuffer take_buffer(size_t bytes);  // a spare buffer of at least `bytes` or a new one
+  // The head packers and the attention kernel of one attention geometry.
+  struct AttnKernels {
+    PackDesc q, k, v;
+    AttnDesc attn;
+    bool operator==(const AttnKernels&) const = default;
+  };
+  static AttnKernels attn_kernels(const model::RopeSpec& rope, const model::AttentionShape& shape);
+  void load_model_kernels();
+  void ensure_attention_kernels(const model::RopeSpec& rope, const model::AttentionShape& shape);
+  void ensure_rope(const model::RopeSpec& rope, int64_t n_pos);
+  DevAddr positions_addr(std::span<const int64_t> positions);
+  template <class F>
+  void timed(double& slot, F&& f);
+
   std::unique_ptr<Device> dev_;
   ThreadPool& pool_;
   std::vector<GpuWeight> weights_;
   size_t weight_bytes_ = 0;
-  KernelSet matmul_kernels_;  // the GEMMs + quantisers of the per-call path, compiled at first use
+  int64_t model_d_ = 0, model_f_ = 0, model_ctx_ = 0;  // n_embd, n_ff, n_ctx once prepare_model() ran
+  KernelSet kernels_;                  // the model's unit: GEMMs, quantisers, head packers, attention
+  bool kernels_loaded_ = false;
+  AttnKernels attn_checked_{};  // the attention geometry last found launchable
+  bool attn_checked_valid_ = false;
   bool profiling_ = false;
-  std::unique_ptr<GpuForward> forward_;
-  const model::ForwardWeights* forward_weights_ = nullptr;
-  // per-call scratch
+  GpuProfile profile_;
+  // the forward program's state
+  std::vector<DeviceBuffer> vectors_;  // by VectorHandle (empty buffer: an empty vector)
+  std::map<int32_t, DevAct> acts_;
+  std::vector<std::unique_ptr<DevKv>> kv_;  // null = closed (index reused)
+  std::vector<DeviceBuffer> spare_;         // buffers of closed stores, reused by kv_open
   ActPair act_;
-  Scratch x_, y_, q_, k_, v_, qh_, kh_, vt_, out_;
-  std::vector<std::string> notes_;
+  Scratch qh_, kh_, vt_, logits_, gather_, pos_list_;
+  std::vector<float> host_x_;
+  model::RopeSpec rope_{};
+  int64_t rope_cap_ = 0;
+  DeviceBuffer cos_, sin_, pos_;  // RoPE tables [rope_cap_][n_rot/2] (double) and positions 0..rope_cap_-1
+  // per-call scratch
+  Scratch x_, y_, q_, k_, v_, out_;
 };
 
 // What `run --verbose` and `run --json` say about the executor that ran, asked for after the generation:
-// for a GpuExecutor its describe() lines and, when DLLM_GPU_PROFILE=1 made it profile whole-model
-// passes, the per-step split (GEMM, attention, LM head, transfers); nothing for other executors.
+// for a GpuExecutor its describe() lines and, when DLLM_GPU_PROFILE=1 made it profile the forward
+// program, the per-step split (GEMM, attention, LM head, transfers); nothing for other executors.
 struct ExecutorReport {
   bool gpu = false;           // the executor was a GpuExecutor
   size_t weight_bytes = 0;    // device memory of its weights: what one whole-model pass reads
   std::vector<std::string> lines;
-  bool profiled = false;  // profile holds the split of `profile.steps` whole-model passes
+  bool profiled = false;  // profile holds the split of `profile.steps` forward passes
   GpuProfile profile;
 };
 ExecutorReport executor_report(const model::Executor& executor);

@@ -47,8 +47,8 @@ void gpu_quant(Device& dev, QuantMode mode, ActFormat fmt, int64_t k, DevAddr x,
   dev.launch(QuantDesc{mode, fmt, k}.name(), quant_launch(rows), &p, sizeof p);
 }
 
-void gpu_quant_for(Device& dev, QuantMode mode, std::initializer_list<const GpuWeight*> readers, DevAddr x,
-                   DevAddr x2, DevAddr w, DevAddr row_map, int64_t rows, int64_t ld, float eps, ActPair& act) {
+void gpu_quant_for(Device& dev, QuantMode mode, std::span<const GpuWeight* const> readers, DevAddr x, DevAddr x2,
+                   DevAddr w, DevAddr row_map, int64_t rows, int64_t ld, float eps, ActPair& act) {
   bool done[2] = {false, false};
   for (const GpuWeight* r : readers) {
     const ActFormat f = act_format_for(r->layout.format);

@@ -1,11 +1,12 @@
-// The GPU operations the executor and the whole-model forward pass are built from, each one kernel
+// The GPU operations the executor's forward program (gpu_executor.h) is built from, each one kernel
 // launch with its parameter struct filled from device buffers: activation quantisation (optionally fused
-// with RMSNorm or SwiGLU), the int8 GEMM against an uploaded weight, packing a projection into per-head
-// f16 operands (bias + RoPE fused), and flash attention. Also the uploaded weight itself.
+// with RMSNorm or SwiGLU, optionally through a row map), the int8 GEMM against an uploaded weight (with
+// the residual added in its epilogue), packing a projection into per-head f16 operands (bias + RoPE
+// fused), and flash attention. Also the uploaded weight itself.
 #pragma once
 #include <array>
 #include <cstdint>
-#include <initializer_list>
+#include <span>
 #include <string>
 
 #include "jit/cuda/device.h"
@@ -47,8 +48,8 @@ struct Scratch {
 void gpu_quant(Device& dev, QuantMode mode, ActFormat fmt, int64_t k, DevAddr x, DevAddr x2, DevAddr w,
                DevAddr row_map, int64_t rows, int64_t ld, float eps, ActBuffers& act);
 // The same once for each format the `readers` need (they all read k = their width).
-void gpu_quant_for(Device& dev, QuantMode mode, std::initializer_list<const GpuWeight*> readers, DevAddr x,
-                   DevAddr x2, DevAddr w, DevAddr row_map, int64_t rows, int64_t ld, float eps, ActPair& act);
+void gpu_quant_for(Device& dev, QuantMode mode, std::span<const GpuWeight* const> readers, DevAddr x, DevAddr x2,
+                   DevAddr w, DevAddr row_map, int64_t rows, int64_t ld, float eps, ActPair& act);
 
 // y[r][j] (+)= act[r] . W[j] for r < rows (y's row stride ldy floats). Checks that act holds this
 // weight's activation format and width.

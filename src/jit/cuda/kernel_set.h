@@ -107,7 +107,7 @@ PackDesc k_pack_desc(const model::HParams& hp);
 PackDesc v_pack_desc(const model::HParams& hp);
 AttnDesc attn_desc(const model::HParams& hp);
 
-// Everything GpuForward launches for this model: a GEMM per distinct (format, N, K) of its matrices,
+// Everything the GPU executor's forward program launches for this model: a GEMM per distinct (format, N, K) of its matrices,
 // the activation quantisers, the head packers and attention. Throws dllm::Error naming the first matrix
 // whose type has no GPU kernel (see gpu_support_error()).
 KernelSet kernels_for_model(const model::HParams& hp, const model::ModelTensors& tensors);
