@@ -283,6 +283,32 @@ json run_json(const RunSummary& r, const Settings& s) {
   };
 }
 
+RunSummary engine_summary(engine::Engine& e, const Settings& s, const Backend& backend) {
+  RunSummary r;
+  r.model_path = s.model;
+  r.hp = e.hparams();
+  r.model_name = e.model_name();
+  model::Model& m = e.model();
+  r.executor = m.executor().name();
+  r.threads = m.pool().size();
+  r.device = backend.device;
+  r.device_reason = backend.reason;
+  r.executor_report = jit::cuda::executor_report(m.executor());
+  return r;
+}
+
+void set_answer(RunSummary& r, engine::Answer answer) {
+  r.text = std::move(answer.text);
+  r.answer_tokens = static_cast<int64_t>(answer.tokens.size());
+  r.result = std::move(answer.result);
+}
+
+void print_json_line(const json& j) {
+  const std::string out = j.dump(-1, ' ', false, json::error_handler_t::replace);
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  std::fputc('\n', stdout);
+}
+
 std::string verbose_report(const RunSummary& r, const Settings&) {
   const model::GenerateResult& g = r.result;
   std::ostringstream o;
