@@ -21,6 +21,8 @@ struct RunResult {
 };
 // Runs the built dllm binary with the given arguments (no shell), capturing both streams.
 RunResult run_dllm(const std::vector<std::string>& args);
+// The same with stdin_text on its standard input (otherwise /dev/null).
+RunResult run_dllm(const std::vector<std::string>& args, const std::string& stdin_text);
 
 std::string read_file(const std::string& path);
 
