@@ -8,6 +8,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <thread>
 #include <cctype>
 #include <cstdio>
 #include <filesystem>
@@ -21,8 +24,10 @@ extern char** environ;
 
 namespace dllm::test {
 
-// Runs the binary with stdin_path open on its standard input.
-static RunResult run_dllm_from(const std::vector<std::string>& args, const char* stdin_path);
+// Runs the binary with stdin_path open on its standard input; with a marker, presses Ctrl-C (SIGINT) once
+// its stderr holds the marker (or after 60 s).
+static RunResult run_dllm_from(const std::vector<std::string>& args, const char* stdin_path,
+                               const std::string& interrupt_marker = {});
 
 std::string data_path(const std::string& rel) { return std::string(DLLM_TEST_DATA) + "/" + rel; }
 
@@ -42,6 +47,10 @@ std::string read_file(const std::string& path) {
 
 RunResult run_dllm(const std::vector<std::string>& args) { return run_dllm_from(args, "/dev/null"); }
 
+RunResult run_dllm_interrupted(const std::vector<std::string>& args, const std::string& marker) {
+  return run_dllm_from(args, "/dev/null", marker);
+}
+
 RunResult run_dllm(const std::vector<std::string>& args, const std::string& stdin_text) {
   char in_tpl[] = "/tmp/dllm-test-in-XXXXXX";
   const int in_fd = mkstemp(in_tpl);
@@ -57,7 +66,8 @@ RunResult run_dllm(const std::vector<std::string>& args, const std::string& stdi
   return r;
 }
 
-static RunResult run_dllm_from(const std::vector<std::string>& args, const char* stdin_path) {
+static RunResult run_dllm_from(const std::vector<std::string>& args, const char* stdin_path,
+                               const std::string& interrupt_marker) {
   char out_tpl[] = "/tmp/dllm-test-out-XXXXXX";
   char err_tpl[] = "/tmp/dllm-test-err-XXXXXX";
   int out_fd = mkstemp(out_tpl);
@@ -78,10 +88,18 @@ static RunResult run_dllm_from(const std::vector<std::string>& args, const char*
   int rc = posix_spawn(&pid, DLLM_BINARY, &fa, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0) throw std::runtime_error("posix_spawn failed");
+  if (!interrupt_marker.empty()) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (read_file(err_tpl).find(interrupt_marker) == std::string::npos &&
+           std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    kill(pid, SIGINT);
+  }
   int status = 0;
   waitpid(pid, &status, 0);
   RunResult r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.signaled = WIFSIGNALED(status);
   close(out_fd);
   close(err_fd);
   r.out = read_file(out_tpl);

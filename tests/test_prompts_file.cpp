@@ -5,22 +5,14 @@
 // standard input ("-"); the text mode's blank-line separators; every bad line is a usage error naming its
 // line and key, with nothing on stdout and no forward pass; the flags that cannot go with a file; Ctrl-C.
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
-#include <thread>
 
 #include "support.h"
-
-extern char** environ;
 
 namespace dllm::test {
 namespace {
@@ -209,6 +201,12 @@ TEST(PromptsFile, StandardInputBlankLinesAndSystem) {
   EXPECT_EQ(json_lines(from_path.out)[0]["output_ids"], got[0]["output_ids"]);
   EXPECT_NE(got[1]["prompt_ids"], got[0]["prompt_ids"]);
   EXPECT_GT(got[1]["prompt_ids"].size(), got[0]["prompt_ids"].size());
+  // A byte order mark before the first line; --verbose sums the batch up on stderr.
+  auto bom = run_dllm({"run", "--model", kLlada, "--prompts-file", "-", "--max-tokens", "8", "--block-length", "8", "--verbose"},
+                      "\xEF\xBB\xBF{\"prompt\": \"hi\"}\n");
+  EXPECT_EQ(bom.exit_code, 0) << bom.err;
+  EXPECT_NE(bom.err.find("requests: 1, 1 answered, batch size 8\n"), std::string::npos) << bom.err;
+  EXPECT_NE(bom.err.find("peak resident memory: "), std::string::npos) << bom.err;
   // An empty file: no requests, no output.
   auto empty = run_dllm({"run", "--model", kLlada, "--prompts-file", "-"}, "\n\n");
   EXPECT_EQ(empty.exit_code, 0) << empty.err;
@@ -335,33 +333,13 @@ TEST(PromptsFile, InterruptPrintsWhatFinishedAndExits130) {
       "{\"prompt\": \"a\", \"max_tokens\": 4, \"block_length\": 4, \"steps\": 2, \"id\": \"short1\"}\n"
       "{\"prompt\": \"b\", \"max_tokens\": 4, \"block_length\": 4, \"steps\": 2, \"id\": \"short2\"}\n"
       "{\"prompt\": \"c\", \"max_tokens\": 512, \"block_length\": 512, \"steps\": 512, \"id\": \"long\"}\n");
-  char out_tpl[] = "/tmp/dllm-pf-out-XXXXXX", err_tpl[] = "/tmp/dllm-pf-err-XXXXXX";
-  const int out_fd = mkstemp(out_tpl), err_fd = mkstemp(err_tpl);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
-  posix_spawn_file_actions_adddup2(&fa, err_fd, 2);
-  std::vector<std::string> args = {DLLM_BINARY,    "run", "--model", kLlada, "--prompts-file", file.path(),
-                                   "--batch-size", "1",   "--json",  "--dump-step-stats", "--no-early-stop"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  ASSERT_EQ(posix_spawn(&pid, DLLM_BINARY, &fa, nullptr, argv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&fa);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (read_file(err_tpl).find("request=2 step=") == std::string::npos && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  kill(pid, SIGINT);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  close(out_fd);
-  close(err_fd);
-  const std::string out = read_file(out_tpl), err = read_file(err_tpl);
-  unlink(out_tpl);
-  unlink(err_tpl);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 130);
+  const auto r = run_dllm_interrupted({"run", "--model", kLlada, "--prompts-file", file.path(), "--batch-size", "1",
+                                       "--json", "--dump-step-stats", "--no-early-stop"},
+                                      "request=2 step=");
+  ASSERT_FALSE(r.signaled);
+  EXPECT_EQ(r.exit_code, 130);
+  const std::string& out = r.out;
+  const std::string& err = r.err;
   const auto got = json_lines(out);
   ASSERT_EQ(got.size(), 2u) << out;
   EXPECT_EQ(got[0]["id"], "short1");

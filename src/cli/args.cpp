@@ -304,12 +304,6 @@ std::vector<int64_t> parse_ids(const std::string& flag, const std::string& v) {
   return ids;
 }
 
-std::string format_number(double x) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%g", x);
-  return buf;
-}
-
 // Stores one flag's value into the settings: the only place where flags reach Settings.
 void apply_flag(Settings& s, const Flag& f, const std::string& v) {
   const std::string name = f.name;
@@ -406,6 +400,12 @@ size_t edit_distance(std::string_view a, std::string_view b) {
     std::swap(prev, cur);
   }
   return prev[b.size()];
+}
+
+std::string format_number(double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%g", x);
+  return buf;
 }
 
 std::string global_usage() {

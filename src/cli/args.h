@@ -17,6 +17,9 @@ std::string global_usage();
 // Usage of one command; "" for an unknown command.
 std::string command_usage(const std::string& command);
 
+// A number as messages show it ("%g": 0.5, -1, 1e+20).
+std::string format_number(double x);
+
 // Levenshtein distance, for "did you mean" suggestions (flags, tensor names).
 size_t edit_distance(std::string_view a, std::string_view b);
 

@@ -126,6 +126,7 @@ int cmd_run_file(const Settings& s, Clock::time_point t_start) {
       r.prompt = prepared[static_cast<size_t>(i)].prompt;
       r.prompt_ms = prepared[static_cast<size_t>(i)].prompt_ms;
       r.load_ms = load_ms;
+      r.executor_report = jit::cuda::executor_report(e.model().executor());  // as of now
       set_answer(r, std::move(a));
       r.peak_rss_bytes = peak_rss_bytes();
       r.total_ms = ms_since(t_start);

@@ -26,12 +26,6 @@ std::string shown(const json& v) {
   return s;
 }
 
-std::string format_number(double x) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%g", x);
-  return buf;
-}
-
 class LineParser {
  public:
   LineParser(const std::string& label, int64_t line) : label_(label), line_(line) {}
@@ -180,6 +174,7 @@ std::vector<FileRequest> parse_prompts_file(std::string_view text, const Setting
     pos = nl == std::string_view::npos ? text.size() : nl + 1;
     ++line;
     if (!l.empty() && l.back() == '\r') l.remove_suffix(1);
+    if (line == 1 && l.substr(0, 3) == "\xEF\xBB\xBF") l.remove_prefix(3);  // a UTF-8 byte order mark
     if (l.find_first_not_of(" \t") == std::string_view::npos) continue;  // blank
     out.push_back(LineParser(label, line).parse(l, flags));
   }

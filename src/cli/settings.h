@@ -5,10 +5,12 @@
 #include <string>
 #include <vector>
 
+#include "engine/request.h"
+
 namespace dllm::cli {
 
-// The largest --max-tokens (16 Mi tokens, beyond any model's context): prompt + canvas sums stay far from overflow.
-inline constexpr int64_t kMaxCanvasTokens = int64_t{1} << 24;
+// The largest --max-tokens (the engine's bound: prompt + canvas sums stay far from overflow).
+inline constexpr int64_t kMaxCanvasTokens = engine::kMaxCanvasTokens;
 // The largest --batch-size.
 inline constexpr int64_t kMaxBatchSize = 1024;
 
