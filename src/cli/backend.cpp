@@ -2,7 +2,6 @@
 #include "cli/backend.h"
 
 #include <algorithm>
-#include <optional>
 
 namespace dllm::cli {
 
@@ -18,14 +17,6 @@ engine::BackendRequest backend_request(const Settings& s) {
 
 void print_backend_warning(const Backend& b) {
   if (!b.warning.empty()) std::fprintf(stderr, "dllm: warning: %s\n", b.warning.c_str());
-}
-
-Backend choose_backend(const Settings& s, model::LoadOptions& options) {
-  std::optional<model::ModelFile> file;
-  if (s.device != "cpu") file = model::ModelFile::open(s.model);
-  const Backend b = engine::choose_backend(backend_request(s), file ? &*file : nullptr, options);
-  print_backend_warning(b);
-  return b;
 }
 
 }  // namespace dllm::cli

@@ -1,4 +1,4 @@
-// The run flags' choice of executor (--device, --threads) through the engine's choose_backend
+// The flags' choice of executor (--device, --threads) for the engine's choose_backend
 // (engine/backend.h: DLLM_ISA, DLLM_EXECUTOR=reference, the GPU's checks).
 #pragma once
 #include <cstdio>
@@ -18,9 +18,5 @@ engine::BackendRequest backend_request(const Settings& s);
 
 // Prints the backend's warning (if any) to stderr as "dllm: warning: ...".
 void print_backend_warning(const Backend& b);
-
-// Fills options.threads and options.make_executor, opening the model file for --device gpu / auto.
-// Throws dllm::Error for --device gpu without a usable GPU and for a DLLM_ISA the CPU lacks.
-Backend choose_backend(const Settings& s, model::LoadOptions& options);
 
 }  // namespace dllm::cli
