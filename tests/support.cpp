@@ -8,6 +8,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <thread>
 #include <cctype>
 #include <cstdio>
 #include <filesystem>
@@ -20,6 +23,11 @@
 extern char** environ;
 
 namespace dllm::test {
+
+// Runs the binary with stdin_path open on its standard input; with a marker, presses Ctrl-C (SIGINT) once
+// its stderr holds the marker (or after 60 s).
+static RunResult run_dllm_from(const std::vector<std::string>& args, const char* stdin_path,
+                               const std::string& interrupt_marker = {});
 
 std::string data_path(const std::string& rel) { return std::string(DLLM_TEST_DATA) + "/" + rel; }
 
@@ -37,7 +45,29 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-RunResult run_dllm(const std::vector<std::string>& args) {
+RunResult run_dllm(const std::vector<std::string>& args) { return run_dllm_from(args, "/dev/null"); }
+
+RunResult run_dllm_interrupted(const std::vector<std::string>& args, const std::string& marker) {
+  return run_dllm_from(args, "/dev/null", marker);
+}
+
+RunResult run_dllm(const std::vector<std::string>& args, const std::string& stdin_text) {
+  char in_tpl[] = "/tmp/dllm-test-in-XXXXXX";
+  const int in_fd = mkstemp(in_tpl);
+  if (in_fd < 0) throw std::runtime_error("mkstemp failed");
+  const bool written = ::write(in_fd, stdin_text.data(), stdin_text.size()) == static_cast<ssize_t>(stdin_text.size());
+  close(in_fd);
+  if (!written) {
+    unlink(in_tpl);
+    throw std::runtime_error("cannot write the standard input file");
+  }
+  RunResult r = run_dllm_from(args, in_tpl);
+  unlink(in_tpl);
+  return r;
+}
+
+static RunResult run_dllm_from(const std::vector<std::string>& args, const char* stdin_path,
+                               const std::string& interrupt_marker) {
   char out_tpl[] = "/tmp/dllm-test-out-XXXXXX";
   char err_tpl[] = "/tmp/dllm-test-err-XXXXXX";
   int out_fd = mkstemp(out_tpl);
@@ -47,7 +77,7 @@ RunResult run_dllm(const std::vector<std::string>& args) {
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
   posix_spawn_file_actions_adddup2(&fa, err_fd, 2);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 0, stdin_path, O_RDONLY, 0);
   std::vector<std::string> argv_s;
   argv_s.push_back(DLLM_BINARY);
   argv_s.insert(argv_s.end(), args.begin(), args.end());
@@ -58,10 +88,18 @@ RunResult run_dllm(const std::vector<std::string>& args) {
   int rc = posix_spawn(&pid, DLLM_BINARY, &fa, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0) throw std::runtime_error("posix_spawn failed");
+  if (!interrupt_marker.empty()) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (read_file(err_tpl).find(interrupt_marker) == std::string::npos &&
+           std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    kill(pid, SIGINT);
+  }
   int status = 0;
   waitpid(pid, &status, 0);
   RunResult r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.signaled = WIFSIGNALED(status);
   close(out_fd);
   close(err_fd);
   r.out = read_file(out_tpl);

@@ -18,9 +18,14 @@ struct RunResult {
   int exit_code = -1;
   std::string out;  // stdout
   std::string err;  // stderr
+  bool signaled = false;  // a signal ended it (exit_code is then 128 + the signal)
 };
 // Runs the built dllm binary with the given arguments (no shell), capturing both streams.
 RunResult run_dllm(const std::vector<std::string>& args);
+// The same with stdin_text on its standard input (otherwise /dev/null).
+RunResult run_dllm(const std::vector<std::string>& args, const std::string& stdin_text);
+// Runs it and presses Ctrl-C (SIGINT) once its stderr holds marker (at most 60 s later).
+RunResult run_dllm_interrupted(const std::vector<std::string>& args, const std::string& marker);
 
 std::string read_file(const std::string& path);
 

@@ -2,17 +2,11 @@
 // function), and end-to-end runs of the binary on the tiny models: --json against the reference
 // generations, plain text, --verbose, --dump-step-stats, --visual, --prompt-tokens, the architecture's
 // usage errors, --device gpu, and Ctrl-C with the partial canvas and exit status 130.
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <chrono>
+#include <algorithm>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
-#include <thread>
 
 #include "cli/args.h"
 #include "cli/run_config.h"
@@ -21,8 +15,6 @@
 #include "model/gguf.h"
 #include "model/thread_pool.h"
 #include "support.h"
-
-extern char** environ;
 
 namespace dllm::cli {
 namespace {
@@ -348,44 +340,20 @@ TEST(RunBinary, ThresholdAndDualCacheRun) {
 // --- Ctrl-C ---
 
 TEST(RunBinary, InterruptStopsBetweenStepsWithThePartialCanvasAndStatus130) {
-  char out_tpl[] = "/tmp/dllm-run-out-XXXXXX", err_tpl[] = "/tmp/dllm-run-err-XXXXXX";
-  const int out_fd = mkstemp(out_tpl), err_fd = mkstemp(err_tpl);
-  ASSERT_GE(out_fd, 0);
-  ASSERT_GE(err_fd, 0);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
-  posix_spawn_file_actions_adddup2(&fa, err_fd, 2);
-  std::vector<std::string> args = {DLLM_BINARY, "run",        "--model", kLlada, "--prompt", "x", "--max-tokens",
-                                   "512",       "--steps",    "512",     "--json", "--dump-step-stats"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  ASSERT_EQ(posix_spawn(&pid, DLLM_BINARY, &fa, nullptr, argv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&fa);
-  // Wait for the first step (the handler is installed by then), then press Ctrl-C.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (test::read_file(err_tpl).find("step=") == std::string::npos && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  kill(pid, SIGINT);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  close(out_fd);
-  close(err_fd);
-  const std::string out = test::read_file(out_tpl), err = test::read_file(err_tpl);
-  unlink(out_tpl);
-  unlink(err_tpl);
-  ASSERT_TRUE(WIFEXITED(status)) << "killed by a signal: the handler did not run";
-  EXPECT_EQ(WEXITSTATUS(status), 130);
-  const json j = json::parse(out);
+  // Ctrl-C after the first step (the handler is installed by then).
+  const auto r = test::run_dllm_interrupted(
+      run_args(kLlada, {"--prompt", "x", "--max-tokens", "512", "--steps", "512", "--json", "--dump-step-stats"}),
+      "step=");
+  ASSERT_FALSE(r.signaled) << "killed by a signal: the handler did not run";
+  EXPECT_EQ(r.exit_code, 130);
+  const json j = json::parse(r.out);
   EXPECT_EQ(j["interrupted"], true);
   EXPECT_GE(j["steps_run"].get<int>(), 1);
   EXPECT_LT(j["steps_run"].get<int>(), 512);
   const auto ids = j["output_ids"].get<std::vector<int32_t>>();
   EXPECT_EQ(ids.size(), 512u);
   EXPECT_GT(std::count(ids.begin(), ids.end(), 1014), 0);  // the masks left are reported
-  EXPECT_NE(err.find("interrupted: stopped after "), std::string::npos) << err;
+  EXPECT_NE(r.err.find("interrupted: stopped after "), std::string::npos) << r.err;
 }
 
 // --- renderers ---

@@ -25,6 +25,8 @@
 #include "cli/commands_gpu.h"
 #include "cli/commands_hub.h"
 #include "cli/commands_jit.h"
+#include "cli/run_config.h"
+#include "engine/request.h"
 #include "hub/hub.h"
 #include "model/error.h"
 
@@ -91,6 +93,12 @@ const std::vector<Command>& commands() {
         kPromptFile,
         {"prompt-tokens", "IDS", "", "comma-separated prompt ids used verbatim (no template); instead of --prompt",
          Kind::Ids},
+        {"prompts-file", "PATH", "",
+         "many requests, one JSON object a line ('-': standard input): {\"prompt\": ...} or {\"prompt_tokens\": "
+         "[...]}, optional \"id\", \"system\", \"no_chat\" and the generation flags as keys (\"max_tokens\", "
+         "...), the flags being the defaults; answers in input order. Instead of --prompt",
+         Kind::String},
+        {"batch-size", "N", "8", "--prompts-file: requests generated at once, at most 1024", Kind::Count},
         {"max-tokens", "N", "128", "tokens to generate (the masked canvas), at most 16777216", Kind::Count},
         {"steps", "N", "--max-tokens", "denoising steps, at most --max-tokens; LLaDA: a multiple of the block count",
          Kind::Count},
@@ -296,12 +304,6 @@ std::vector<int64_t> parse_ids(const std::string& flag, const std::string& v) {
   return ids;
 }
 
-std::string format_number(double x) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%g", x);
-  return buf;
-}
-
 // Stores one flag's value into the settings: the only place where flags reach Settings.
 void apply_flag(Settings& s, const Flag& f, const std::string& v) {
   const std::string name = f.name;
@@ -314,6 +316,7 @@ void apply_flag(Settings& s, const Flag& f, const std::string& v) {
       else if (name == "block-length") s.block_length = x;
       else if (name == "threads") s.threads = x;
       else if (name == "layers") s.layers = x;
+      else if (name == "batch-size") s.batch_size = x;
       return;
     }
     case Kind::UInt: {
@@ -366,6 +369,7 @@ void apply_flag(Settings& s, const Flag& f, const std::string& v) {
       if (name == "model") s.model = v;
       else if (name == "prompt") s.prompt = v, s.has_prompt = true;
       else if (name == "prompt-file") s.prompt_file = v, s.has_prompt_file = true;
+      else if (name == "prompts-file") s.prompts_file = v, s.has_prompts_file = true;
       else if (name == "out") s.out = v;
       else if (name == "tensor") s.tensor = v;
       return;
@@ -396,6 +400,12 @@ size_t edit_distance(std::string_view a, std::string_view b) {
     std::swap(prev, cur);
   }
   return prev[b.size()];
+}
+
+std::string format_number(double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%g", x);
+  return buf;
 }
 
 std::string global_usage() {
@@ -506,7 +516,16 @@ Settings parse_command_line(const std::vector<std::string>& args, std::string* h
   }
 
   // Cross-flag rules that need no model file.
-  if (s.command == "run" || s.command == "tokenize") {
+  if (s.command == "run" && s.has_prompts_file) {
+    // A file of requests takes the place of the one prompt, and of the one canvas --visual redraws.
+    for (auto [given, flag] : {std::pair{s.has_prompt, "--prompt"}, std::pair{s.has_prompt_file, "--prompt-file"},
+                               std::pair{s.has_prompt_tokens, "--prompt-tokens"}, std::pair{s.visual, "--visual"}}) {
+      if (given) throw usage_error(std::string("flags --prompts-file and ") + flag + " cannot be combined");
+    }
+    if (s.prompts_file.empty()) throw usage_error("flag --prompts-file needs a value");
+  } else if (s.command == "run" && seen.count("batch-size")) {
+    throw usage_error("flag --batch-size needs --prompts-file");
+  } else if (s.command == "run" || s.command == "tokenize") {
     const int prompts = int(s.has_prompt) + int(s.has_prompt_file) + int(s.has_prompt_tokens);
     if (prompts > 1) {
       throw usage_error(std::string("flags ") + (s.has_prompt ? "--prompt" : "--prompt-file") + " and " +
@@ -517,16 +536,14 @@ Settings parse_command_line(const std::vector<std::string>& args, std::string* h
     if (s.has_prompt_file && s.prompt_file.empty()) throw usage_error("flag --prompt-file needs a value");
   }
   if (s.command == "run") {
-    if (s.dual_cache && s.full_logits)
-      throw usage_error("flags --dual-cache and --full-logits cannot be combined");
-    // A bound that keeps the canvas arithmetic (prompt + --max-tokens) far from overflow.
-    if (s.max_tokens > kMaxCanvasTokens)
-      throw usage_error("flag --max-tokens must be at most " + std::to_string(kMaxCanvasTokens) + ", got " +
-                        std::to_string(s.max_tokens));
-    // Every step commits at least one token: more steps than tokens would only loop (for ever, near 2^63).
-    if (s.steps > s.max_tokens)
-      throw usage_error("flag --steps must be at most --max-tokens " + std::to_string(s.max_tokens) + ", got " +
-                        std::to_string(s.steps) + " (every step commits at least one token)");
+    try {
+      engine::check_sampling(sampling_of(s));  // the settings' rules that need no model
+    } catch (const engine::RequestError& e) {
+      throw e.as_flags();
+    }
+    if (s.batch_size > kMaxBatchSize)
+      throw usage_error("flag --batch-size must be at most " + std::to_string(kMaxBatchSize) + ", got " +
+                        std::to_string(s.batch_size));
   }
   if (s.command == "inspect" && (!s.tensor.empty()) != (!s.out.empty()))
     throw usage_error(s.tensor.empty() ? "flag --out needs --tensor for 'inspect'"
@@ -536,11 +553,11 @@ Settings parse_command_line(const std::vector<std::string>& args, std::string* h
 
 // --prompt-file: the file (or standard input) read whole, bytes as they are (invalid UTF-8 and NUL bytes are
 // tokenized as --prompt's would be).
-static std::string read_prompt_file(const std::string& path) {
+std::string read_prompt_file(const std::string& path, const std::string& flag) {
   constexpr size_t kMaxPromptFileBytes = size_t{64} << 20;
   const bool std_in = path == "-";
   const int fd = std_in ? STDIN_FILENO : ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  const std::string what = std_in ? "--prompt-file - (standard input)" : "--prompt-file " + path;
+  const std::string what = std_in ? flag + " - (standard input)" : flag + " " + path;
   if (fd < 0) throw Error("cannot read " + what + ": " + std::strerror(errno));
   std::string text;
   char buf[1 << 16];
@@ -565,7 +582,7 @@ static std::string read_prompt_file(const std::string& path) {
 
 int run_command(Settings s) {
   // --model: a path is used as it is; a Hugging Face id is looked up in the cache (downloaded when missing).
-  if (s.has_prompt_file) s.prompt = read_prompt_file(s.prompt_file), s.has_prompt = true;
+  if (s.has_prompt_file) s.prompt = read_prompt_file(s.prompt_file, "--prompt-file"), s.has_prompt = true;
   if (s.command == "run" && s.model.empty()) s.model = hub::default_model_id();
   if (!s.model.empty() && (s.command == "run" || s.command == "tokenize" || s.command == "logits"))
     s.model = hub::resolve_model(s.model);

@@ -17,8 +17,15 @@ std::string global_usage();
 // Usage of one command; "" for an unknown command.
 std::string command_usage(const std::string& command);
 
+// A number as messages show it ("%g": 0.5, -1, 1e+20).
+std::string format_number(double x);
+
 // Levenshtein distance, for "did you mean" suggestions (flags, tensor names).
 size_t edit_distance(std::string_view a, std::string_view b);
+
+// A --prompt-file / --prompts-file (flag names it in messages): the file, or standard input for "-", read whole
+// (at most 64 MiB). Throws dllm::Error "cannot read FLAG PATH: reason".
+std::string read_prompt_file(const std::string& path, const std::string& flag);
 
 // Parses, runs the command, prints "ERROR: ..." lines for errors; returns the exit status.
 int main_entry(int argc, char** argv);

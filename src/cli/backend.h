@@ -1,20 +1,22 @@
-// Which executor runs the model, decided in one place for every command from --device, DLLM_ISA and
-// DLLM_EXECUTOR (=reference: the portable reference executor, the oracle, for comparisons).
+// The flags' choice of executor (--device, --threads) for the engine's choose_backend
+// (engine/backend.h: DLLM_ISA, DLLM_EXECUTOR=reference, the GPU's checks).
 #pragma once
+#include <cstdio>
 #include <string>
 
 #include "cli/settings.h"
+#include "engine/backend.h"
 #include "model/model.h"
 
 namespace dllm::cli {
 
-struct Backend {
-  std::string device;  // "cpu" or "gpu"
-  std::string reason;  // why it was chosen (for --verbose / --json)
-};
+using Backend = engine::Backend;
 
-// Fills options.threads and options.make_executor. Throws dllm::Error for --device gpu without a usable GPU
-// and for a DLLM_ISA the CPU lacks.
-Backend choose_backend(const Settings& s, model::LoadOptions& options);
+// --device and --threads, with the canvas rows a GPU workspace must hold: the logits command knows them;
+// run gets a prompt allowance.
+engine::BackendRequest backend_request(const Settings& s);
+
+// Prints the backend's warning (if any) to stderr as "dllm: warning: ...".
+void print_backend_warning(const Backend& b);
 
 }  // namespace dllm::cli

@@ -72,8 +72,10 @@ int cmd_logits(const Settings& s) {
   if (s.threads < 0) throw usage_error("flag --threads must be at least 1, got " + std::to_string(s.threads));
   // --- load and check the model, then the ids against its vocabulary ---
   const auto t0 = Clock::now();
+  const model::ModelFile file = model::ModelFile::open(s.model);  // opened once: backend choice and load
   model::LoadOptions opt;
-  const Backend backend = choose_backend(s, opt);
+  const Backend backend = engine::choose_backend(backend_request(s), &file, opt);
+  print_backend_warning(backend);
   std::vector<int32_t> tokens(s.tokens.size());
   opt.on_checked = [&](const model::HParams& hp) {  // before any weight is prepared
     for (size_t i = 0; i < s.tokens.size(); ++i) {
@@ -86,7 +88,7 @@ int cmd_logits(const Settings& s) {
     }
     model::check_canvas(hp, tokens, s.rows);  // also the context length
   };
-  std::unique_ptr<model::Model> m = model::Model::load(s.model, opt);
+  std::unique_ptr<model::Model> m = model::Model::load(file, opt);
   const int64_t n_vocab = m->n_vocab();
 
   // --- one forward pass, then the file ---

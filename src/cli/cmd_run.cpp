@@ -1,27 +1,20 @@
-// dllm run: reads the model's architecture and tokenizer, builds the prompt ids, checks every setting the
-// architecture constrains (usage errors, before the weights are prepared and before any forward pass),
-// loads the model, runs the generation loop with the step renderers of run_output.h attached, and prints
-// the answer (or one --json object) on stdout, diagnostics on stderr. Ctrl-C stops between steps: the
-// partial canvas is reported (--json, --verbose) and the exit status is 130. On the GPU executor the
-// report carries its description and, with DLLM_GPU_PROFILE=1, the per-step split (executor_report()).
-#include <signal.h>
-#include <sys/resource.h>
-#include <unistd.h>
-
-#include <atomic>
+// dllm run: a thin caller of the engine (engine/engine.h). It opens the model once, picks the executor,
+// lets the engine build and check the request (errors naming the flags: usage errors, before the weights
+// are prepared and before any forward pass), loads, runs the request with the step renderers of
+// run_output.h attached, and prints the answer (or one --json object) on stdout, diagnostics on stderr.
+// Ctrl-C stops between steps: the partial canvas is reported (--json, --verbose) and the exit status is
+// 130. On the GPU executor the report carries its description and, with DLLM_GPU_PROFILE=1, the per-step
+// split (executor_report()). --prompts-file runs many requests at once: cmd_run_file.cpp.
 #include <chrono>
 #include <cstdio>
-#include <memory>
 #include <utility>
 
 #include "cli/backend.h"
 #include "cli/commands.h"
 #include "cli/run_config.h"
 #include "cli/run_output.h"
-#include "jit/cuda/gpu_executor.h"
-#include "model/error.h"
-#include "model/gguf.h"
-#include "model/model.h"
+#include "cli/sigint.h"
+#include "engine/engine.h"
 
 namespace dllm::cli {
 
@@ -29,108 +22,44 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr int kInterruptedStatus = 130;
-
-std::atomic<bool> g_interrupted{false};
-
-extern "C" void on_sigint(int) {
-  // The first Ctrl-C asks the loop to stop after the current step; a second one ends the process.
-  if (g_interrupted.exchange(true)) _exit(kInterruptedStatus);
-}
-
-// Installs the SIGINT handler for the duration of the generation loop.
-class SigintScope {
- public:
-  SigintScope() {
-    g_interrupted = false;
-    struct sigaction sa {};
-    sa.sa_handler = on_sigint;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_);
-  }
-  ~SigintScope() { sigaction(SIGINT, &old_, nullptr); }
-  SigintScope(const SigintScope&) = delete;
-  SigintScope& operator=(const SigintScope&) = delete;
-
- private:
-  struct sigaction old_ {};
-};
-
-uint64_t peak_rss_bytes() {
-  struct rusage ru {};
-  getrusage(RUSAGE_SELF, &ru);
-  return static_cast<uint64_t>(ru.ru_maxrss) * 1024;  // Linux reports KiB
-}
-
 double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-}  // namespace
-
-int cmd_run(const Settings& s) {
-  const auto t_start = Clock::now();
-  model::LoadOptions opt;
-  const Backend backend = choose_backend(s, opt);  // --device gpu without a GPU fails here
-  return cmd_run_with(s, backend, std::move(opt), t_start);
-}
-
-int cmd_run_with(const Settings& s, const Backend& backend, model::LoadOptions opt,
-                 std::chrono::steady_clock::time_point t_start) {
-  // --- architecture, tokenizer, prompt, and every check that needs them ---
-  const std::unique_ptr<gguf::File> file = gguf::File::open(s.model);
-  const model::HParams hp = model::read_hparams(*file);
-  const model::Tokenizer tok(*file);
-  const model::GenerateConfig cfg = generation_config(s, hp, stop_ids(tok));
-  const auto t_prompt = Clock::now();
-  const std::vector<int32_t> prompt = prompt_ids(s, hp, tok);
-  const double prompt_ms = ms_between(t_prompt, Clock::now());
-  model::validate(cfg, static_cast<int64_t>(prompt.size()));
+int run_one(engine::Engine& e, const Settings& s, const Backend& backend, const model::LoadOptions& opt,
+            Clock::time_point t_start) {
+  // --- the request, and every check that needs the architecture or the tokenizer ---
+  const engine::Prepared p = prepare_with_flags(e, s);
 
   // --- weights ---
-  const std::unique_ptr<model::Model> m = model::Model::load(s.model, opt);
-  const double load_ms = ms_between(t_start, Clock::now()) - prompt_ms;
+  e.load(opt);
+  const double load_ms = ms_between(t_start, Clock::now()) - p.prompt_ms;
 
   // --- generation ---
-  StepPrinter printer(s, tok, hp.mask_token_id, s.json ? stderr : stdout);
+  const model::HParams& hp = e.hparams();
+  StepPrinter printer(s, e.tokenizer(), hp.mask_token_id, s.json ? stderr : stdout);
   model::GenerateHooks hooks;
   hooks.on_step = [&](const model::StepEvent& ev) { printer.on_step(ev); };
-  hooks.cancel = &g_interrupted;
-  hooks.pool = &m->pool();
-  const std::unique_ptr<model::LogitSource> src = model::make_model_logit_source(*m);
-  RunSummary r;
+  hooks.cancel = &run_interrupted();
+  engine::Answer answer;
   {
     SigintScope sigint;
-    r.result = model::generate(*src, cfg, prompt, hooks);
+    answer = engine::run(e, p, hooks);
   }
   printer.finish();
 
   // --- report ---
-  const std::vector<int32_t> answer = model::answer_tokens(r.result.canvas, r.result.prompt_length, cfg.stop_ids);
-  model::DetokenizeOptions dopt;
-  dopt.unparse_special = false;  // control tokens (and masks of an interrupted run) are not rendered
-  r.text = tok.detokenize(answer, dopt);
-  r.answer_tokens = static_cast<int64_t>(answer.size());
-  r.model_path = s.model;
-  r.hp = hp;
-  if (const gguf::Value* name = file->find("general.name"); name && name->type == gguf::ValueType::STRING)
-    r.model_name = std::string(name->s);
-  r.executor = m->executor().name();
-  r.threads = m->pool().size();
-  r.device = backend.device;
-  r.device_reason = backend.reason;
-  r.executor_report = jit::cuda::executor_report(m->executor());
-  r.config = cfg;
-  r.prompt = prompt;
+  RunSummary r = engine_summary(e, s, backend);
+  r.config = p.config;
+  r.prompt = p.prompt;
+  r.prompt_ms = p.prompt_ms;
   r.load_ms = load_ms;
-  r.prompt_ms = prompt_ms;
+  set_answer(r, std::move(answer));
   r.peak_rss_bytes = peak_rss_bytes();
   r.total_ms = ms_between(t_start, Clock::now());
 
   if (s.json) {
-    std::string out = run_json(r, s).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
-    std::fwrite(out.data(), 1, out.size(), stdout);
-    std::fputc('\n', stdout);
+    print_json_line(run_json(r, s));
   } else if (!r.result.cancelled) {
     if (s.visual) std::fputc('\n', stdout);
     std::fwrite(r.text.data(), 1, r.text.size(), stdout);
@@ -144,6 +73,24 @@ int cmd_run_with(const Settings& s, const Backend& backend, model::LoadOptions o
   }
   if (s.verbose) std::fputs(verbose_report(r, s).c_str(), stderr);
   return r.result.cancelled ? kInterruptedStatus : 0;
+}
+
+}  // namespace
+
+int cmd_run(const Settings& s) {
+  const auto t_start = Clock::now();
+  if (s.has_prompts_file) return cmd_run_file(s, t_start);
+  engine::Engine e(s.model);  // the file, opened once
+  model::LoadOptions opt;
+  const Backend backend = e.choose_backend(backend_request(s), opt);  // --device gpu without a GPU fails here
+  print_backend_warning(backend);
+  return run_one(e, s, backend, opt, t_start);
+}
+
+int cmd_run_with(const Settings& s, const Backend& backend, model::LoadOptions opt,
+                 std::chrono::steady_clock::time_point t_start) {
+  engine::Engine e(s.model);
+  return run_one(e, s, backend, opt, t_start);
 }
 
 }  // namespace dllm::cli

@@ -17,6 +17,8 @@ int cmd_run(const Settings& s);       // cmd_run.cpp
 // own, such as the GPU executor on the CPU emulator. t_start: when the command started (load timing).
 int cmd_run_with(const Settings& s, const Backend& backend, model::LoadOptions opt,
                  std::chrono::steady_clock::time_point t_start = std::chrono::steady_clock::now());
+// run --prompts-file: many requests through the engine's batch (cmd_run_file.cpp).
+int cmd_run_file(const Settings& s, std::chrono::steady_clock::time_point t_start);
 int cmd_synth(const Settings& s);     // cmd_synth.cpp
 int cmd_doctor(const Settings& s);    // cmd_doctor.cpp
 

@@ -1,61 +1,56 @@
-// Settings -> GenerateConfig and prompt ids for `dllm run` (run_config.h).
+// Settings -> the engine's request for `dllm run` (run_config.h).
 #include "cli/run_config.h"
-
-#include <algorithm>
-
-#include "model/chat.h"
-#include "model/error.h"
 
 namespace dllm::cli {
 
-std::vector<int32_t> stop_ids(const model::Tokenizer& tok) {
-  std::vector<int32_t> out;
-  for (int32_t id : {tok.eos(), tok.eot()})
-    if (id >= 0 && std::find(out.begin(), out.end(), id) == out.end()) out.push_back(id);
-  return out;
+engine::Sampling sampling_of(const Settings& s) {
+  engine::Sampling g;
+  g.max_tokens = s.max_tokens;
+  g.steps = s.steps;
+  g.block_length = s.block_length;
+  g.temperature = s.temperature;
+  g.remasking = s.remasking;
+  g.threshold = s.threshold;
+  g.dual_cache = s.dual_cache;
+  g.seed = s.seed;
+  g.full_logits = s.full_logits;
+  g.early_stop = !s.no_early_stop;
+  return g;
 }
 
+engine::Request request_of(const Settings& s) {
+  engine::Request r;
+  r.prompt = s.prompt;
+  if (s.has_prompt_tokens) r.prompt_tokens = s.prompt_tokens;
+  r.chat = !s.no_chat;
+  r.sampling = sampling_of(s);
+  return r;
+}
+
+std::vector<int32_t> stop_ids(const model::Tokenizer& tok) { return engine::stop_ids(tok); }
+
 model::GenerateConfig generation_config(const Settings& s, const model::HParams& hp, std::vector<int32_t> stops) {
-  model::GenerateConfig c;
-  c.arch = hp.arch;
-  c.mask_id = hp.mask_token_id;
-  c.stop_ids = std::move(stops);
-  c.max_tokens = s.max_tokens;
-  c.steps = s.steps > 0 ? s.steps : s.max_tokens;
-  c.block_length = s.block_length;
-  c.temperature = s.temperature;
-  if (s.remasking.empty()) {
-    c.remasking = model::default_remasking(hp.arch);
-  } else {
-    auto r = model::parse_remasking(s.remasking);
-    if (!r) throw usage_error("flag --remasking: unknown strategy '" + s.remasking + "'");
-    c.remasking = *r;
+  try {
+    return engine::make_config(sampling_of(s), hp, std::move(stops));
+  } catch (const engine::RequestError& e) {
+    throw e.as_flags();
   }
-  c.threshold = s.threshold;
-  c.dual_cache = s.dual_cache;
-  c.full_logits = s.full_logits;
-  c.early_stop = !s.no_early_stop;
-  c.seed = s.seed;
-  c.context_length = hp.n_ctx;
-  return c;
 }
 
 std::vector<int32_t> prompt_ids(const Settings& s, const model::HParams& hp, const model::Tokenizer& tok) {
-  if (s.has_prompt_tokens) {
-    std::vector<int32_t> ids;
-    for (size_t i = 0; i < s.prompt_tokens.size(); ++i) {
-      const int64_t id = s.prompt_tokens[i];
-      if (id < 0 || id >= hp.n_vocab) {
-        throw Error("--prompt-tokens: id " + std::to_string(id) + " at position " + std::to_string(i) +
-                    " is out of range: the model's vocabulary has " + std::to_string(hp.n_vocab) + " tokens (ids 0.." +
-                    std::to_string(hp.n_vocab - 1) + ")");
-      }
-      ids.push_back(static_cast<int32_t>(id));
-    }
-    return ids;
+  try {
+    return engine::prompt_ids(request_of(s), hp, tok);
+  } catch (const engine::RequestError& e) {
+    throw e.as_flags();
   }
-  if (s.no_chat) return model::raw_prompt_ids(tok, s.prompt);
-  return model::chat_prompt_ids(tok, model::chat_template_for_arch(hp.arch_name), s.prompt);
+}
+
+engine::Prepared prepare_with_flags(const engine::Engine& engine, const Settings& s) {
+  try {
+    return engine.prepare(request_of(s));
+  } catch (const engine::RequestError& e) {
+    throw e.as_flags();
+  }
 }
 
 }  // namespace dllm::cli

@@ -1,15 +1,21 @@
-// `dllm run`: turning the parsed settings into the generation loop's configuration (one function, so a
-// test can check that every run flag reaches the loop), and the prompt ids the model sees.
+// `dllm run`: the parsed settings as the engine's request (one function, so a test can check that every
+// run flag reaches the generation loop), and the engine's request checks with the flags' names.
 #pragma once
 #include <cstdint>
 #include <vector>
 
 #include "cli/settings.h"
+#include "engine/engine.h"
 #include "model/arch.h"
 #include "model/generate.h"
 #include "model/tokenizer.h"
 
 namespace dllm::cli {
+
+// The sampler's flags (--max-tokens ... --no-early-stop) as the engine's settings.
+engine::Sampling sampling_of(const Settings& s);
+// The whole request of the flags: --prompt (chat template unless --no-chat) or --prompt-tokens, and sampling_of.
+engine::Request request_of(const Settings& s);
 
 // The stop set (algorithms.md 5.1): the vocabulary's end-of-text and end-of-turn ids.
 std::vector<int32_t> stop_ids(const model::Tokenizer& tok);
@@ -22,5 +28,8 @@ model::GenerateConfig generation_config(const Settings& s, const model::HParams&
 // --prompt (chat template unless --no-chat) or --prompt-tokens (verbatim; ids checked against the
 // vocabulary, dllm::Error naming the first bad one).
 std::vector<int32_t> prompt_ids(const Settings& s, const model::HParams& hp, const model::Tokenizer& tok);
+
+// engine.prepare(request_of(s)) with errors naming the flags (--max-tokens).
+engine::Prepared prepare_with_flags(const engine::Engine& engine, const Settings& s);
 
 }  // namespace dllm::cli

@@ -29,7 +29,8 @@ std::string fmt(const char* f, double x) {
   return buf;
 }
 
-std::string arch_label(model::Arch a) { return a == model::Arch::LLaDA ? "llada" : "dream"; }
+std::string arch_label(model::Arch a) { return model::arch_spec(a).name; }
+bool block_sampler(model::Arch a) { return model::arch_spec(a).sampler == model::SamplerKind::Blocks; }
 
 // Newlines, tabs and other C0 controls as visible escapes, so a plain frame stays on one line.
 std::string escape_controls(const std::string& s) {
@@ -228,7 +229,7 @@ json run_json(const RunSummary& r, const Settings& s) {
       {"chat_template", !s.has_prompt_tokens && !s.no_chat},
       {"max_tokens", c.max_tokens},
       {"steps", c.effective_steps()},
-      {"block_length", c.arch == model::Arch::LLaDA ? json(c.block_length) : json(nullptr)},
+      {"block_length", block_sampler(c.arch) ? json(c.block_length) : json(nullptr)},
       {"temperature", c.temperature},
       {"remasking", model::remasking_name(c.remasking)},
       {"threshold", c.threshold},
@@ -242,7 +243,7 @@ json run_json(const RunSummary& r, const Settings& s) {
       {"verbose", s.verbose},
       {"dump_step_stats", s.dump_step_stats},
   };
-  if (c.arch == model::Arch::Dream) settings["block_length_ignored"] = s.block_length;
+  if (!block_sampler(c.arch)) settings["block_length_ignored"] = s.block_length;
   return json{
       {"text", sanitize_utf8(r.text)},
       {"prompt_ids", r.prompt},
@@ -283,15 +284,42 @@ json run_json(const RunSummary& r, const Settings& s) {
   };
 }
 
+RunSummary engine_summary(engine::Engine& e, const Settings& s, const Backend& backend) {
+  RunSummary r;
+  r.model_path = s.model;
+  r.hp = e.hparams();
+  r.model_name = e.model_name();
+  model::Model& m = e.model();
+  r.executor = m.executor().name();
+  r.threads = m.pool().size();
+  r.device = backend.device;
+  r.device_reason = backend.reason;
+  r.executor_report = jit::cuda::executor_report(m.executor());
+  return r;
+}
+
+void set_answer(RunSummary& r, engine::Answer answer) {
+  r.text = std::move(answer.text);
+  r.answer_tokens = static_cast<int64_t>(answer.tokens.size());
+  r.result = std::move(answer.result);
+}
+
+void print_json_line(const json& j) {
+  const std::string out = j.dump(-1, ' ', false, json::error_handler_t::replace);
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  std::fputc('\n', stdout);
+}
+
 std::string verbose_report(const RunSummary& r, const Settings&) {
   const model::GenerateResult& g = r.result;
   std::ostringstream o;
-  if (r.hp.arch == model::Arch::Dream) o << "note: --block-length is ignored for Dream models\n";
+  if (!block_sampler(r.hp.arch))
+    o << "note: --block-length is ignored for " << model::arch_spec(r.hp.arch).label << " models\n";
   o << "model: " << r.model_path << " (" << arch_label(r.hp.arch) << ", " << r.hp.n_layer << " layers, vocab "
     << r.hp.n_vocab << "), executor " << r.executor << ", " << r.threads << " threads, device " << r.device << " (" << r.device_reason << ")\n";
   o << "sampler: " << model::remasking_name(r.config.remasking) << ", temperature " << r.config.temperature
     << ", " << r.config.max_tokens << " tokens in " << r.config.effective_steps() << " steps";
-  if (r.hp.arch == model::Arch::LLaDA) o << ", block length " << r.config.block_length;
+  if (block_sampler(r.hp.arch)) o << ", block length " << r.config.block_length;
   if (r.config.threshold > 0) o << ", threshold " << r.config.threshold;
   if (r.config.dual_cache) o << ", dual cache";
   o << "\n";

@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "cli/backend.h"
 #include "cli/settings.h"
+#include "engine/engine.h"
 #include "jit/cuda/gpu_executor.h"
 #include "model/arch.h"
 #include "model/generate.h"
@@ -38,6 +40,14 @@ struct RunSummary {
   double total_ms = 0;         // the whole command up to the report
   uint64_t peak_rss_bytes = 0;
 };
+
+// The report's fields a loaded engine knows (model path, name, hyperparameters, executor, threads,
+// device and why, the GPU executor's report).
+RunSummary engine_summary(engine::Engine& e, const Settings& s, const Backend& backend);
+// The report's fields of a finished request (result, answer text and length).
+void set_answer(RunSummary& r, engine::Answer answer);
+// One JSON value on one line of stdout (invalid UTF-8 replaced).
+void print_json_line(const nlohmann::ordered_json& j);
 
 // The --json object: text, prompt_ids, output_ids, steps_run, stopped_early, timings, tokens_per_s,
 // peak_rss_bytes, settings (every effective setting), model, device (with the executor's description

@@ -5,10 +5,14 @@
 #include <string>
 #include <vector>
 
+#include "engine/request.h"
+
 namespace dllm::cli {
 
-// The largest --max-tokens (16 Mi tokens, beyond any model's context): prompt + canvas sums stay far from overflow.
-inline constexpr int64_t kMaxCanvasTokens = int64_t{1} << 24;
+// The largest --max-tokens (the engine's bound: prompt + canvas sums stay far from overflow).
+inline constexpr int64_t kMaxCanvasTokens = engine::kMaxCanvasTokens;
+// The largest --batch-size.
+inline constexpr int64_t kMaxBatchSize = 1024;
 
 struct Settings {
   std::string command;  // run, tokenize, inspect, logits, ...
@@ -22,6 +26,9 @@ struct Settings {
   std::vector<int64_t> prompt_tokens; // --prompt-tokens (run)
   bool has_prompt_tokens = false;
   bool no_chat = false;               // --no-chat
+  std::string prompts_file;           // --prompts-file (JSON Lines of requests; "-": standard input)
+  bool has_prompts_file = false;
+  int64_t batch_size = 8;             // --batch-size: requests in flight at once (--prompts-file)
 
   // generation (run)
   int64_t max_tokens = 128;           // --max-tokens (at most kMaxCanvasTokens)

@@ -52,17 +52,25 @@ ChatTemplate chat_template_for_arch(std::string_view arch) {
   throw Error("unsupported model architecture: " + shown(arch) + " (supported: llada, dream)");
 }
 
-std::string render_chat(ChatTemplate tmpl, std::string_view user, std::string_view bos_text) {
+std::string render_chat(ChatTemplate tmpl, std::string_view user, std::string_view bos_text,
+                        std::optional<std::string_view> system) {
   std::string out;
   switch (tmpl) {
     case ChatTemplate::LLaDA:
       out.append(bos_text);
+      if (system) {
+        out += "<|start_header_id|>system<|end_header_id|>\n\n";
+        out += python_strip(*system);
+        out += "<|eot_id|>";
+      }
       out += "<|start_header_id|>user<|end_header_id|>\n\n";
       out += python_strip(user);
       out += "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n";
       break;
     case ChatTemplate::Dream:
-      out += "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n";
+      out += "<|im_start|>system\n";
+      out.append(system ? *system : std::string_view("You are a helpful assistant."));
+      out += "<|im_end|>\n<|im_start|>user\n";
       out.append(user);
       out += "<|im_end|>\n<|im_start|>assistant\n";
       break;
@@ -70,9 +78,10 @@ std::string render_chat(ChatTemplate tmpl, std::string_view user, std::string_vi
   return out;
 }
 
-std::vector<int32_t> chat_prompt_ids(const Tokenizer& tok, ChatTemplate tmpl, std::string_view user) {
+std::vector<int32_t> chat_prompt_ids(const Tokenizer& tok, ChatTemplate tmpl, std::string_view user,
+                                     std::optional<std::string_view> system) {
   const std::string bos_text = tok.bos() >= 0 ? tok.token_text(tok.bos()) : std::string();
-  std::string text = render_chat(tmpl, user, bos_text);
+  std::string text = render_chat(tmpl, user, bos_text, system);
   // llama.cpp (common/chat.cpp) drops the template's BOS text when the tokenizer adds BOS anyway,
   // so the prompt starts with exactly one BOS either way.
   if (tok.add_bos() && !bos_text.empty() && text.compare(0, bos_text.size(), bos_text) == 0)

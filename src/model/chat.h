@@ -3,6 +3,7 @@
 // (LLaDA: exactly one BOS; Dream: none), or for --no-chat the text with BOS/EOS as the vocabulary says.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,13 +22,17 @@ enum class ChatTemplate {
 ChatTemplate chat_template_for_arch(std::string_view arch);
 
 // The exact text the tokenizer sees for one user message with the generation prompt. bos_text is the
-// BOS token's text (LLaDA's template starts with it; Dream's ignores it).
-std::string render_chat(ChatTemplate tmpl, std::string_view user, std::string_view bos_text);
+// BOS token's text (LLaDA's template starts with it; Dream's ignores it). system, when given, is a
+// system turn before the user's (LLaDA: a "system" header, trimmed as every message; Dream: in place of
+// the default system turn), as the models' own Jinja templates render a system message.
+std::string render_chat(ChatTemplate tmpl, std::string_view user, std::string_view bos_text,
+                        std::optional<std::string_view> system = std::nullopt);
 
 // Ids of the chat-formatted prompt, as llama.cpp's chat path computes them: render, remove a leading
 // BOS text when the vocabulary adds BOS itself, then tokenize with special tokens parsed and BOS/EOS
 // added as the vocabulary says.
-std::vector<int32_t> chat_prompt_ids(const Tokenizer& tok, ChatTemplate tmpl, std::string_view user);
+std::vector<int32_t> chat_prompt_ids(const Tokenizer& tok, ChatTemplate tmpl, std::string_view user,
+                                     std::optional<std::string_view> system = std::nullopt);
 
 // Ids for --no-chat: the text with special tokens parsed, BOS / EOS added as the vocabulary's
 // add_bos_token / add_eos_token say (as llama.cpp's diffusion CLI does), no template.

@@ -29,36 +29,75 @@ void LogitSource::forward_cached(std::span<const int32_t>, int64_t, int64_t, std
   throw Error("internal error: this logit source has no dual cache");
 }
 
-void validate(const GenerateConfig& c, int64_t prompt_length) {
+std::optional<SettingProblem> check_settings(const GenerateConfig& c, int64_t prompt_length) {
   const std::string L = std::to_string(c.max_tokens), B = std::to_string(c.block_length),
                     N = std::to_string(c.effective_steps());
-  if (c.max_tokens < 1) throw usage_error("flag --max-tokens must be at least 1, got " + L);
-  if (c.effective_steps() < 1) throw usage_error("flag --steps must be at least 1, got " + N);
+  auto problem = [](std::string key, std::string text) { return SettingProblem{std::move(key), std::move(text)}; };
+  if (c.max_tokens < 1) return problem("max_tokens", "{setting} {max_tokens} must be at least 1, got " + L);
+  if (c.effective_steps() < 1) return problem("steps", "{setting} {steps} must be at least 1, got " + N);
   if (!remasking_valid_for(c.arch, c.remasking)) {
-    throw usage_error("--remasking " + std::string(remasking_name(c.remasking)) + " is not available for " +
-                      arch_spec(c.arch).label + " models (use " + remasking_choices(c.arch) + ")");
+    return problem("remasking", "{remasking} " + std::string(remasking_name(c.remasking)) +
+                                    " is not available for " + std::string(arch_spec(c.arch).label) + " models (use " +
+                                    remasking_choices(c.arch) + ")");
   }
-  if (c.dual_cache && c.full_logits) throw usage_error("flags --dual-cache and --full-logits cannot be combined");
+  if (c.dual_cache && c.full_logits)
+    return problem("dual_cache", "{settings} {dual_cache} and {full_logits} cannot be combined");
   if (arch_spec(c.arch).sampler == SamplerKind::Blocks) {
-    if (c.block_length < 1) throw usage_error("flag --block-length must be at least 1, got " + B);
-    if (c.max_tokens % c.block_length != 0) {
-      throw usage_error("--block-length " + B + " must divide --max-tokens " + L);
-    }
+    if (c.block_length < 1) return problem("block_length", "{setting} {block_length} must be at least 1, got " + B);
+    if (c.max_tokens % c.block_length != 0)
+      return problem("block_length", "{block_length} " + B + " must divide {max_tokens} " + L);
     const int64_t nb = c.max_tokens / c.block_length;
     if (c.effective_steps() % nb != 0) {
-      throw usage_error("--steps " + N + " must be a multiple of the block count " + std::to_string(nb) +
-                        " (--max-tokens " + L + " / --block-length " + B + ")");
+      return problem("steps", "{steps} " + N + " must be a multiple of the block count " + std::to_string(nb) +
+                                  " ({max_tokens} " + L + " / {block_length} " + B + ")");
     }
   } else {
     const std::string label = arch_spec(c.arch).label;
-    if (c.threshold > 0) throw usage_error("--threshold is for LLaDA models only (this model is " + label + ")");
-    if (c.dual_cache) throw usage_error("--dual-cache is for LLaDA models only (this model is " + label + ")");
-    if (prompt_length < 1) throw usage_error("the prompt is empty: Dream needs at least one prompt token");
+    if (c.threshold > 0) return problem("threshold", "{threshold} is for LLaDA models only (this model is " + label + ")");
+    if (c.dual_cache) return problem("dual_cache", "{dual_cache} is for LLaDA models only (this model is " + label + ")");
+    if (prompt_length < 1) return problem("prompt", "the prompt is empty: Dream needs at least one prompt token");
   }
   if (c.context_length > 0 && c.max_tokens > c.context_length - prompt_length) {  // no overflow, whatever the sizes
-    throw usage_error("the canvas of " + std::to_string(prompt_length) + " prompt tokens + --max-tokens " + L +
-                      " is longer than the model's context length " + std::to_string(c.context_length));
+    return problem("max_tokens", "the canvas of " + std::to_string(prompt_length) + " prompt tokens + {max_tokens} " +
+                                     L + " is longer than the model's context length " +
+                                     std::to_string(c.context_length));
   }
+  return std::nullopt;
+}
+
+std::string name_settings(std::string_view text, const std::function<std::string(std::string_view)>& name_of) {
+  std::string out;
+  size_t i = 0;
+  while (i < text.size()) {
+    const size_t open = text.find('{', i);
+    const size_t close = open == std::string_view::npos ? open : text.find('}', open);
+    if (close == std::string_view::npos) break;
+    const std::string_view name = text.substr(open + 1, close - open - 1);
+    const bool is_name = !name.empty() && std::all_of(name.begin(), name.end(), [](char ch) {
+      return (ch >= 'a' && ch <= 'z') || ch == '_';
+    });
+    out.append(text.substr(i, open - i));
+    if (is_name) {
+      out += name_of(name);
+    } else {
+      out.append(text.substr(open, close + 1 - open));
+    }
+    i = close + 1;
+  }
+  out.append(text.substr(std::min(i, text.size())));
+  return out;
+}
+
+std::string flag_name(std::string_view name) {
+  if (name == "setting") return "flag";
+  if (name == "settings") return "flags";
+  std::string f = "--";
+  for (char ch : name) f += ch == '_' ? '-' : ch;
+  return f;
+}
+
+void validate(const GenerateConfig& c, int64_t prompt_length) {
+  if (auto p = check_settings(c, prompt_length)) throw usage_error(name_settings(p->text, flag_name));
 }
 
 namespace {

@@ -7,8 +7,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "model/arch.h"
@@ -60,10 +62,28 @@ struct GenerateConfig {
   int64_t effective_steps() const { return steps > 0 ? steps : max_tokens; }
 };
 
-// The architecture's own checks (flag names in messages, as the CLI user typed them). Throws
-// dllm::usage_error: --block-length must divide --max-tokens and --steps be a multiple of the block
-// count (LLaDA), --remasking valid for the architecture, --threshold and --dual-cache LLaDA only,
-// --dual-cache without --full-logits, and prompt + --max-tokens within the context length.
+// A setting the architecture or the prompt forbids, in the terms of GenerateConfig: key is the field at
+// fault (max_tokens, steps, block_length, remasking, threshold, dual_cache, prompt), and text names every
+// setting it mentions as a placeholder, {max_tokens}, and the word for a setting as {setting} /
+// {settings}, for the caller to render in its own terms (name_settings): the CLI says "flag --max-tokens",
+// a request file "key \"max_tokens\"".
+struct SettingProblem {
+  std::string key;
+  std::string text;
+};
+
+// The architecture's own checks: max_tokens and steps at least 1, block_length must divide max_tokens and
+// steps be a multiple of the block count (LLaDA), remasking valid for the architecture, threshold and
+// dual_cache LLaDA only, dual_cache without full_logits, a prompt for Dream, and prompt + max_tokens
+// within the context length. The first problem found, or none.
+std::optional<SettingProblem> check_settings(const GenerateConfig& config, int64_t prompt_length);
+
+// text with every {name} replaced by name_of(name) (names are [a-z_]+; other braces are kept).
+std::string name_settings(std::string_view text, const std::function<std::string(std::string_view)>& name_of);
+// The CLI's names: {setting} -> "flag", {settings} -> "flags", {max_tokens} -> "--max-tokens".
+std::string flag_name(std::string_view name);
+
+// check_settings with the CLI's names (as the user typed the flags), thrown as dllm::usage_error.
 void validate(const GenerateConfig& config, int64_t prompt_length);
 
 // One step as the callback sees it. Spans point into the loop's state and are valid during the call.

@@ -8,12 +8,28 @@ namespace dllm::model {
 
 Model::~Model() = default;
 
+ModelFile ModelFile::open(const std::string& path) {
+  ModelFile f;
+  f.file_ = gguf::File::open(path);
+  f.hp_ = read_hparams(*f.file_);
+  return f;
+}
+
+const ModelTensors& ModelFile::tensors() const {
+  if (!tensors_) tensors_ = check_tensors(*file_, hp_);
+  return *tensors_;
+}
+
 std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& opt) {
+  return load(ModelFile::open(path), opt);
+}
+
+std::unique_ptr<Model> Model::load(const ModelFile& f, const LoadOptions& opt) {
   std::unique_ptr<Model> m(new Model());
-  m->file_ = gguf::File::open(path);
+  m->file_ = f.shared_file();
   // Everything is checked before any weight is touched.
-  m->hp_ = read_hparams(*m->file_);
-  m->tensors_ = check_tensors(*m->file_, m->hp_);
+  m->hp_ = f.hparams();
+  m->tensors_ = f.tensors();
   if (opt.on_checked) opt.on_checked(m->hp_);
   const int threads = opt.threads > 0 ? opt.threads : ThreadPool::hardware_threads();
   m->pool_ = std::make_unique<ThreadPool>(threads);

@@ -4,6 +4,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -27,11 +28,33 @@ struct LoadOptions {
   std::function<void(const HParams&)> on_checked;
 };
 
+// A GGUF file opened (mapped and parsed) once, with its hyperparameters read and checked, and its tensors
+// checked once someone asks (tensors(): presence, type and shape, arch.h lists the messages). Whoever
+// reads the file before loading (the tokenizer, the backend choice) shares it with load() below, so the
+// file is opened and checked once per process.
+class ModelFile {
+ public:
+  // Throws dllm::Error (gguf::File::open's and read_hparams's messages).
+  static ModelFile open(const std::string& path);
+  const gguf::File& file() const { return *file_; }
+  const std::shared_ptr<const gguf::File>& shared_file() const { return file_; }
+  const HParams& hparams() const { return hp_; }
+  // Checked on the first call (dllm::Error), then kept.
+  const ModelTensors& tensors() const;
+
+ private:
+  std::shared_ptr<const gguf::File> file_;
+  HParams hp_;
+  mutable std::optional<ModelTensors> tensors_;
+};
+
 class Model {
  public:
   // Maps the file, reads and checks every hyperparameter and every tensor's presence, type and shape
   // (arch.h lists the messages), then prepares the weights with the executor. Throws dllm::Error.
   static std::unique_ptr<Model> load(const std::string& path, const LoadOptions& options = {});
+  // The same from a file already opened (its checks not repeated); the model shares the mapping.
+  static std::unique_ptr<Model> load(const ModelFile& file, const LoadOptions& options = {});
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -61,7 +84,7 @@ class Model {
  private:
   Model() = default;
 
-  std::unique_ptr<gguf::File> file_;
+  std::shared_ptr<const gguf::File> file_;
   HParams hp_;
   ModelTensors tensors_;
   std::unique_ptr<ThreadPool> pool_;

@@ -1,0 +1,147 @@
+// The engine (engine.h): one open file, its tokenizer, the requests' checks, the backend, the weights, and
+// the requests run through model::Batch into answers.
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "model/chat.h"
+#include "model/error.h"
+#include "model/gguf.h"
+
+namespace dllm::engine {
+
+std::vector<int32_t> stop_ids(const model::Tokenizer& tok) {
+  std::vector<int32_t> out;
+  for (int32_t id : {tok.eos(), tok.eot()})
+    if (id >= 0 && std::find(out.begin(), out.end(), id) == out.end()) out.push_back(id);
+  return out;
+}
+
+model::GenerateConfig make_config(const Sampling& s, const model::HParams& hp, std::vector<int32_t> stops) {
+  model::GenerateConfig c;
+  c.arch = hp.arch;
+  c.mask_id = hp.mask_token_id;
+  c.stop_ids = std::move(stops);
+  c.max_tokens = s.max_tokens;
+  c.steps = s.steps > 0 ? s.steps : s.max_tokens;
+  c.block_length = s.block_length;
+  c.temperature = s.temperature;
+  if (s.remasking.empty()) {
+    c.remasking = model::default_remasking(hp.arch);
+  } else {
+    auto r = model::parse_remasking(s.remasking);
+    if (!r) throw RequestError("remasking", "{setting} {remasking}: unknown strategy '" + s.remasking + "'");
+    c.remasking = *r;
+  }
+  c.threshold = s.threshold;
+  c.dual_cache = s.dual_cache;
+  c.full_logits = s.full_logits;
+  c.early_stop = s.early_stop;
+  c.seed = s.seed;
+  c.context_length = hp.n_ctx;
+  return c;
+}
+
+std::vector<int32_t> prompt_ids(const Request& r, const model::HParams& hp, const model::Tokenizer& tok) {
+  if (r.prompt_tokens) {
+    std::vector<int32_t> ids;
+    ids.reserve(r.prompt_tokens->size());
+    for (size_t i = 0; i < r.prompt_tokens->size(); ++i) {
+      const int64_t id = (*r.prompt_tokens)[i];
+      if (id < 0 || id >= hp.n_vocab) {
+        throw RequestError("prompt_tokens",
+                           "{prompt_tokens}: id " + std::to_string(id) + " at position " + std::to_string(i) +
+                               " is out of range: the model's vocabulary has " + std::to_string(hp.n_vocab) +
+                               " tokens (ids 0.." + std::to_string(hp.n_vocab - 1) + ")",
+                           Error::kRuntime);
+      }
+      ids.push_back(static_cast<int32_t>(id));
+    }
+    return ids;
+  }
+  if (!r.chat) return model::raw_prompt_ids(tok, r.prompt);
+  std::optional<std::string_view> system;
+  if (r.system) system = *r.system;
+  return model::chat_prompt_ids(tok, model::chat_template_for_arch(hp.arch_name), r.prompt, system);
+}
+
+// --- Engine ---
+
+Engine::Engine(const std::string& model_path) : path_(model_path), file_(model::ModelFile::open(model_path)) {
+  tok_ = std::make_unique<model::Tokenizer>(file_.file());
+  stops_ = stop_ids(*tok_);
+}
+
+Engine::~Engine() = default;
+
+std::string Engine::model_name() const {
+  const gguf::Value* name = file_.file().find("general.name");
+  return name && name->type == gguf::ValueType::STRING ? std::string(name->s) : std::string();
+}
+
+Prepared Engine::prepare(const Request& r) const {
+  check_sampling(r.sampling);
+  Prepared p;
+  p.config = make_config(r.sampling, hparams(), stops_);
+  const auto t0 = std::chrono::steady_clock::now();
+  p.prompt = prompt_ids(r, hparams(), *tok_);
+  p.prompt_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (auto problem = model::check_settings(p.config, static_cast<int64_t>(p.prompt.size())))
+    throw RequestError(problem->key, problem->text);
+  return p;
+}
+
+Backend Engine::choose_backend(const BackendRequest& r, model::LoadOptions& options) const {
+  return engine::choose_backend(r, &file_, options);
+}
+
+void Engine::load(const model::LoadOptions& options) { model_ = model::Model::load(file_, options); }
+
+model::Model& Engine::model() {
+  if (!model_) throw Error("internal error: the engine's model is not loaded");
+  return *model_;
+}
+
+Answer Engine::answer(model::GenerateResult result, std::span<const int32_t> stops) const {
+  Answer a;
+  a.tokens = model::answer_tokens(result.canvas, result.prompt_length, stops);
+  model::DetokenizeOptions dopt;
+  dopt.unparse_special = false;  // control tokens (and masks of an interrupted run) are not rendered
+  a.text = tok_->detokenize(a.tokens, dopt);
+  a.result = std::move(result);
+  return a;
+}
+
+// --- Session ---
+
+Session::Session(Engine& engine, model::BatchLimits limits) : engine_(engine), batch_(engine.model(), limits) {}
+
+Session::~Session() = default;
+
+int64_t Session::add(const Prepared& p, model::GenerateHooks hooks) {
+  if (!hooks.pool) hooks.pool = &engine_.model().pool();
+  const int64_t id = batch_.add(p.config, p.prompt, std::move(hooks));
+  if (static_cast<int64_t>(stops_.size()) <= id) stops_.resize(static_cast<size_t>(id) + 1);
+  stops_[static_cast<size_t>(id)] = p.config.stop_ids;
+  return id;
+}
+
+std::vector<std::pair<int64_t, Answer>> Session::take_finished() {
+  std::vector<std::pair<int64_t, Answer>> out;
+  for (auto& [id, result] : batch_.take_finished())
+    out.emplace_back(id, engine_.answer(std::move(result), stops_[static_cast<size_t>(id)]));
+  return out;
+}
+
+Answer run(Engine& engine, const Prepared& p, model::GenerateHooks hooks) {
+  Session s(engine, model::BatchLimits{1, 0});
+  s.add(p, std::move(hooks));
+  while (s.step()) {
+  }
+  auto done = s.take_finished();
+  if (done.size() != 1) throw Error("internal error: a session of one request finished " + std::to_string(done.size()));
+  return std::move(done.front().second);
+}
+
+}  // namespace dllm::engine
