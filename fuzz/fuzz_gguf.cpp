@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/error.h"
+#include "common/error.h"
 #include "model/gguf.h"
 #if DLLM_FUZZ_HAVE_QUANT
 #include "model/quant.h"

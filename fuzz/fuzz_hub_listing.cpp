@@ -9,7 +9,7 @@
 
 #include "hub/hub.h"
 #include "hub/internal.h"
-#include "model/error.h"
+#include "common/error.h"
 
 namespace {
 

@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "model/error.h"
+#include "common/error.h"
 #include "model/gguf.h"
 #include "model/pretokenizer.h"
 #include "model/tokenizer.h"

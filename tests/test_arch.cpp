@@ -10,7 +10,7 @@
 
 #include "gguf_writer.h"
 #include "model/arch.h"
-#include "model/error.h"
+#include "common/error.h"
 #include "model/model.h"
 #include "model/reference_executor.h"
 #include "support.h"

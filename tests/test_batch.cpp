@@ -14,7 +14,7 @@
 
 #include "jit/cpu_executor.h"
 #include "model/batch.h"
-#include "model/error.h"
+#include "common/error.h"
 #include "model/generate.h"
 #include "model/model.h"
 #include "support.h"

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "model/chat.h"
-#include "model/error.h"
+#include "common/error.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
 #include "support.h"

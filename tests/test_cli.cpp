@@ -5,7 +5,7 @@
 #include <sys/stat.h>
 
 #include "cli/args.h"
-#include "model/error.h"
+#include "common/error.h"
 #include "model/generate.h"
 #include "support.h"
 

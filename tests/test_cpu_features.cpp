@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "jit/cpu_features.h"
-#include "model/error.h"
+#include "common/error.h"
 
 using namespace dllm::jit;
 

@@ -11,7 +11,7 @@
 #include "engine/engine.h"
 #include "model/batch.h"
 #include "model/chat.h"
-#include "model/error.h"
+#include "common/error.h"
 #include "model/generate.h"
 #include "model/model.h"
 #include "support.h"

@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "model/error.h"
+#include "common/error.h"
 #include "model/fast_math.h"
 #include "model/model.h"
 #include "model/reference_executor.h"

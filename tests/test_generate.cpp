@@ -7,9 +7,9 @@
 #include <atomic>
 #include <functional>
 
-#include "model/error.h"
+#include "common/error.h"
 #include "model/generate.h"
-#include "model/thread_pool.h"
+#include "common/thread_pool.h"
 
 namespace dllm::model {
 namespace {

@@ -11,7 +11,7 @@
 
 #include "jit/cpu_executor.h"
 #include "jit/cpu_features.h"
-#include "model/error.h"
+#include "common/error.h"
 #include "model/generate.h"
 #include "model/model.h"
 #include "support.h"

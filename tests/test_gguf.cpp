@@ -17,7 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "gguf_test_writer.h"
-#include "model/error.h"
+#include "common/error.h"
 #include "model/gguf.h"
 #include "support.h"
 

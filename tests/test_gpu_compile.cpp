@@ -20,7 +20,7 @@
 #include "jit/cuda/kernel_text.h"
 #include "jit/cuda/nvrtc.h"
 #include "model/arch.h"
-#include "model/error.h"
+#include "common/error.h"
 #include "model/gguf.h"
 #include "support.h"
 

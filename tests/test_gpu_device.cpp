@@ -16,7 +16,7 @@
 #include "jit/cuda/cuda_device.h"
 #include "jit/cuda/device_select.h"
 #include "jit/cuda/gpu_executor.h"
-#include "model/error.h"
+#include "common/error.h"
 #include "model/model.h"
 #include "support.h"
 

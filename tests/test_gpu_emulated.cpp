@@ -22,7 +22,7 @@
 #include "jit/cuda/gpu_executor.h"
 #include "jit/cuda/gpu_ops.h"
 #include "jit/cuda/weight_pack.h"
-#include "model/error.h"
+#include "common/error.h"
 #include "model/model.h"
 #include "model/quant.h"
 #include "support.h"

@@ -8,7 +8,7 @@
 #include "jit/cuda/driver.h"
 #include "jit/cuda/weight_pack.h"
 #include "model/arch.h"
-#include "model/error.h"
+#include "common/error.h"
 #include "model/gguf.h"
 #include "support.h"
 

@@ -14,7 +14,7 @@
 #include "hub/hub.h"
 #include "hub/internal.h"
 #include "hub/sha256.h"
-#include "model/error.h"
+#include "common/error.h"
 #include "support.h"
 
 using namespace dllm::hub;

@@ -19,9 +19,9 @@
 #include "cli/commands.h"
 #include "cli/settings.h"
 #include "gguf_test_writer.h"
-#include "model/error.h"
+#include "common/error.h"
 #include "model/gguf.h"
-#include "model/interrupt.h"
+#include "common/interrupt.h"
 #include "model/quant.h"
 #include "support.h"
 

@@ -17,7 +17,7 @@
 #include "jit/gemm.h"
 #include "model/gguf.h"
 #include "model/quant.h"
-#include "model/thread_pool.h"
+#include "common/thread_pool.h"
 #include "support.h"
 
 using namespace dllm;

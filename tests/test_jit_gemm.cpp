@@ -14,8 +14,8 @@
 #include <string>
 
 #include "jit/gemm.h"
-#include "model/error.h"
-#include "model/thread_pool.h"
+#include "common/error.h"
+#include "common/thread_pool.h"
 #include "test_jit_util.h"
 
 using namespace dllm;

@@ -16,10 +16,10 @@
 #include <unistd.h>
 
 #include "jit/gemm.h"
-#include "model/error.h"
+#include "common/error.h"
 #include "model/gguf.h"
 #include "model/quant.h"
-#include "model/thread_pool.h"
+#include "common/thread_pool.h"
 #include "support.h"
 #include "test_jit_util.h"
 

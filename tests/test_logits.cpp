@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "model/error.h"
+#include "common/error.h"
 #include "model/model.h"
 #include "support.h"
 

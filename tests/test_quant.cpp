@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "model/error.h"
+#include "common/error.h"
 #include "model/gguf.h"
 #include "model/quant.h"
 #include "support.h"

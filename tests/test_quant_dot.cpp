@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "model/error.h"
+#include "common/error.h"
 #include "model/gguf.h"
 #include "model/quant.h"
 #include "model/quant_ref_dot.h"

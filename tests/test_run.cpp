@@ -11,9 +11,9 @@
 #include "cli/args.h"
 #include "cli/run_config.h"
 #include "cli/run_output.h"
-#include "model/error.h"
+#include "common/error.h"
 #include "model/gguf.h"
-#include "model/thread_pool.h"
+#include "common/thread_pool.h"
 #include "support.h"
 
 namespace dllm::cli {

@@ -7,7 +7,7 @@
 #include <string>
 #include <unistd.h>
 
-#include "model/error.h"
+#include "common/error.h"
 #include "model/gguf.h"
 #include "model/model.h"
 #include "model/synth.h"

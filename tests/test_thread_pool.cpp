@@ -1,5 +1,5 @@
 // ThreadPool: every item runs exactly once, on every pool size, and exceptions propagate.
-#include "model/thread_pool.h"
+#include "common/thread_pool.h"
 
 #include <gtest/gtest.h>
 

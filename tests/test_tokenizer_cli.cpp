@@ -14,7 +14,7 @@
 
 #include "cli/commands.h"
 #include "cli/settings.h"
-#include "model/error.h"
+#include "common/error.h"
 #include "support.h"
 
 using dllm::cli::Settings;

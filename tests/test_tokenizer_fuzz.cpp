@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "model/error.h"
+#include "common/error.h"
 #include "model/gguf.h"
 #include "model/pretokenizer.h"
 #include "model/tokenizer.h"

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "model/error.h"
+#include "common/error.h"
 #include "model/pretokenizer.h"
 
 using dllm::model::PreTokenizer;

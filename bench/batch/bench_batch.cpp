@@ -20,7 +20,7 @@
 #include "jit/cpu_executor.h"
 #include "jit/cpu_features.h"
 #include "model/batch.h"
-#include "model/error.h"
+#include "common/error.h"
 #include "model/model.h"
 
 namespace {

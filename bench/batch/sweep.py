@@ -28,22 +28,23 @@ from bench import DLLM, ensure_model, machine_description, sh  # noqa: E402
 
 BENCH = os.path.join(ROOT, "build", "bench_batch")
 
-# name -> (arch, layers, prompt tokens, max tokens, steps, block length)
+# name -> (arch, layers, prompt tokens, max tokens, steps, block length, requests)
 MODELS = {
-    "llada-4L": ("llada", 4, 32, 64, 16, 32),
-    "dream-4L": ("dream", 4, 32, 64, 16, 32),
-    "llada-8B": ("llada", 0, 32, 64, 8, 32),
+    "llada-4L": ("llada", 4, 32, 32, 8, 32, 16),
+    "dream-4L": ("dream", 4, 32, 32, 8, 32, 16),
+    "llada-8B": ("llada", 0, 32, 32, 4, 32, 8),
 }
 
 
 def model_path(name):
-    arch, layers, *_ = MODELS[name]
+    arch, layers = MODELS[name][:2]
     label = f"{arch}-{layers}L" if layers else f"{arch}-8b"
     return ensure_model(os.path.join(ROOT, "build", "synth", f"{label}-Q4_K_M.gguf"), arch, layers, "Q4_K_M")
 
 
 def bench_one(name, mode, batch, requests, threads):
-    arch, layers, prompt, max_tokens, steps, block = MODELS[name]
+    arch, layers, prompt, max_tokens, steps, block, default_requests = MODELS[name]
+    requests = requests or default_requests
     cmd = [BENCH, "--model", model_path(name), "--batch", str(batch), "--requests", str(requests),
            "--prompt-tokens", str(prompt), "--max-tokens", str(max_tokens), "--steps", str(steps),
            "--block-length", str(block), "--threads", str(threads)]
@@ -103,7 +104,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--models", default="llada-4L,dream-4L,llada-8B")
     ap.add_argument("--batches", default="1,2,4,8,16")
-    ap.add_argument("--requests", type=int, default=16)
+    ap.add_argument("--requests", type=int, default=0, help="requests per run (default: the model's, 16 or 8)")
     ap.add_argument("--modes", default="exact,dual")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--baseline", help="a dllm binary of the previous build, for the single-sequence comparison")
@@ -123,6 +124,8 @@ def main():
             if mode == "dual" and MODELS[name][0] != "llada":
                 continue
             for batch in [int(b) for b in args.batches.split(",")]:
+                if batch > (args.requests or MODELS[name][6]):
+                    continue
                 r = bench_one(name, mode, batch, args.requests, args.threads)
                 rows.append(r)
                 print(f"{name:9} {mode:5} B={batch:2}: {r['tokens_per_s']:8.2f} tok/s, {r['ms_per_pass']:8.1f} ms/pass, "
@@ -131,7 +134,7 @@ def main():
     baseline = []
     if args.baseline:
         for name in args.models.split(","):
-            arch, layers, prompt, max_tokens, steps, block = MODELS[name]
+            arch, layers, prompt, max_tokens, steps, block, _ = MODELS[name]
             new, old = [], []
             for _ in range(args.repeat):
                 new.append(single_run_ms(DLLM, model_path(name), prompt, max_tokens, steps, block, args.threads))

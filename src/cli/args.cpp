@@ -28,7 +28,7 @@
 #include "cli/run_config.h"
 #include "engine/request.h"
 #include "hub/hub.h"
-#include "model/error.h"
+#include "common/error.h"
 
 namespace dllm::cli {
 

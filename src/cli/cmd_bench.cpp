@@ -12,8 +12,8 @@
 #include "cli/commands_jit.h"
 #include "jit/bench.h"
 #include "jit/gemm_desc.h"
-#include "model/error.h"
-#include "model/thread_pool.h"
+#include "common/error.h"
+#include "common/thread_pool.h"
 
 namespace dllm::cli {
 

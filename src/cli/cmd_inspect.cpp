@@ -22,10 +22,10 @@
 
 #include "cli/commands.h"
 #include "cli/args.h"
-#include "model/error.h"
+#include "common/error.h"
 #include "model/gguf.h"
-#include "model/interrupt.h"
-#include "model/printable.h"
+#include "common/interrupt.h"
+#include "common/printable.h"
 #include "model/quant.h"
 
 namespace dllm::cli {
@@ -43,7 +43,7 @@ constexpr size_t kTextItemStringMax = 40;
 
 // ---- formatting helpers ----
 
-// The string escaped for a terminal (model/printable.h), cut after about `max` bytes.
+// The string escaped for a terminal (common/printable.h), cut after about `max` bytes.
 std::string escape(std::string_view s, size_t max) { return escape_text(s, max); }
 
 std::string quote(std::string_view s, size_t max) {

@@ -19,7 +19,7 @@
 #include "jit/gemm.h"
 #include "jit/gemm_desc.h"
 #include "jit/kernel_cache.h"
-#include "model/error.h"
+#include "common/error.h"
 #include "model/gguf.h"
 
 namespace dllm::cli {

@@ -14,7 +14,7 @@
 #include "jit/cuda/kernel_set.h"
 #include "jit/cuda/nvrtc.h"
 #include "model/arch.h"
-#include "model/error.h"
+#include "common/error.h"
 #include "model/gguf.h"
 
 namespace dllm::cli {

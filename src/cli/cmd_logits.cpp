@@ -16,7 +16,7 @@
 
 #include "cli/backend.h"
 #include "cli/commands.h"
-#include "model/error.h"
+#include "common/error.h"
 #include "model/model.h"
 
 namespace dllm::cli {

@@ -8,7 +8,7 @@
 #include "cli/commands_hub.h"
 #include "hub/hub.h"
 #include "cli/args.h"
-#include "model/error.h"
+#include "common/error.h"
 
 namespace dllm::cli {
 

@@ -11,7 +11,7 @@
 
 #include "cli/commands.h"
 #include "model/chat.h"
-#include "model/error.h"
+#include "common/error.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
 

@@ -6,7 +6,7 @@
 
 #include "cli/args.h"
 #include "cli/run_config.h"
-#include "model/error.h"
+#include "common/error.h"
 
 namespace dllm::cli {
 

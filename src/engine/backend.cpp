@@ -14,8 +14,8 @@
 #include "jit/cuda/gpu_executor.h"
 #include "jit/cuda/kernel_set.h"
 #include "model/arch.h"
-#include "model/error.h"
-#include "model/thread_pool.h"
+#include "common/error.h"
+#include "common/thread_pool.h"
 
 namespace dllm::engine {
 

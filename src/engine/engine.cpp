@@ -6,7 +6,7 @@
 #include <chrono>
 
 #include "model/chat.h"
-#include "model/error.h"
+#include "common/error.h"
 #include "model/gguf.h"
 
 namespace dllm::engine {

@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "model/error.h"
+#include "common/error.h"
 
 namespace dllm::engine {
 

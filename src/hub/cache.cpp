@@ -14,8 +14,8 @@
 #include <functional>
 
 #include "hub/internal.h"
-#include "model/interrupt.h"
-#include "model/pretokenizer.h"
+#include "common/interrupt.h"
+#include "common/printable.h"
 
 namespace dllm::hub {
 
@@ -142,7 +142,7 @@ bool safe_relative_path(const std::string& path) {
   // names would collide); control bytes and invalid UTF-8 have no business in a file name either.
   for (char c : path)
     if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return false;
-  if (!model::is_valid_utf8(path)) return false;
+  if (!is_valid_utf8(path)) return false;
   size_t a = 0;
   for (;;) {
     size_t b = path.find('/', a);

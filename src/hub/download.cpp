@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "hub/internal.h"
-#include "model/printable.h"
+#include "common/printable.h"
 #include "hub/sha256.h"
-#include "model/interrupt.h"
+#include "common/interrupt.h"
 
 namespace dllm::hub {
 
@@ -73,7 +73,7 @@ enum class Failure { kNone, kHttp, kHtml, kNotGguf, kWrite, kRangeMismatch, kToo
 struct Job {
   const Options& opts;
   std::string url, dest, part, name;  // name: the file name escaped for messages
-  std::string part_shown;             // part, escaped for messages (model/printable.h)
+  std::string part_shown;             // part, escaped for messages (common/printable.h)
   uint64_t size;  // 0: unknown
   std::string sha256;
   uint64_t initial_part = 0;  // the part's size before this pull: what a failure restores

@@ -7,7 +7,7 @@
 #include <mutex>
 
 #include "hub/internal.h"
-#include "model/interrupt.h"
+#include "common/interrupt.h"
 
 namespace dllm::hub {
 
@@ -72,7 +72,7 @@ size_t on_body(char* data, size_t size, size_t n, void* user) {
   return size * n;
 }
 
-// Polled by libcurl a few times a second: a non-zero answer stops the transfer (Ctrl-C, model/interrupt.h).
+// Polled by libcurl a few times a second: a non-zero answer stops the transfer (Ctrl-C, common/interrupt.h).
 int on_progress(void*, curl_off_t, curl_off_t, curl_off_t, curl_off_t) { return interrupted() ? 1 : 0; }
 
 bool is_unreachable(CURLcode rc) {

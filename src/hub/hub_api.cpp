@@ -6,7 +6,7 @@
 #include <cctype>
 
 #include "hub/internal.h"
-#include "model/printable.h"
+#include "common/printable.h"
 
 namespace dllm::hub {
 

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "hub/hub.h"
-#include "model/error.h"
+#include "common/error.h"
 
 namespace dllm::hub {
 

@@ -7,7 +7,7 @@
 #include <regex>
 
 #include "hub/internal.h"
-#include "model/printable.h"
+#include "common/printable.h"
 
 namespace dllm::hub {
 

@@ -1,7 +1,7 @@
 // From an id to a verified local file: the cache first when only a path is wanted (resolve_model), the hub's
 // listing when a pull must check or fetch (pull), and the cache alone when offline, saying so.
 #include "hub/internal.h"
-#include "model/interrupt.h"
+#include "common/interrupt.h"
 
 namespace dllm::hub {
 

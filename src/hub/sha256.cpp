@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "model/error.h"
+#include "common/error.h"
 
 namespace dllm::hub {
 

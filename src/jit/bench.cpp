@@ -14,9 +14,9 @@
 #include "jit/gemm.h"
 #include "jit/kernel_cache.h"
 #include "jit/x64/bench_gen.h"
-#include "model/error.h"
+#include "common/error.h"
 #include "model/quant.h"
-#include "model/thread_pool.h"
+#include "common/thread_pool.h"
 
 namespace dllm::jit {
 

@@ -8,7 +8,7 @@
 #include <chrono>
 
 #include "jit/attention/attention.h"
-#include "model/error.h"
+#include "common/error.h"
 
 namespace dllm::jit {
 

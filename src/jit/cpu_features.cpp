@@ -12,7 +12,7 @@
 #include <cstring>
 #include <thread>
 
-#include "model/error.h"
+#include "common/error.h"
 
 namespace dllm::jit {
 

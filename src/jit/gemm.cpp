@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <string>
 
-#include "model/error.h"
+#include "common/error.h"
 #include "jit/kernel_order.h"
-#include "model/thread_pool.h"
+#include "common/thread_pool.h"
 
 namespace dllm::jit {
 

@@ -6,7 +6,7 @@
 
 #include "jit/x64/amx_gemm.h"
 #include "jit/x64/gemm_gen.h"
-#include "model/error.h"
+#include "common/error.h"
 
 namespace dllm::jit {
 

@@ -11,9 +11,9 @@
 
 #include "jit/cpu_features.h"
 #include "jit/quant_act_simd.h"
-#include "model/error.h"
+#include "common/error.h"
 #include "model/quant.h"
-#include "model/thread_pool.h"
+#include "common/thread_pool.h"
 
 namespace dllm::jit {
 

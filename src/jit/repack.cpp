@@ -5,9 +5,9 @@
 #include <cstring>
 #include <string>
 
-#include "model/error.h"
+#include "common/error.h"
 #include "model/quant.h"
-#include "model/thread_pool.h"
+#include "common/thread_pool.h"
 
 namespace dllm::jit {
 

@@ -4,9 +4,9 @@
 
 #include <sstream>
 
-#include "model/error.h"
+#include "common/error.h"
 #include "model/quant.h"
-#include "model/printable.h"
+#include "common/printable.h"
 
 namespace dllm::model {
 

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "model/error.h"
+#include "common/error.h"
 #include "model/model.h"
 
 namespace dllm::model {

@@ -1,9 +1,9 @@
 // Chat templates and prompt ids (see chat.h).
 #include "model/chat.h"
 
-#include "model/error.h"
+#include "common/error.h"
 #include "model/pretokenizer.h"
-#include "model/printable.h"
+#include "common/printable.h"
 
 namespace dllm::model {
 

@@ -10,7 +10,7 @@
 #include <numeric>
 
 #include "model/arch.h"
-#include "model/error.h"
+#include "common/error.h"
 #include "model/quant.h"
 
 namespace dllm::model {

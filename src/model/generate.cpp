@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <chrono>
 
-#include "model/error.h"
+#include "common/error.h"
 #include "model/model.h"
 #include "model/sequence.h"
-#include "model/thread_pool.h"
+#include "common/thread_pool.h"
 
 namespace dllm::model {
 

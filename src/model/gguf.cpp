@@ -16,8 +16,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "model/error.h"
-#include "model/printable.h"
+#include "common/error.h"
+#include "common/printable.h"
 
 namespace dllm::gguf {
 
@@ -29,7 +29,7 @@ constexpr int kMaxArrayDepth = 8;         // nested arrays deeper than this are 
 constexpr uint64_t kMinKvBytes = 8 + 4 + 1;          // key length, value type, smallest value
 constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 4 + 8;  // name length, n_dims, type, offset
 
-// A name from the file for an error message: in single quotes, escaped for a terminal (model/printable.h), cut
+// A name from the file for an error message: in single quotes, escaped for a terminal (common/printable.h), cut
 // after 120 bytes.
 std::string quoted(std::string_view s) {
   std::string r = "'";  // (appended, not "'" + ...: GCC 12 warns falsely about that form)

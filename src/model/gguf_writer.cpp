@@ -8,7 +8,7 @@
 #include <set>
 #include <unistd.h>
 
-#include "model/error.h"
+#include "common/error.h"
 
 namespace dllm::gguf {
 

@@ -6,11 +6,11 @@
 #include <cmath>
 #include <map>
 
-#include "model/error.h"
+#include "common/error.h"
 #include "model/executor.h"
 #include "model/fast_math.h"
 #include "model/quant.h"
-#include "model/thread_pool.h"
+#include "common/thread_pool.h"
 
 namespace dllm::model {
 

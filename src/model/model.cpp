@@ -1,7 +1,7 @@
 // Model loading (map, check, prepare) and the forward entry point the samplers and the CLI call.
 #include "model/model.h"
 
-#include "model/error.h"
+#include "common/error.h"
 #include "model/reference_executor.h"
 
 namespace dllm::model {

@@ -13,7 +13,7 @@
 #include "model/executor.h"
 #include "model/forward.h"
 #include "model/gguf.h"
-#include "model/thread_pool.h"
+#include "common/thread_pool.h"
 
 namespace dllm::model {
 

@@ -30,8 +30,8 @@
 
 #include <string>
 
-#include "model/error.h"
-#include "model/printable.h"
+#include "common/error.h"
+#include "common/printable.h"
 
 namespace dllm::model {
 
@@ -198,41 +198,6 @@ void append_utf8(uint32_t c, std::string* out) {
   }
 }
 
-bool is_valid_utf8(std::string_view text) {
-  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
-  const size_t n = text.size();
-  size_t i = 0;
-  while (i < n) {
-    const unsigned char b = s[i];
-    if (b < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t len;
-    uint32_t c;
-    if (b >= 0xC2 && b <= 0xDF) {
-      len = 2;
-      c = b & 0x1F;
-    } else if (b >= 0xE0 && b <= 0xEF) {
-      len = 3;
-      c = b & 0x0F;
-    } else if (b >= 0xF0 && b <= 0xF4) {
-      len = 4;
-      c = b & 0x07;
-    } else {
-      return false;
-    }
-    if (n - i < len) return false;
-    for (size_t k = 1; k < len; ++k) {
-      if ((s[i + k] & 0xC0) != 0x80) return false;
-      c = (c << 6) | (s[i + k] & 0x3F);
-    }
-    if ((len == 3 && c < 0x800) || (len == 4 && (c < 0x10000 || c > 0x10FFFF))) return false;
-    if (c >= 0xD800 && c <= 0xDFFF) return false;
-    i += len;
-  }
-  return true;
-}
 
 // ---- the regex --------------------------------------------------------------------------------
 

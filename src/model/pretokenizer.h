@@ -3,6 +3,7 @@
 // `tokenizer.ggml.pre` name. The Unicode work (general categories \p{L} \p{N}) is done by PCRE2
 // (UTF + UCP, JIT); pretokenizer.cpp adapts llama.cpp's patterns to it.
 #pragma once
+#include "common/printable.h"
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -41,7 +42,7 @@ std::vector<uint32_t> decode_utf8_lenient(std::string_view text);
 // Appends the UTF-8 form of one code point (surrogates encode as 3 bytes, like llama.cpp).
 void append_utf8(uint32_t cpt, std::string* out);
 // True when text is well-formed UTF-8 (no overlong forms, surrogates or code points above U+10FFFF).
-bool is_valid_utf8(std::string_view text);
+using dllm::is_valid_utf8;  // common/printable.h
 
 class PreTokenizer {
  public:

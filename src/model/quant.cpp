@@ -10,7 +10,7 @@
 #include <cstring>
 #include <string>
 
-#include "model/error.h"
+#include "common/error.h"
 
 static_assert(std::endian::native == std::endian::little, "GGUF blocks are little-endian");
 

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <string>
 
-#include "model/error.h"
+#include "common/error.h"
 
 namespace dllm::quant {
 

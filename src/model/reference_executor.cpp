@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "model/error.h"
+#include "common/error.h"
 #include "model/quant.h"
 
 namespace dllm::model {

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "model/executor.h"
-#include "model/thread_pool.h"
+#include "common/thread_pool.h"
 
 namespace dllm::model {
 

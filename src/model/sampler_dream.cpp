@@ -6,7 +6,7 @@
 #include <cmath>
 #include <limits>
 
-#include "model/error.h"
+#include "common/error.h"
 #include "model/sampler.h"
 
 namespace dllm::model {

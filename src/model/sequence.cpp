@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "model/thread_pool.h"
+#include "common/thread_pool.h"
 
 namespace dllm::model {
 

@@ -8,7 +8,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "model/error.h"
+#include "common/error.h"
 #include "model/gguf_writer.h"
 #include "model/quant.h"
 

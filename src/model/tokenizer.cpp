@@ -10,9 +10,9 @@
 #include <queue>
 #include <unordered_map>
 
-#include "model/error.h"
+#include "common/error.h"
 #include "model/pretokenizer.h"
-#include "model/printable.h"
+#include "common/printable.h"
 
 namespace dllm::model {
 

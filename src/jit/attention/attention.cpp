@@ -18,7 +18,7 @@
 #include <memory>
 #include <vector>
 
-#include "model/error.h"
+#include "common/error.h"
 #include "model/fast_math.h"
 
 namespace dllm::jit {

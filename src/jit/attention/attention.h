@@ -7,7 +7,7 @@
 
 #include "jit/cpu_features.h"
 #include "model/executor.h"
-#include "model/thread_pool.h"
+#include "common/thread_pool.h"
 
 namespace dllm::jit {
 

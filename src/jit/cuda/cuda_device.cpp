@@ -7,7 +7,7 @@
 
 #include "jit/cuda/disk_cache.h"
 #include "jit/cuda/nvrtc.h"
-#include "model/error.h"
+#include "common/error.h"
 
 namespace dllm::jit::cuda {
 

@@ -7,7 +7,7 @@
 #include "jit/cuda/gpu_executor.h"
 #include "jit/cuda/nvrtc.h"
 #include "jit/cuda/weight_pack.h"
-#include "model/error.h"
+#include "common/error.h"
 
 namespace dllm::jit::cuda {
 

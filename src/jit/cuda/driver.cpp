@@ -8,7 +8,7 @@
 #include <initializer_list>
 #include <mutex>
 
-#include "model/error.h"
+#include "common/error.h"
 
 namespace dllm::jit::cuda {
 

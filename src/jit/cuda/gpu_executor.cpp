@@ -9,7 +9,7 @@
 #include <cstdlib>
 
 #include "jit/cuda/cuda_device.h"
-#include "model/error.h"
+#include "common/error.h"
 #include "model/quant.h"
 
 namespace dllm::jit::cuda {

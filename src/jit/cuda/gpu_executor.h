@@ -15,7 +15,7 @@
 #include "jit/cuda/gpu_ops.h"
 #include "model/executor.h"
 #include "model/forward.h"
-#include "model/thread_pool.h"
+#include "common/thread_pool.h"
 
 namespace dllm::jit::cuda {
 

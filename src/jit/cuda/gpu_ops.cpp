@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "jit/cuda/kernels/params.cuh"
-#include "model/error.h"
+#include "common/error.h"
 
 namespace dllm::jit::cuda {
 

@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "jit/cuda/kernel_text.h"
-#include "model/error.h"
+#include "common/error.h"
 
 namespace dllm::jit::cuda {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "model/error.h"
+#include "common/error.h"
 
 namespace dllm::jit::cuda {
 

@@ -5,7 +5,7 @@
 
 #include <cstring>
 
-#include "model/error.h"
+#include "common/error.h"
 #include "model/quant.h"
 
 namespace dllm::jit::cuda {

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cstddef>
 
-#include "model/error.h"
+#include "common/error.h"
 
 namespace dllm::jit {
 

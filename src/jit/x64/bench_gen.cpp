@@ -1,7 +1,7 @@
 // PeakGen and ReadGen: the int8 peak loop and the streaming read loop.
 #include "jit/x64/bench_gen.h"
 
-#include "model/error.h"
+#include "common/error.h"
 
 namespace dllm::jit {
 

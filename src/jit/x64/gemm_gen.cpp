@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "model/error.h"
+#include "common/error.h"
 
 namespace dllm::jit {
 

@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <mutex>
 
-#include "model/error.h"
+#include "common/error.h"
 
 namespace dllm::jit {
 

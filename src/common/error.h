@@ -9,7 +9,7 @@ namespace dllm {
 
 class Error : public std::runtime_error {
  public:
-  enum Kind { kUsage = 2, kRuntime = 1, kInterrupted = 130 };  // 130: stopped by Ctrl-C (model/interrupt.h)
+  enum Kind { kUsage = 2, kRuntime = 1, kInterrupted = 130 };  // 130: stopped by Ctrl-C (common/interrupt.h)
   explicit Error(const std::string& msg, Kind kind = kRuntime, std::string hint = {})
       : std::runtime_error(msg), kind_(kind), hint_(std::move(hint)) {}
   int exit_code() const { return static_cast<int>(kind_); }

@@ -1,4 +1,4 @@
-#include "model/interrupt.h"
+#include "common/interrupt.h"
 
 #include <signal.h>
 

@@ -8,6 +8,9 @@
 
 namespace dllm {
 
+// True when text is well-formed UTF-8 (no overlongs, surrogates or code points past U+10FFFF).
+bool is_valid_utf8(std::string_view text);
+
 // The text with \" \\ \n \t \r escaped, other C0 control bytes, DEL and bytes of invalid UTF-8 as \xNN, and the
 // characters a terminal or a text layout acts on (C1 controls U+0080..U+009F, bidi marks and overrides, line and
 // paragraph separators) as \uNNNN; cut after about `max` input bytes, at a character boundary, with "...".

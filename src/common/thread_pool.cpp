@@ -1,5 +1,5 @@
 // ThreadPool: workers wait on a generation counter; items are claimed with fetch_add.
-#include "model/thread_pool.h"
+#include "common/thread_pool.h"
 
 #include <sched.h>
 

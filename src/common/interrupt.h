@@ -2,7 +2,7 @@
 // killing the process; long loops (a download, a tensor dump) poll it and throw Interrupted, so destructors remove
 // temporary files and locks, and the CLI exits 130 (128 + SIGINT) after one clear message.
 #pragma once
-#include "model/error.h"
+#include "common/error.h"
 
 namespace dllm {
 
