@@ -138,7 +138,7 @@ const std::vector<Command>& commands() {
        "serve --model PATH [--host H] [--port P] [--api-key K] [--batch-size N] [--max-queue Q] [options]",
        "Serves the model over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, /v1/models,\n"
        "/health, /metrics) with a page at / that shows the canvas denoise. The generation flags are the defaults\n"
-       "of every request. SIGINT / SIGTERM: no new requests, the ones in flight finish (10 s at most), exit 0.",
+       "of every request. SIGINT / SIGTERM: no new requests, the ones in flight finish (--shutdown-grace), exit 0.",
        with_flags({kRunModel,
                    {"host", "H", "127.0.0.1", "address to listen on (0.0.0.0: every interface)", Kind::String},
                    {"port", "P", "8080", "TCP port; 0 picks a free one (printed)", Kind::UInt},
@@ -146,6 +146,9 @@ const std::vector<Command>& commands() {
                     "requests to /v1/ need the header 'Authorization: Bearer K' (else 401)", Kind::String},
                    {"batch-size", "N", "8", "sequences generated at once, at most 1024", Kind::Count},
                    {"max-queue", "Q", "64", "sequences waiting for a place in the batch, at most (beyond: 429)",
+                    Kind::UInt},
+                   {"shutdown-grace", "S", "10",
+                    "on SIGINT / SIGTERM, seconds the requests in flight may still run before they are cancelled",
                     Kind::UInt},
                    kThreads,
                    kDevice},
@@ -352,6 +355,7 @@ void apply_flag(Settings& s, const Flag& f, const std::string& v) {
       if (x < 0) throw usage_error("flag --" + name + " must be at least 0, got " + std::to_string(x));
       if (name == "seed") s.seed = static_cast<uint64_t>(x);
       else if (name == "max-queue") s.max_queue = x;
+      else if (name == "shutdown-grace") s.shutdown_grace_s = x;
       else if (name == "port") {
         if (x > 65535) throw usage_error("flag --port must be at most 65535, got " + std::to_string(x));
         s.port = x;

@@ -16,6 +16,12 @@ int cmd_serve(const Settings& s) {
   // Before any worker thread starts: the signals go to the server's sigwait, not to a worker.
   server::block_stop_signals();
   engine::Engine e(s.model);
+  {
+    // The generation flags checked once against the model, as run checks them (errors name the flags).
+    Settings probe = s;
+    probe.prompt = "Hello", probe.has_prompt = true;
+    prepare_with_flags(e, probe);
+  }
   model::LoadOptions opt;
   engine::BackendRequest br = backend_request(s);
   // A GPU workspace for --batch-size canvases of up to 2048 rows each (longer ones run with fewer others).
@@ -31,6 +37,7 @@ int cmd_serve(const Settings& s) {
   o.batch_size = s.batch_size;
   o.max_queue = s.max_queue;
   o.defaults = sampling_of(s);
+  o.grace_ms = std::min<int64_t>(s.shutdown_grace_s, int64_t{1} << 30) * 1000;
   o.model_id = std::filesystem::path(s.model).stem().string();
   std::fprintf(stderr, "model %s (%s), device %s, %d threads, batch size %lld\n", o.model_id.c_str(),
                e.hparams().arch_name.c_str(), backend.device.c_str(), e.model().pool().size(),

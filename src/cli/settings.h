@@ -51,6 +51,7 @@ struct Settings {
   int64_t port = 8080;                // --port (0: any free port)
   std::string api_key;                // --api-key
   int64_t max_queue = 64;             // --max-queue
+  int64_t shutdown_grace_s = 10;      // --shutdown-grace
 
   // output
   bool visual = false;                // --visual

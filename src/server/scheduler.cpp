@@ -1,6 +1,8 @@
 // The scheduler thread (scheduler.h).
 #include "server/scheduler.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <chrono>
 
@@ -123,6 +125,11 @@ void Scheduler::loop() {
       session_waiting_ = session_.waiting();
       in_flight_ = session_.in_flight();
       metrics_.gauges(session_waiting_ + pending_sequences_, in_flight_, batch_size_);
+    }
+    if (stepped && session_.in_flight() + session_.waiting() == 0) {
+      // Idle again: hand the freed canvases, logits and caches back to the system, so that the resident
+      // memory returns to its idle level (glibc keeps freed memory in its arenas otherwise).
+      malloc_trim(0);
     }
     idle_cv_.notify_all();
   }

@@ -383,6 +383,11 @@ int Server::run() {
   const size_t threads = static_cast<size_t>(std::min<int64_t>(o_.batch_size + o_.max_queue + 16, 1024));
   http_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http_.set_payload_max_length(o_.max_body_bytes);
+  // SO_REUSEADDR only: cpp-httplib's default SO_REUSEPORT would let a second server share a port in use.
+  http_.set_socket_options([](int sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   http_.set_keep_alive_timeout(5);
   http_.set_read_timeout(30, 0);
   http_.set_write_timeout(30, 0);
