@@ -117,7 +117,8 @@ def bench_file(model, clients, threads):
         path = f.name
     try:
         r = subprocess.run([DLLM, "run", "--model", model, "--prompts-file", path, "--batch-size", str(clients),
-                            "--threads", str(threads), "--verbose"], capture_output=True, text=True, timeout=3600)
+                            "--threads", str(threads), "--verbose"], capture_output=True, text=True, errors="replace",
+                           timeout=3600)
     finally:
         os.unlink(path)
     if r.returncode:

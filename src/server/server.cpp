@@ -29,6 +29,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr auto kPoll = std::chrono::milliseconds(20);  // how often a waiting handler looks at its client
+// When this handler thread's request arrived (cpp-httplib runs a request's routing, handler, streaming and
+// logger on one thread): the log line's duration.
+thread_local Clock::time_point request_start;
 
 void send_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status;
@@ -345,6 +348,7 @@ void Server::routes() {
 
   // The key (Authorization: Bearer K) for the API; the page, /health and /metrics stay open.
   http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    request_start = Clock::now();
     if (o_.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
     if (req.get_header_value("Authorization") == "Bearer " + o_.api_key)
       return httplib::Server::HandlerResponse::Unhandled;
@@ -373,8 +377,9 @@ void Server::routes() {
         endpoint != "/v1/chat/completions" && endpoint != "/v1/completions")
       endpoint = "other";
     metrics_.request(endpoint, res.status);
-    std::fprintf(stderr, "%s %s %s -> %d\n", req.remote_addr.c_str(), req.method.c_str(),
-                 escape_text(req.path, 120).c_str(), res.status);
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - request_start).count();
+    std::fprintf(stderr, "%s %s %s -> %d, %.1f ms\n", req.remote_addr.c_str(), req.method.c_str(),
+                 escape_text(req.path, 120).c_str(), res.status, ms);
   });
 }
 
