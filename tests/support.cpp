@@ -26,8 +26,12 @@ namespace dllm::test {
 
 // Runs the binary with stdin_path open on its standard input; with a marker, presses Ctrl-C (SIGINT) once
 // its stderr holds the marker (or after 60 s).
+static RunResult run_from(const std::string& program, const std::vector<std::string>& args, const char* stdin_path,
+                          const std::string& interrupt_marker = {});
 static RunResult run_dllm_from(const std::vector<std::string>& args, const char* stdin_path,
-                               const std::string& interrupt_marker = {});
+                               const std::string& interrupt_marker = {}) {
+  return run_from(DLLM_BINARY, args, stdin_path, interrupt_marker);
+}
 
 std::string data_path(const std::string& rel) { return std::string(DLLM_TEST_DATA) + "/" + rel; }
 
@@ -66,8 +70,12 @@ RunResult run_dllm(const std::vector<std::string>& args, const std::string& stdi
   return r;
 }
 
-static RunResult run_dllm_from(const std::vector<std::string>& args, const char* stdin_path,
-                               const std::string& interrupt_marker) {
+RunResult run_program(const std::string& program, const std::vector<std::string>& args) {
+  return run_from(program, args, "/dev/null");
+}
+
+static RunResult run_from(const std::string& program, const std::vector<std::string>& args, const char* stdin_path,
+                          const std::string& interrupt_marker) {
   char out_tpl[] = "/tmp/dllm-test-out-XXXXXX";
   char err_tpl[] = "/tmp/dllm-test-err-XXXXXX";
   int out_fd = mkstemp(out_tpl);
@@ -79,15 +87,18 @@ static RunResult run_dllm_from(const std::vector<std::string>& args, const char*
   posix_spawn_file_actions_adddup2(&fa, err_fd, 2);
   posix_spawn_file_actions_addopen(&fa, 0, stdin_path, O_RDONLY, 0);
   std::vector<std::string> argv_s;
-  argv_s.push_back(DLLM_BINARY);
+  argv_s.push_back(program);
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& s : argv_s) argv.push_back(s.data());
   argv.push_back(nullptr);
   pid_t pid;
-  int rc = posix_spawn(&pid, DLLM_BINARY, &fa, nullptr, argv.data(), environ);
+  int rc = posix_spawnp(&pid, program.c_str(), &fa, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) throw std::runtime_error("posix_spawn failed");
+  if (rc != 0) {
+    close(out_fd), close(err_fd), unlink(out_tpl), unlink(err_tpl);
+    throw std::runtime_error("cannot start " + program);
+  }
   if (!interrupt_marker.empty()) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     while (read_file(err_tpl).find(interrupt_marker) == std::string::npos &&
@@ -107,6 +118,94 @@ static RunResult run_dllm_from(const std::vector<std::string>& args, const char*
   unlink(out_tpl);
   unlink(err_tpl);
   return r;
+}
+
+ServeProcess::ServeProcess(const std::vector<std::string>& args) {
+  char out_tpl[] = "/tmp/dllm-serve-out-XXXXXX";
+  char err_tpl[] = "/tmp/dllm-serve-err-XXXXXX";
+  const int out_fd = mkstemp(out_tpl), err_fd = mkstemp(err_tpl);
+  if (out_fd < 0 || err_fd < 0) throw std::runtime_error("mkstemp failed");
+  out_path_ = out_tpl, err_path_ = err_tpl;
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
+  posix_spawn_file_actions_adddup2(&fa, err_fd, 2);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  std::vector<std::string> argv_s = {DLLM_BINARY, "serve"};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  argv_s.insert(argv_s.end(), {"--port", "0"});
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid;
+  const int rc = posix_spawn(&pid, DLLM_BINARY, &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(out_fd);
+  close(err_fd);
+  if (rc != 0) throw std::runtime_error("posix_spawn failed");
+  pid_ = pid;
+  const std::string marker = "listening on http://127.0.0.1:";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (std::chrono::steady_clock::now() < deadline) {
+    const std::string e = read_file(err_path_);
+    if (const size_t p = e.find(marker); p != std::string::npos && e.find('\n', p) != std::string::npos) {
+      port_ = std::atoi(e.c_str() + p + marker.size());
+      return;
+    }
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      throw std::runtime_error("dllm serve exited before listening: " + e);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  throw std::runtime_error("dllm serve did not listen within 120 s: " + read_file(err_path_));
+}
+
+ServeProcess::~ServeProcess() {
+  if (pid_ > 0) {
+    kill(pid_, SIGKILL);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+  }
+  unlink(out_path_.c_str());
+  unlink(err_path_.c_str());
+}
+
+std::string ServeProcess::err() const { return read_file(err_path_); }
+
+RunResult ServeProcess::stop(int sig, double wait_s) {
+  RunResult r;
+  if (pid_ <= 0) return r;
+  kill(pid_, sig);
+  int status = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_s);
+  bool exited = false;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      exited = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (!exited) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, &status, 0);
+  }
+  pid_ = -1;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.signaled = !exited || WIFSIGNALED(status);
+  r.out = read_file(out_path_);
+  r.err = read_file(err_path_);
+  return r;
+}
+
+int64_t ServeProcess::rss_bytes() const {
+  std::ifstream f("/proc/" + std::to_string(pid_) + "/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::atoll(line.c_str() + 6) * 1024;
+  return -1;
 }
 
 ScopedIsa::ScopedIsa(jit::Isa isa) {

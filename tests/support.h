@@ -24,10 +24,34 @@ struct RunResult {
 RunResult run_dllm(const std::vector<std::string>& args);
 // The same with stdin_text on its standard input (otherwise /dev/null).
 RunResult run_dllm(const std::vector<std::string>& args, const std::string& stdin_text);
+// Runs another program (looked up on PATH), capturing both streams.
+RunResult run_program(const std::string& program, const std::vector<std::string>& args);
 // Runs it and presses Ctrl-C (SIGINT) once its stderr holds marker (at most 60 s later).
 RunResult run_dllm_interrupted(const std::vector<std::string>& args, const std::string& marker);
 
 std::string read_file(const std::string& path);
+
+// A `dllm serve` running in the background: started with args (plus --port 0), ready once its stderr says
+// "listening on http://HOST:PORT" (at most 120 s; throws otherwise). stop() sends a signal and waits for the
+// exit (at most wait_s; then SIGKILL and signaled = true). The destructor kills a server still running.
+class ServeProcess {
+ public:
+  explicit ServeProcess(const std::vector<std::string>& args);
+  ~ServeProcess();
+  ServeProcess(const ServeProcess&) = delete;
+  ServeProcess& operator=(const ServeProcess&) = delete;
+  int port() const { return port_; }
+  int pid() const { return pid_; }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  std::string err() const;  // its stderr so far
+  RunResult stop(int signal, double wait_s = 30);
+  // Resident memory (VmRSS) in bytes.
+  int64_t rss_bytes() const;
+
+ private:
+  int pid_ = -1, port_ = 0;
+  std::string err_path_, out_path_;
+};
 
 // Tests whose result depends on the kernel family run once per family (value-parameterised over
 // jit::kAllIsas, skipping the families this CPU lacks), so that one machine covers every family it can.

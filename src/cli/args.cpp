@@ -83,12 +83,36 @@ const Flag kNoChat{"no-chat", "", "off", "skip the chat template (BOS/EOS still 
 const Flag kJson{"json", "", "off", "print one JSON object", Kind::Bool};
 const Flag kVerbose{"verbose", "", "off", "timings and memory after the output", Kind::Bool};
 
+// The generation flags: run's settings, serve's defaults for every request.
+const std::vector<Flag> kGenerationFlags = {
+    {"max-tokens", "N", "128", "tokens to generate (the masked canvas), at most 16777216", Kind::Count},
+    {"steps", "N", "--max-tokens", "denoising steps, at most --max-tokens; LLaDA: a multiple of the block count",
+     Kind::Count},
+    {"block-length", "N", "32",
+     "LLaDA's semi-autoregressive block size; must divide --max-tokens. Dream ignores it", Kind::Count},
+    {"temperature", "T", "0", "0 is greedy; above 0 adds Gumbel noise as LLaDA does", Kind::Float0},
+    {"remasking", "S", "low_confidence",
+     "LLaDA: low_confidence or random. Dream: entropy (the default), maskgit_plus, topk_margin", Kind::Choice,
+     "low_confidence,random,entropy,maskgit_plus,topk_margin"},
+    {"threshold", "P", "0 (off)",
+     "LLaDA: each step also commits every masked token whose confidence is at least P", Kind::Unit},
+    {"dual-cache", "", "off",
+     "LLaDA: cache keys/values and recompute only the current block's rows inside a block", Kind::Bool},
+    {"seed", "N", "42", "seeds this program's PRNG", Kind::UInt},
+};
+
+// base's flags, then more.
+std::vector<Flag> with_flags(std::vector<Flag> base, const std::vector<Flag>& more) {
+  base.insert(base.end(), more.begin(), more.end());
+  return base;
+}
+
 const std::vector<Command>& commands() {
   static const std::vector<Command> cmds = {
       {"run",
        "run --model PATH --prompt TEXT [options]",
        "Generates an answer by denoising a masked canvas with the model's own sampler.",
-       {kRunModel,
+       with_flags(with_flags({kRunModel,
         kPrompt,
         kPromptFile,
         {"prompt-tokens", "IDS", "", "comma-separated prompt ids used verbatim (no template); instead of --prompt",
@@ -98,22 +122,9 @@ const std::vector<Command>& commands() {
          "[...]}, optional \"id\", \"system\", \"no_chat\" and the generation flags as keys (\"max_tokens\", "
          "...), the flags being the defaults; answers in input order. Instead of --prompt",
          Kind::String},
-        {"batch-size", "N", "8", "--prompts-file: requests generated at once, at most 1024", Kind::Count},
-        {"max-tokens", "N", "128", "tokens to generate (the masked canvas), at most 16777216", Kind::Count},
-        {"steps", "N", "--max-tokens", "denoising steps, at most --max-tokens; LLaDA: a multiple of the block count",
-         Kind::Count},
-        {"block-length", "N", "32",
-         "LLaDA's semi-autoregressive block size; must divide --max-tokens. Dream ignores it", Kind::Count},
-        {"temperature", "T", "0", "0 is greedy; above 0 adds Gumbel noise as LLaDA does", Kind::Float0},
-        {"remasking", "S", "low_confidence",
-         "LLaDA: low_confidence or random. Dream: entropy (the default), maskgit_plus, topk_margin", Kind::Choice,
-         "low_confidence,random,entropy,maskgit_plus,topk_margin"},
-        {"threshold", "P", "0 (off)",
-         "LLaDA: each step also commits every masked token whose confidence is at least P", Kind::Unit},
-        {"dual-cache", "", "off",
-         "LLaDA: cache keys/values and recompute only the current block's rows inside a block", Kind::Bool},
-        {"seed", "N", "42", "seeds this program's PRNG", Kind::UInt},
-        kThreads,
+        {"batch-size", "N", "8", "--prompts-file: requests generated at once, at most 1024", Kind::Count}},
+       kGenerationFlags),
+       {kThreads,
         kDevice,
         kNoChat,
         {"full-logits", "", "off", "compute logits for every position (for benchmarking)", Kind::Bool},
@@ -121,7 +132,27 @@ const std::vector<Command>& commands() {
         {"visual", "", "off", "redraw the canvas after every step", Kind::Bool},
         kVerbose,
         {"dump-step-stats", "", "off", "one line per denoising step", Kind::Bool},
-        {"json", "", "off", "one JSON object with timings, tokens and text", Kind::Bool}},
+        {"json", "", "off", "one JSON object with timings, tokens and text", Kind::Bool}}),
+       {}},
+      {"serve",
+       "serve --model PATH [--host H] [--port P] [--api-key K] [--batch-size N] [--max-queue Q] [options]",
+       "Serves the model over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, /v1/models,\n"
+       "/health, /metrics) with a page at / that shows the canvas denoise. The generation flags are the defaults\n"
+       "of every request. SIGINT / SIGTERM: no new requests, the ones in flight finish (--shutdown-grace), exit 0.",
+       with_flags({kRunModel,
+                   {"host", "H", "127.0.0.1", "address to listen on (0.0.0.0: every interface)", Kind::String},
+                   {"port", "P", "8080", "TCP port; 0 picks a free one (printed)", Kind::UInt},
+                   {"api-key", "K", "none",
+                    "requests to /v1/ need the header 'Authorization: Bearer K' (else 401)", Kind::String},
+                   {"batch-size", "N", "8", "sequences generated at once, at most 1024", Kind::Count},
+                   {"max-queue", "Q", "64", "sequences waiting for a place in the batch, at most (beyond: 429)",
+                    Kind::UInt},
+                   {"shutdown-grace", "S", "10",
+                    "on SIGINT / SIGTERM, seconds the requests in flight may still run before they are cancelled",
+                    Kind::UInt},
+                   kThreads,
+                   kDevice},
+                  kGenerationFlags),
        {}},
       {"tokenize",
        "tokenize --model PATH --prompt TEXT [--no-chat] [--json]",
@@ -323,6 +354,12 @@ void apply_flag(Settings& s, const Flag& f, const std::string& v) {
       int64_t x = parse_int(name, v);
       if (x < 0) throw usage_error("flag --" + name + " must be at least 0, got " + std::to_string(x));
       if (name == "seed") s.seed = static_cast<uint64_t>(x);
+      else if (name == "max-queue") s.max_queue = x;
+      else if (name == "shutdown-grace") s.shutdown_grace_s = x;
+      else if (name == "port") {
+        if (x > 65535) throw usage_error("flag --port must be at most 65535, got " + std::to_string(x));
+        s.port = x;
+      }
       return;
     }
     case Kind::Float0: {
@@ -372,6 +409,8 @@ void apply_flag(Settings& s, const Flag& f, const std::string& v) {
       else if (name == "prompts-file") s.prompts_file = v, s.has_prompts_file = true;
       else if (name == "out") s.out = v;
       else if (name == "tensor") s.tensor = v;
+      else if (name == "host") s.host = v;
+      else if (name == "api-key") s.api_key = v;
       return;
     case Kind::Bool:
       if (name == "no-chat") s.no_chat = true;
@@ -535,7 +574,7 @@ Settings parse_command_line(const std::vector<std::string>& args, std::string* h
     if (prompts == 0) throw usage_error("missing required flag --prompt for '" + s.command + "'", help_text(*cmd));
     if (s.has_prompt_file && s.prompt_file.empty()) throw usage_error("flag --prompt-file needs a value");
   }
-  if (s.command == "run") {
+  if (s.command == "run" || s.command == "serve") {
     try {
       engine::check_sampling(sampling_of(s));  // the settings' rules that need no model
     } catch (const engine::RequestError& e) {
@@ -583,10 +622,12 @@ std::string read_prompt_file(const std::string& path, const std::string& flag) {
 int run_command(Settings s) {
   // --model: a path is used as it is; a Hugging Face id is looked up in the cache (downloaded when missing).
   if (s.has_prompt_file) s.prompt = read_prompt_file(s.prompt_file, "--prompt-file"), s.has_prompt = true;
-  if (s.command == "run" && s.model.empty()) s.model = hub::default_model_id();
-  if (!s.model.empty() && (s.command == "run" || s.command == "tokenize" || s.command == "logits"))
+  if ((s.command == "run" || s.command == "serve") && s.model.empty()) s.model = hub::default_model_id();
+  if (!s.model.empty() &&
+      (s.command == "run" || s.command == "serve" || s.command == "tokenize" || s.command == "logits"))
     s.model = hub::resolve_model(s.model);
   if (s.command == "run") return cmd_run(s);
+  if (s.command == "serve") return cmd_serve(s);
   if (s.command == "tokenize") return cmd_tokenize(s);
   if (s.command == "inspect") return cmd_inspect(s);
   if (s.command == "logits") return cmd_logits(s);

@@ -19,6 +19,8 @@ int cmd_run_with(const Settings& s, const Backend& backend, model::LoadOptions o
                  std::chrono::steady_clock::time_point t_start = std::chrono::steady_clock::now());
 // run --prompts-file: many requests through the engine's batch (cmd_run_file.cpp).
 int cmd_run_file(const Settings& s, std::chrono::steady_clock::time_point t_start);
+// serve: the OpenAI-compatible server over the engine (cmd_serve.cpp, src/server).
+int cmd_serve(const Settings& s);
 int cmd_synth(const Settings& s);     // cmd_synth.cpp
 int cmd_doctor(const Settings& s);    // cmd_doctor.cpp
 

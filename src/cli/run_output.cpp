@@ -75,33 +75,6 @@ int frame_rows(const std::string& frame, int cols) {
 
 }  // namespace
 
-std::string sanitize_utf8(std::string_view b) {
-  std::string out;
-  size_t i = 0;
-  while (i < b.size()) {
-    const unsigned char c = static_cast<unsigned char>(b[i]);
-    size_t len = 0;
-    uint32_t lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-    if (c < 0x80) len = 1;
-    else if (c >= 0xC2 && c <= 0xDF) len = 2;
-    else if (c >= 0xE0 && c <= 0xEF) len = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
-    else if (c >= 0xF0 && c <= 0xF4) len = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
-    bool ok = len > 0 && i + len <= b.size();
-    for (size_t k = 1; ok && k < len; ++k) {
-      const unsigned char d = static_cast<unsigned char>(b[i + k]);
-      ok = k == 1 ? (d >= lo && d <= hi) : (d >= 0x80 && d <= 0xBF);
-    }
-    if (ok) {
-      out.append(b.substr(i, len));
-      i += len;
-    } else {
-      out += "\xef\xbf\xbd";
-      ++i;
-    }
-  }
-  return out;
-}
-
 double step_mean_ms(const model::GenerateResult& r) {
   return r.forward_passes > 0 ? r.forward_ms / static_cast<double>(r.forward_passes) : 0.0;
 }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/printable.h"
 #include "cli/backend.h"
 #include "cli/settings.h"
 #include "engine/engine.h"
@@ -70,7 +71,7 @@ std::string step_stats_line(const model::StepEvent& ev);
 std::string render_canvas(const model::StepEvent& ev, const model::Tokenizer& tok, int32_t mask_id, bool ansi);
 
 // Bytes as valid UTF-8: every byte that does not start a well-formed sequence becomes U+FFFD.
-std::string sanitize_utf8(std::string_view bytes);
+using dllm::sanitize_utf8;  // common/printable.h
 
 // Drives the per-step output for one run.
 class StepPrinter {

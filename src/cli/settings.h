@@ -28,7 +28,7 @@ struct Settings {
   bool no_chat = false;               // --no-chat
   std::string prompts_file;           // --prompts-file (JSON Lines of requests; "-": standard input)
   bool has_prompts_file = false;
-  int64_t batch_size = 8;             // --batch-size: requests in flight at once (--prompts-file)
+  int64_t batch_size = 8;             // --batch-size: requests in flight at once (--prompts-file, serve)
 
   // generation (run)
   int64_t max_tokens = 128;           // --max-tokens (at most kMaxCanvasTokens)
@@ -45,6 +45,13 @@ struct Settings {
   // execution
   int64_t threads = 0;                // --threads; 0 = all logical CPUs
   std::string device = "auto";        // --device (auto: a usable GPU, else the CPU)
+
+  // serve
+  std::string host = "127.0.0.1";     // --host
+  int64_t port = 8080;                // --port (0: any free port)
+  std::string api_key;                // --api-key
+  int64_t max_queue = 64;             // --max-queue
+  int64_t shutdown_grace_s = 10;      // --shutdown-grace
 
   // output
   bool visual = false;                // --visual

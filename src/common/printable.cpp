@@ -71,6 +71,35 @@ bool acts_on_display(uint32_t cp) {
 
 }  // namespace
 
+std::string sanitize_utf8(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  uint32_t cp = 0;
+  for (size_t i = 0; i < text.size();) {
+    const size_t n = utf8_len(text, i, &cp);
+    if (n == 0) {
+      out += "\xEF\xBF\xBD";  // U+FFFD
+      ++i;
+    } else {
+      out.append(text.substr(i, n));
+      i += n;
+    }
+  }
+  return out;
+}
+
+size_t utf8_complete_prefix(std::string_view text) {
+  const size_t n = text.size();
+  // The last lead byte among the final three bytes (a complete 4-byte sequence needs no look further back).
+  for (size_t back = 1; back <= 3 && back <= n; ++back) {
+    const auto b = static_cast<unsigned char>(text[n - back]);
+    if ((b & 0xC0) == 0x80) continue;  // a continuation byte: keep looking for its lead
+    const size_t want = (b >> 5) == 0x6 ? 2 : (b >> 4) == 0xE ? 3 : (b >> 3) == 0x1E ? 4 : 1;
+    return want > back ? n - back : n;
+  }
+  return n;
+}
+
 std::string escape_text(std::string_view s, size_t max) {
   std::string r;
   size_t i = 0;

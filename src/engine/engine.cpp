@@ -61,6 +61,8 @@ std::vector<int32_t> prompt_ids(const Request& r, const model::HParams& hp, cons
     return ids;
   }
   if (!r.chat) return model::raw_prompt_ids(tok, r.prompt);
+  if (!r.messages.empty())
+    return model::chat_messages_ids(tok, model::chat_template_for_arch(hp.arch_name), r.messages);
   std::optional<std::string_view> system;
   if (r.system) system = *r.system;
   return model::chat_prompt_ids(tok, model::chat_template_for_arch(hp.arch_name), r.prompt, system);

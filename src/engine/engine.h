@@ -33,7 +33,7 @@ std::vector<int32_t> stop_ids(const model::Tokenizer& tok);
 model::GenerateConfig make_config(const Sampling& s, const model::HParams& hp, std::vector<int32_t> stops);
 
 // The ids the model sees: prompt_tokens verbatim (RequestError, runtime kind, naming the first id
-// outside the vocabulary), else the prompt through the architecture's chat template (with the system
+// outside the vocabulary), else the messages or the prompt through the architecture's chat template (with the system
 // turn when given), or raw with chat off.
 std::vector<int32_t> prompt_ids(const Request& r, const model::HParams& hp, const model::Tokenizer& tok);
 
@@ -106,6 +106,8 @@ class Session {
   std::vector<std::pair<int64_t, Answer>> take_finished();
   int64_t in_flight() const { return batch_.in_flight(); }
   int64_t waiting() const { return batch_.waiting(); }
+  int64_t last_step_rows() const { return batch_.last_step_rows(); }  // canvas rows of the last pass
+  int64_t last_step_sequences() const { return batch_.last_step_sequences(); }
 
  private:
   Engine& engine_;

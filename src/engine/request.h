@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "model/chat.h"
 
 namespace dllm::engine {
 
@@ -35,6 +36,8 @@ struct Request {
   std::string prompt;                                // the user message (when no prompt_tokens)
   std::optional<std::vector<int64_t>> prompt_tokens; // ids used verbatim (no template)
   std::optional<std::string> system;                 // a system turn for the chat template
+  std::vector<model::ChatMessage> messages;          // when not empty: the whole conversation through the
+                                                     // chat template (prompt and system unused)
   bool chat = true;                                  // false: the text without the template
   Sampling sampling;
 };

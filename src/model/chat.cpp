@@ -52,41 +52,58 @@ ChatTemplate chat_template_for_arch(std::string_view arch) {
   throw Error("unsupported model architecture: " + shown(arch) + " (supported: llada, dream)");
 }
 
-std::string render_chat(ChatTemplate tmpl, std::string_view user, std::string_view bos_text,
-                        std::optional<std::string_view> system) {
+std::string render_chat_messages(ChatTemplate tmpl, const std::vector<ChatMessage>& messages,
+                                 std::string_view bos_text) {
   std::string out;
   switch (tmpl) {
     case ChatTemplate::LLaDA:
       out.append(bos_text);
-      if (system) {
-        out += "<|start_header_id|>system<|end_header_id|>\n\n";
-        out += python_strip(*system);
+      for (const ChatMessage& m : messages) {
+        out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n";
+        out += python_strip(m.content);
         out += "<|eot_id|>";
       }
-      out += "<|start_header_id|>user<|end_header_id|>\n\n";
-      out += python_strip(user);
-      out += "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n";
+      out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
       break;
     case ChatTemplate::Dream:
-      out += "<|im_start|>system\n";
-      out.append(system ? *system : std::string_view("You are a helpful assistant."));
-      out += "<|im_end|>\n<|im_start|>user\n";
-      out.append(user);
-      out += "<|im_end|>\n<|im_start|>assistant\n";
+      if (messages.empty() || messages.front().role != "system")
+        out += "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n";
+      for (const ChatMessage& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+      out += "<|im_start|>assistant\n";
       break;
   }
   return out;
 }
 
-std::vector<int32_t> chat_prompt_ids(const Tokenizer& tok, ChatTemplate tmpl, std::string_view user,
-                                     std::optional<std::string_view> system) {
+namespace {
+
+std::vector<ChatMessage> one_turn(std::string_view user, std::optional<std::string_view> system) {
+  std::vector<ChatMessage> m;
+  if (system) m.push_back({"system", std::string(*system)});
+  m.push_back({"user", std::string(user)});
+  return m;
+}
+
+}  // namespace
+
+std::string render_chat(ChatTemplate tmpl, std::string_view user, std::string_view bos_text,
+                        std::optional<std::string_view> system) {
+  return render_chat_messages(tmpl, one_turn(user, system), bos_text);
+}
+
+std::vector<int32_t> chat_messages_ids(const Tokenizer& tok, ChatTemplate tmpl, const std::vector<ChatMessage>& messages) {
   const std::string bos_text = tok.bos() >= 0 ? tok.token_text(tok.bos()) : std::string();
-  std::string text = render_chat(tmpl, user, bos_text, system);
+  std::string text = render_chat_messages(tmpl, messages, bos_text);
   // llama.cpp (common/chat.cpp) drops the template's BOS text when the tokenizer adds BOS anyway,
   // so the prompt starts with exactly one BOS either way.
   if (tok.add_bos() && !bos_text.empty() && text.compare(0, bos_text.size(), bos_text) == 0)
     text.erase(0, bos_text.size());
   return tok.encode(text, /*parse_special=*/true, /*add_special=*/true);
+}
+
+std::vector<int32_t> chat_prompt_ids(const Tokenizer& tok, ChatTemplate tmpl, std::string_view user,
+                                     std::optional<std::string_view> system) {
+  return chat_messages_ids(tok, tmpl, one_turn(user, system));
 }
 
 std::vector<int32_t> raw_prompt_ids(const Tokenizer& tok, std::string_view text) {

@@ -1,5 +1,5 @@
 // Chat templates of the two instruct models (algorithms.md section 2) and the prompt ids the model
-// sees: one user message plus the generation prompt, with BOS handled as llama.cpp's chat path does
+// sees: a conversation (system, user and assistant turns; `run` has one user message) plus the generation prompt, with BOS handled as llama.cpp's chat path does
 // (LLaDA: exactly one BOS; Dream: none), or for --no-chat the text with BOS/EOS as the vocabulary says.
 #pragma once
 #include <cstdint>
@@ -17,6 +17,12 @@ enum class ChatTemplate {
   Dream,  // ChatML with the default system turn "You are a helpful assistant."
 };
 
+// One turn of a conversation: role is "system", "user" or "assistant".
+struct ChatMessage {
+  std::string role;
+  std::string content;
+};
+
 // The template of an architecture name (general.architecture). Throws dllm::Error
 // "unsupported model architecture: X (supported: llada, dream)".
 ChatTemplate chat_template_for_arch(std::string_view arch);
@@ -28,11 +34,21 @@ ChatTemplate chat_template_for_arch(std::string_view arch);
 std::string render_chat(ChatTemplate tmpl, std::string_view user, std::string_view bos_text,
                         std::optional<std::string_view> system = std::nullopt);
 
+// The exact text of a whole conversation with the generation prompt, as the models' own Jinja templates
+// render it (the files' tokenizer.chat_template; tests/data/chat_templates): LLaDA: BOS text, then each turn
+// as a header and its content trimmed; Dream: the default system turn unless the first turn is a system
+// turn, then each turn in ChatML.
+std::string render_chat_messages(ChatTemplate tmpl, const std::vector<ChatMessage>& messages,
+                                 std::string_view bos_text);
+
 // Ids of the chat-formatted prompt, as llama.cpp's chat path computes them: render, remove a leading
 // BOS text when the vocabulary adds BOS itself, then tokenize with special tokens parsed and BOS/EOS
 // added as the vocabulary says.
 std::vector<int32_t> chat_prompt_ids(const Tokenizer& tok, ChatTemplate tmpl, std::string_view user,
                                      std::optional<std::string_view> system = std::nullopt);
+
+// The same for a whole conversation (render_chat_messages).
+std::vector<int32_t> chat_messages_ids(const Tokenizer& tok, ChatTemplate tmpl, const std::vector<ChatMessage>& messages);
 
 // Ids for --no-chat: the text with special tokens parsed, BOS / EOS added as the vocabulary's
 // add_bos_token / add_eos_token say (as llama.cpp's diffusion CLI does), no template.

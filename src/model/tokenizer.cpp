@@ -557,18 +557,4 @@ std::string Tokenizer::detokenize(std::span<const int32_t> ids, const Detokenize
   return t;
 }
 
-size_t utf8_complete_prefix(std::string_view bytes) {
-  const size_t n = bytes.size();
-  for (size_t k = 1; k <= 4 && k <= n; ++k) {
-    const auto c = static_cast<unsigned char>(bytes[n - k]);
-    if ((c & 0xC0) == 0x80) continue;  // continuation byte: look further back
-    size_t need = 1;
-    if ((c & 0xE0) == 0xC0) need = 2;
-    else if ((c & 0xF0) == 0xE0) need = 3;
-    else if ((c & 0xF8) == 0xF0) need = 4;
-    return need > k ? n - k : n;
-  }
-  return n;
-}
-
 }  // namespace dllm::model

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/printable.h"
 #include "model/gguf.h"
 
 namespace dllm::model {
@@ -104,8 +105,6 @@ class Tokenizer {
   std::unique_ptr<Impl> impl_;
 };
 
-// Length of the longest prefix of `bytes` that does not end inside an incomplete UTF-8 sequence, for
-// streaming output: print that prefix now and hold the rest back until more tokens arrive.
-size_t utf8_complete_prefix(std::string_view bytes);
+using dllm::utf8_complete_prefix;  // common/printable.h: what of a growing text can be shown now
 
 }  // namespace dllm::model
