@@ -122,7 +122,7 @@ TEST(GpuKernelSet, ModelsWithoutGpuKernelsAreNamed) {
   const model::HParams hp = model::read_hparams(*file);
   const model::ModelTensors t = model::check_tensors(*file, hp);
   const std::string err = jc::gpu_support_error(t);
-  EXPECT_EQ(err.rfind("tensor blk.0.attn_q.weight is F32: the GPU backend has matrix kernels for Q4_K, Q6_K and Q8_0", 0),
+  EXPECT_EQ(err.rfind("tensor blk.0.attn_q.weight is F32: the GPU backend has matrix kernels for Q4_K, Q5_K, Q6_K and Q8_0", 0),
             0u)
       << err;
   EXPECT_THROW(jc::kernels_for_model(hp, t), Error);

@@ -193,7 +193,7 @@ TEST(GpuWeightPack, TypesWithoutKernelsNameTheTensor) {
     FAIL() << "F16 accepted";
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(),
-                 "tensor blk.0.attn_q.weight is F16: the GPU backend has matrix kernels for Q4_K, Q6_K and Q8_0 "
+                 "tensor blk.0.attn_q.weight is F16: the GPU backend has matrix kernels for Q4_K, Q5_K, Q6_K and Q8_0 "
                  "(run with --device cpu)");
   }
 }
@@ -648,7 +648,7 @@ TEST(GpuEmulated, F16ModelIsRejectedNamingATensor) {
     model::Model::load(data_path("models/tiny-dream-F16.gguf"), opt);
     FAIL() << "an F16 model loaded on the GPU executor";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(".weight is F16: the GPU backend has matrix kernels for Q4_K, Q6_K and Q8_0"),
+    EXPECT_NE(std::string(e.what()).find(".weight is F16: the GPU backend has matrix kernels for Q4_K, Q5_K, Q6_K and Q8_0"),
               std::string::npos)
         << e.what();
   }

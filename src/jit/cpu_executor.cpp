@@ -12,10 +12,6 @@
 
 namespace dllm::jit {
 
-bool jit_supports(GgmlType type) {
-  return type == GgmlType::Q4_K || type == GgmlType::Q6_K || type == GgmlType::Q8_0;
-}
-
 CpuExecutor::CpuExecutor(ThreadPool& pool, Isa isa) : Executor(&pool), pool_(pool), isa_(isa), reference_(pool) {}
 
 CpuExecutor::~CpuExecutor() = default;
@@ -37,7 +33,7 @@ void release_source_pages(const void* p, uint64_t n) {
 
 model::WeightHandle CpuExecutor::prepare_weight(const gguf::TensorInfo& t) {
   Slot slot;
-  if (jit_supports(t.type())) {
+  if (jit_supports_type(t.type())) {
     auto t0 = std::chrono::steady_clock::now();
     slot.jit = std::make_unique<QuantMatrix>(
         prepare_matrix(t.type(), t.ne[0], t.ne[1], t.data, isa_, pool_, std::string(t.name)));

@@ -1,7 +1,7 @@
 // The JIT CPU executor: the model's Executor interface on top of the repacked weights and Xbyak GEMM
-// kernels (jit/gemm.h) and the vectorised flash attention (jit/attention). Q4_K, Q6_K and Q8_0 matrices are
-// repacked once at load (in parallel; the source pages of the mapping are released afterwards so the model
-// is not held twice); activations are quantised to int8 once per input and shared by every matrix that
+// kernels (jit/gemm.h) and the vectorised flash attention (jit/attention). Matrices of the weight table
+// (jit/weight_types.h: Q4_K, Q5_K, Q6_K, Q8_0) are repacked once at load (in parallel; the source pages of
+// the mapping are released afterwards so the model is not held twice); activations are quantised to int8 once per input and shared by every matrix that
 // reads it (Q, K, V; gate, up). Matrices of other types (F32, F16, ...: small test models) go through the
 // reference executor, which is said once on stderr with --verbose.
 #pragma once
@@ -48,8 +48,5 @@ class CpuExecutor : public model::Executor {
   uint64_t packed_bytes_ = 0;
   int fallback_count_ = 0;
 };
-
-// True when the JIT kernels can take a matrix of this type.
-bool jit_supports(GgmlType type);
 
 }  // namespace dllm::jit

@@ -27,7 +27,8 @@ class GemmGenerator : public JitGenerator {
   static constexpr int kP = kZmm ? 16 : 8;  // weight rows per vector
   static constexpr int kVB = 4 * kP;        // bytes per vector
 
-  // One block of one panel for all M rows, per weight type (gemm_q4k.cpp, gemm_q6k.cpp, gemm_q8_0.cpp).
+  // One block of one panel for all M rows, per weight type (gemm_q4k.cpp: Q4_K and Q5_K, gemm_q6k.cpp,
+  // gemm_q8_0.cpp).
   // Pointers on entry: reg_wq_ (this block's quants), reg_wm_ (its meta record), reg_xq_/xd_/xs_/xc_
   // (this block of activation row 0). Q8_0 handles `blocks` (1 or 2) consecutive blocks at once.
   void body_q4k();
@@ -84,7 +85,7 @@ class GemmGenerator : public JitGenerator {
   void load_u8_pairs_to_i16(const Vmm& v, const Xbyak::RegExp& e);
   void load_f16_to_f32(const Vmm& v, const Xbyak::RegExp& e);
 
-  Xbyak::Label l_mask0f_, l_mask_f0_, l_ones16_, l_sixteenth_, l_tail_;
+  Xbyak::Label l_mask0f_, l_mask_f0_, l_mask10_, l_ones16_, l_sixteenth_, l_tail_;
 
   const GemmDesc desc_;
   const PackedLayout layout_;
@@ -104,9 +105,10 @@ class GemmGenerator : public JitGenerator {
   // the prologue has used them; r15 only on zmm, where the tail mask lives in k1).
   const Xbyak::Reg64 reg_kstride_ = rbx, reg_xq3_ = rax, reg_xq6_ = r15;
   // The 0x0F / 0xF0 byte masks held in the last vector registers, when the plan leaves them free (AVX2
-  // shifts the high nibbles down and needs only 0x0F).
+  // shifts the high nibbles down and needs only 0x0F; so does Q5_K).
   bool masks_in_regs_ = false;
-  int mask_regs() const { return desc_.isa == Isa::Avx2 ? 1 : 2; }
+  // Q5_K shifts its high nibbles down on every family, as AVX2 does Q4_K's.
+  int mask_regs() const { return desc_.isa == Isa::Avx2 || desc_.wtype == GgmlType::Q5_K ? 1 : 2; }
   Vmm vmask0f() const { return Vmm(vector_registers(desc_.isa) - mask_regs()); }
   Vmm vmaskf0() const { return Vmm(vector_registers(desc_.isa) - 1); }
 
