@@ -98,7 +98,11 @@ void unpack_q4_k(const void* block, uint8_t q[256]) {
 
 void unpack_q5_k(const void* block, uint8_t q[256]) {
   const auto& b = *static_cast<const quant::BlockQ5_K*>(block);
-  for (int k = 0; k < 256; ++k) q[k] = static_cast<uint8_t>(quant::q5_k_quant(b, k));
+  for (int c = 0; c < 4; ++c)  // quant::q5_k_quant, a chunk at a time
+    for (int l = 0; l < 32; ++l) {
+      q[64 * c + l] = static_cast<uint8_t>((b.qs[32 * c + l] & 15) | ((b.qh[l] >> (2 * c)) & 1) << 4);
+      q[64 * c + 32 + l] = static_cast<uint8_t>((b.qs[32 * c + l] >> 4) | ((b.qh[l] >> (2 * c + 1)) & 1) << 4);
+    }
 }
 
 void unpack_q6_k(const void* block, uint8_t q[256]) {

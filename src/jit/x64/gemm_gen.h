@@ -31,7 +31,9 @@ class GemmGenerator : public JitGenerator {
   // gemm_q8_0.cpp).
   // Pointers on entry: reg_wq_ (this block's quants), reg_wm_ (its meta record), reg_xq_/xd_/xs_/xc_
   // (this block of activation row 0). Q8_0 handles `blocks` (1 or 2) consecutive blocks at once.
-  void body_q4k();
+  void body_q4k();          // Q4_K and Q5_K
+  void body_q5k_avx2();     // Q5_K on AVX2 (ymm only)
+  void q4k_mins_and_accumulate();  // their mins term and the accumulator update
   void body_q6k();
   void body_q6k_two_vectors();  // zmm only (instantiated for Zmm), panels of two vectors
   void body_q8_0(int blocks);
@@ -55,7 +57,7 @@ class GemmGenerator : public JitGenerator {
   Xbyak::RegExp xd(int r, int block = 0) const { return reg_xd_ + r * layout_.nblocks * 4 + 4 * block; }
   Xbyak::RegExp xs(int r, int i) const { return reg_xs_ + r * (desc_.k / 32) * 2 + 2 * i; }
   Xbyak::RegExp xc(int r, int i) const { return reg_xc_ + r * corr_stride() + 4 * i; }
-  int64_t corr_stride() const { return (desc_.wtype == GgmlType::Q8_0 ? desc_.k / 32 : desc_.k / 16) * 4; }
+  int64_t corr_stride() const { return (act_format_for(desc_.wtype) == ActFormat::Q8_0 ? desc_.k / 32 : desc_.k / 16) * 4; }
 
   // ---- instructions that differ by family ----
   void vzero(const Vmm& v);

@@ -13,7 +13,7 @@
 // Q5_K is the same with a fifth bit per weight (repack.h: one high-bit vector per group j, ggml's qh
 // bytes): each group ORs bit 4 into both nibbles after shifting the high nibbles down (16*q would not
 // fit a byte), so its scales use d. On AVX2 a pair of q <= 31 products reaches 7874 and 8 groups would
-// overflow int16: its products widen per group (vpmaddubsw, vpmaddwd, vpaddd).
+// overflow int16: its body (body_q5k_avx2) takes each sub-block in a pass of its own, 4 groups per int16 sum.
 #include "jit/x64/gemm_gen.h"
 
 namespace dllm::jit {
@@ -41,6 +41,12 @@ void GemmGenerator<Vmm>::body_q4k() {
       vpor(dst, dst, sc);
     }
   };
+  if constexpr (!kZmm) {
+    if (q5 && desc_.isa == Isa::Avx2) {
+      body_q5k_avx2();
+      return;
+    }
+  }
   for (int t = 0; t < 4; ++t) {
     if (!i16) {
       for (int r = 0; r < m_; ++r) {
@@ -91,13 +97,18 @@ void GemmGenerator<Vmm>::body_q4k() {
       vfmadd231ps(vsb(r), vdot_b(r), sc);
     }
   }
-  // Mins: (m[2t], m[2t+1]) word pairs times (sum32[2t], sum32[2t+1]).
+  q4k_mins_and_accumulate();
+}
+
+// Mins: (m[2t], m[2t+1]) word pairs times (sum32[2t], sum32[2t+1]), then acc += d_a * (sum - dmin * mins).
+template <class Vmm>
+void GemmGenerator<Vmm>::q4k_mins_and_accumulate() {
+  const Vmm raw = vtmp(0), sc = vtmp(3), dmin = vtmp(4);
   for (int r = 0; r < m_; ++r) vzero(vdot_a(r));
   for (int t = 0; t < 4; ++t) {
     load_u8_pairs_to_i16(sc, reg_wm_ + meta::q4k_mins(kP) + t * 2 * kP);
     for (int r = 0; r < m_; ++r) dot_pairs(vdot_a(r), sc, xs(r, 2 * t));
   }
-  const Vmm dmin = dw;
   load_f16_to_f32(dmin, reg_wm_ + meta::q4k_dmin(kP));
   for (int r = 0; r < m_; ++r) {
     vcvtdq2ps(vdot_a(r), vdot_a(r));
@@ -106,7 +117,55 @@ void GemmGenerator<Vmm>::body_q4k() {
   }
 }
 
+// AVX2 Q5_K: a pair of q <= 31 products reaches 7874, so 4 groups fit int16, not 8. Each sub-block is a
+// pass of its own (the pair's raw and high-bit vectors loaded again for the high nibbles, shared by the
+// rows): groups 0-3 add in int16 in one register, 4-7 in the other, widened once each: per group and row
+// vpbroadcastd + vpmaddubsw + vpaddw, as Q4_K, instead of 4 instructions. The same exact int32 dots and
+// the same f32 operations in the same order as every other family.
+template <class Vmm>
+void GemmGenerator<Vmm>::body_q5k_avx2() {
+  const Vmm raw = vtmp(0), w = vtmp(1), sc = vtmp(3), dw = vtmp(4);
+  for (int t = 0; t < 4; ++t) {
+    for (int half = 0; half < 2; ++half) {
+      for (int j = 0; j < 8; ++j) {
+        const Xbyak::RegExp e = reg_wq_ + (8 * t + j) * kVB;
+        if (half == 0) {
+          load_weights(raw, e);
+          and_bytes(w, raw, l_mask0f_);
+        } else {
+          load_vec(raw, e);
+          vpsrlw(w, raw, 4);
+          and_bytes(w, w, l_mask0f_);
+        }
+        load_vec(raw, reg_wq_ + (32 + j) * kVB);  // H[j]: bit 2t + half to bit 4
+        const int shift = 4 - 2 * t - half;
+        if (shift > 0) vpsllw(raw, raw, shift);
+        else if (shift < 0) vpsrlw(raw, raw, -shift);
+        vpand(raw, raw, ptr[rip + l_mask10_]);
+        vpor(w, w, raw);
+        for (int r = 0; r < m_; ++r)
+          dot_u8s8_i16(j < 4 ? vdot_a(r) : vdot_b(r), w, xq(r, 64 * t + 32 * half + 4 * j), j == 0 || j == 4);
+      }
+      for (int r = 0; r < m_; ++r) {
+        vpmaddwd(vdot_a(r), vdot_a(r), ptr[rip + l_ones16_]);
+        vpmaddwd(vdot_b(r), vdot_b(r), ptr[rip + l_ones16_]);
+        vpaddd(vdot_a(r), vdot_a(r), vdot_b(r));
+      }
+      load_scales_f32(sc, reg_wm_ + meta::q4k_scales(kP) + (2 * t + half) * kP, false, dw);
+      for (int r = 0; r < m_; ++r) {
+        vcvtdq2ps(vdot_a(r), vdot_a(r));
+        if (t == 0 && half == 0) vmulps(vsb(r), vdot_a(r), sc);
+        else vfmadd231ps(vsb(r), vdot_a(r), sc);
+      }
+    }
+  }
+  q4k_mins_and_accumulate();
+}
+
 template void GemmGenerator<Xbyak::Zmm>::body_q4k();
 template void GemmGenerator<Xbyak::Ymm>::body_q4k();
+template void GemmGenerator<Xbyak::Zmm>::q4k_mins_and_accumulate();
+template void GemmGenerator<Xbyak::Ymm>::q4k_mins_and_accumulate();
+template void GemmGenerator<Xbyak::Ymm>::body_q5k_avx2();
 
 }  // namespace dllm::jit
