@@ -45,7 +45,7 @@ void release_source_pages(const void* p, uint64_t n) {
 
 model::WeightHandle CpuExecutor::prepare_weight(const gguf::TensorInfo& t) {
   Slot slot;
-  if (jit_supports_type(t.type())) {
+  if (jit_supports(t.type())) {
     auto t0 = std::chrono::steady_clock::now();
     slot.jit = std::make_unique<QuantMatrix>(
         prepare_matrix(t.type(), t.ne[0], t.ne[1], t.data, isa_, pool_, std::string(t.name)));

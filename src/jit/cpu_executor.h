@@ -52,4 +52,7 @@ class CpuExecutor : public model::Executor {
   std::vector<GgmlType> fallback_types_;  // distinct, in load order
 };
 
+// True when the JIT kernels can take a matrix of this type (the weight table's types: jit_supports_type).
+inline bool jit_supports(GgmlType type) { return jit_supports_type(type); }
+
 }  // namespace dllm::jit
