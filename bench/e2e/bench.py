@@ -49,6 +49,7 @@ def ensure_model(path, arch, layers, quant):
     if os.path.exists(path):
         return path
     print(f"writing synthetic model {path}", file=sys.stderr)
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     cmd = [DLLM, "synth", "--arch", arch, "--out", path, "--quant", quant]
     if layers:
         cmd += ["--layers", str(layers)]
