@@ -3,11 +3,12 @@
 // bench/gpu/device-check.sh runs it on a GPU machine. Checks: logits of every quantised fixture and case
 // against the CPU reference executor (the forward program on the device, with the weights prepared by
 // hand and through Model), greedy generations identical to the references (and so to the CPU path) on
-// every quantised generation fixture, the kernel cache (a second load compiles nothing), types without GPU kernels named,
+// every quantised generation fixture, Q5_K models (made from the Q4_K_M fixtures), the kernel cache (a second load compiles nothing), types without GPU kernels named,
 // and the device choice reported for this machine.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 #include "gpu/parity.h"
@@ -18,6 +19,7 @@
 #include "jit/cuda/gpu_executor.h"
 #include "common/error.h"
 #include "model/model.h"
+#include "q5k_model.h"
 #include "support.h"
 
 namespace dllm::test {
@@ -89,6 +91,34 @@ INSTANTIATE_TEST_SUITE_P(TinyQuantised, GpuDevice,
                          ::testing::Values("tiny-llada-Q8_0", "tiny-llada-Q4_K_M", "tiny-dream-Q8_0",
                                            "tiny-dream-Q4_K_M"));
 
+// Q5_K on the device (q5k_model.h): the high-bits model against the CPU reference executor, and the
+// same-values copy bit-identical to its Q4_K_M file (Q5_K's byte quants and Q4_K's nibbles give the same
+// exact int32 dot and the same f32 operations).
+TEST(GpuDeviceQ5K, Q5KModelsMatchTheCpuReferenceAndTheirQ4KFiles) {
+  REQUIRE_GPU();
+  for (const std::string name : {"tiny-llada-Q4_K_M", "tiny-dream-Q4_K_M"}) {
+    const std::string bits = ::testing::TempDir() + "/" + name + "-gpu-q5k-bits.gguf";
+    const std::string same = ::testing::TempDir() + "/" + name + "-gpu-q5k-same.gguf";
+    ASSERT_GT(write_q4k_as_q5k(data_path("models/" + name + ".gguf"), bits, Q5kMode::HighBits), 5);
+    ASSERT_GT(write_q4k_as_q5k(data_path("models/" + name + ".gguf"), same, Q5kMode::SameValues), 5);
+    model::LoadOptions opt;
+    opt.threads = 4;
+    const auto cpu = model::Model::load(bits, opt);
+    opt.make_executor = [](ThreadPool& p) -> std::unique_ptr<model::Executor> { return jc::GpuExecutor::open(p); };
+    const auto gpu_bits = model::Model::load(bits, opt);
+    const auto gpu_same = model::Model::load(same, opt);
+    const auto gpu_q4 = model::Model::load(data_path("models/" + name + ".gguf"), opt);
+    for (const std::string& c : logits_case_names()) {
+      const LogitsCase lc = logits_case(name, c);
+      expect_logits_close(gpu_bits->forward(lc.ids, lc.rows), cpu->forward(lc.ids, lc.rows), cpu->n_vocab(),
+                          name + " Q5_K high bits " + c);
+      const auto a = gpu_same->forward(lc.ids, lc.rows), b = gpu_q4->forward(lc.ids, lc.rows);
+      ASSERT_EQ(a.size(), b.size());
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << name << " " << c;
+    }
+  }
+}
+
 // Every quantised generation reference, on the GPU and on the CPU path (the JIT CPU executor, as
 // `dllm run --device cpu` uses it): identical tokens except at most the known chaotic runs (parity.h).
 TEST(GpuGeneration, GreedyTokensEqualTheReferencesAndTheCpuPath) {
@@ -159,7 +189,7 @@ TEST(GpuDeviceErrors, TypesWithoutKernelsNameTheTensor) {
       model::Model::load(data_path(std::string("models/") + f + ".gguf"), opt);
       ADD_FAILURE() << f << " loaded on the GPU";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(": the GPU backend has matrix kernels for Q4_K, Q6_K and Q8_0"),
+      EXPECT_NE(std::string(e.what()).find(": the GPU backend has matrix kernels for Q4_K, Q5_K, Q6_K and Q8_0"),
                 std::string::npos)
           << e.what();
     }

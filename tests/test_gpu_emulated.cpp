@@ -59,11 +59,12 @@ SynthTensor synth_tensor(GgmlType type, int64_t n, int64_t k, uint32_t seed) {
     switch (type) {
       case GgmlType::Q8_0: std::memcpy(&s.bytes[off], &d, 2); break;
       case GgmlType::Q4_K:
+      case GgmlType::Q5_K:
         std::memcpy(&s.bytes[off], &d, 2);
         std::memcpy(&s.bytes[off + 2], &dmin, 2);
         break;
       case GgmlType::Q6_K: std::memcpy(&s.bytes[off + bs - 2], &d, 2); break;
-      default: break;
+      default: throw std::runtime_error("synth_tensor: no scale fields for " + ggml_type_name(type));
     }
   }
   s.info.name = s.name;
@@ -155,6 +156,24 @@ jc::GpuWeight upload_weight(jc::Device& dev, const gguf::TensorInfo& t) {
 
 // ---------------------------------------------------------------- weight packing
 
+// The packed matrix, packed in two ranges as the chunked upload does, decodes to the reference values.
+void expect_packed_decodes(const gguf::TensorInfo& t) {
+  const auto L = jc::packed_layout(t);
+  std::vector<uint8_t> q(L.quant_bytes());
+  std::vector<float> s(L.scale_count()), m(L.has_mins() ? L.scale_count() : 0);
+  const int64_t half = L.ntiles / 2;
+  jc::pack_tiles(t, L, 0, half, q.data(), s.data(), L.has_mins() ? m.data() : nullptr);
+  jc::pack_tiles(t, L, half, L.ntiles, q.data() + half * L.quant_bytes_per_tile(), s.data() + half * L.scales_per_tile(),
+                 L.has_mins() ? m.data() + half * L.scales_per_tile() : nullptr);
+  const std::vector<float> ref = dequantize(t);
+  for (int64_t j = 0; j < L.n; ++j) {
+    for (int64_t c = 0; c < L.k; ++c) {
+      const float got = jc::packed_value(L, q.data(), s.data(), m.data(), j, c);
+      ASSERT_EQ(got, ref[static_cast<size_t>(j * L.k + c)]) << t.name << " [" << j << "][" << c << "]";
+    }
+  }
+}
+
 TEST(GpuWeightPack, PackedFixtureWeightsDecodeToTheReferenceValues) {
   for (const char* model : {"tiny-llada-Q4_K_M", "tiny-dream-Q8_0"}) {
     const auto file = gguf::File::open(data_path(std::string("models/") + model + ".gguf"));
@@ -162,22 +181,7 @@ TEST(GpuWeightPack, PackedFixtureWeightsDecodeToTheReferenceValues) {
     for (const gguf::TensorInfo& t : file->tensors()) {
       WeightFormat f = WeightFormat::Q8_0;
       if (t.n_dims != 2 || !jc::weight_format_of(t.type(), &f) || t.name == "token_embd.weight") continue;
-      const auto L = jc::packed_layout(t);
-      std::vector<uint8_t> q(L.quant_bytes());
-      std::vector<float> s(L.scale_count()), m(L.has_mins() ? L.scale_count() : 0);
-      // Two ranges, as the chunked upload does.
-      const int64_t half = L.ntiles / 2;
-      jc::pack_tiles(t, L, 0, half, q.data(), s.data(), L.has_mins() ? m.data() : nullptr);
-      jc::pack_tiles(t, L, half, L.ntiles, q.data() + half * L.quant_bytes_per_tile(),
-                     s.data() + half * L.scales_per_tile(),
-                     L.has_mins() ? m.data() + half * L.scales_per_tile() : nullptr);
-      const std::vector<float> ref = dequantize(t);
-      for (int64_t j = 0; j < L.n; ++j) {
-        for (int64_t c = 0; c < L.k; ++c) {
-          const float got = jc::packed_value(L, q.data(), s.data(), m.data(), j, c);
-          ASSERT_EQ(got, ref[static_cast<size_t>(j * L.k + c)]) << t.name << " [" << j << "][" << c << "]";
-        }
-      }
+      expect_packed_decodes(t);
       ++checked;
     }
     EXPECT_GE(checked, 15) << model;
@@ -193,9 +197,24 @@ TEST(GpuWeightPack, TypesWithoutKernelsNameTheTensor) {
     FAIL() << "F16 accepted";
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(),
-                 "tensor blk.0.attn_q.weight is F16: the GPU backend has matrix kernels for Q4_K, Q6_K and Q8_0 "
+                 "tensor blk.0.attn_q.weight is F16: the GPU backend has matrix kernels for Q4_K, Q5_K, Q6_K and Q8_0 "
                  "(run with --device cpu)");
   }
+}
+
+// Every GPU format of the weight table (Q5_K included, which the fixture models lack), on random blocks.
+TEST(GpuWeightPack, PackedSyntheticWeightsOfEveryFormatDecodeToTheReferenceValues) {
+  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+    WeightFormat f = WeightFormat::Q8_0;
+    ASSERT_TRUE(jc::weight_format_of(type, &f)) << ggml_type_name(type);
+    EXPECT_EQ(f, type);
+    const SynthTensor t = synth_tensor(type, 136, 768, 3);
+    expect_packed_decodes(t.info);
+  }
+  EXPECT_STREQ(jc::weight_format_name(GgmlType::Q5_K), "q5_k");
+  EXPECT_EQ((jc::GemmDesc{GgmlType::Q5_K, 256, 768}).name(), "dllm_gemm_q5_k_n256_k768");
+  EXPECT_EQ(jc::act_format_for(GgmlType::Q5_K), jc::ActFormat::Q8_K);
+  EXPECT_EQ(jc::act_format_for(GgmlType::Q8_0), jc::ActFormat::Q8_0);
 }
 
 // ---------------------------------------------------------------- kernels on the emulator
@@ -305,6 +324,10 @@ TEST(GpuEmulated, GemmQ8_0) {
 TEST(GpuEmulated, GemmQ4_K) {
   check_gemm(GgmlType::Q4_K, 24, 512, 37);
   check_gemm(GgmlType::Q4_K, 24, 512, 1);
+}
+TEST(GpuEmulated, GemmQ5_K) {
+  check_gemm(GgmlType::Q5_K, 24, 512, 37);
+  check_gemm(GgmlType::Q5_K, 24, 512, 1);
 }
 TEST(GpuEmulated, GemmQ6_K) { check_gemm(GgmlType::Q6_K, 24, 512, 37); }
 
@@ -648,7 +671,7 @@ TEST(GpuEmulated, F16ModelIsRejectedNamingATensor) {
     model::Model::load(data_path("models/tiny-dream-F16.gguf"), opt);
     FAIL() << "an F16 model loaded on the GPU executor";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(".weight is F16: the GPU backend has matrix kernels for Q4_K, Q6_K and Q8_0"),
+    EXPECT_NE(std::string(e.what()).find(".weight is F16: the GPU backend has matrix kernels for Q4_K, Q5_K, Q6_K and Q8_0"),
               std::string::npos)
         << e.what();
   }

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
@@ -15,6 +17,7 @@
 #include "jit/gemm_desc.h"
 #include "jit/repack.h"
 #include "model/gguf.h"
+#include "q5k_model.h"
 #include "support.h"
 
 using dllm::test::run_dllm;
@@ -134,7 +137,7 @@ TEST(JitCli, BenchUsageErrors) {
       {"bench"},
       {"bench", "fast"},
       {"bench", "gemm", "--type", "Q4_K", "--k", "256", "--rows", "1"},
-      {"bench", "gemm", "--type", "Q5_K", "--n", "4", "--k", "256", "--rows", "1"},
+      {"bench", "gemm", "--type", "Q3_K", "--n", "4", "--k", "256", "--rows", "1"},  // a type without kernels
       {"bench", "gemm", "--type", "Q4_K", "--n", "4", "--k", "100", "--rows", "1"},
       {"bench", "gemm", "--type", "Q4_K", "--n", "4", "--k", "256", "--rows", "1,x"},
       {"bench", "gemm", "--type", "Q4_K", "--n", "4", "--k", "256", "--rows", "1", "--isa", "sse2"},
@@ -145,6 +148,8 @@ TEST(JitCli, BenchUsageErrors) {
       {"bench", "kernel", "--type", "Q4_K", "--n", "16"},
       {"bench", "kernel", "--type", "Q4_K", "--n", "16", "--k", "256", "--isa", "portable"},
   };
+  const auto q3 = run_dllm(bad[3]);
+  EXPECT_NE(q3.err.find("--type must be one of Q4_K, Q5_K, Q6_K and Q8_0, got 'Q3_K'"), std::string::npos) << q3.err;
   for (const auto& args : bad) {
     const auto r = run_dllm(args);
     std::string line;
@@ -232,6 +237,101 @@ TEST(JitCli, KernelsHonoursIsaAndReportsErrors) {
                 dllm::jit::isa_name(best)});
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_NE(r.err.find("/nonexistent/model.gguf"), std::string::npos) << r.err;
+}
+
+// A Q5_K model's kernels: the dump lists Q5_K kernels for its Q5_K matrices (every matrix covered).
+TEST(JitCli, KernelsDumpOfAQ5KModel) {
+  if (!dllm::jit::cpu_features().supports(dllm::jit::Isa::Avx2)) GTEST_SKIP() << "this CPU lacks avx2";
+  const std::string model = temp_dir("q5k") + ".gguf";
+  ASSERT_GT(dllm::test::write_q4k_as_q5k(dllm::test::data_path("models/tiny-dream-Q4_K_M.gguf"), model,
+                                         dllm::test::Q5kMode::HighBits),
+            5);
+  const std::string out = temp_dir("kernels_q5k");
+  const auto r = run_dllm({"kernels", "--model", model, "--out", out, "--isa", "avx2", "--rows", "4"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json m = json::parse(dllm::test::read_file(out + "/manifest.json"));
+  int q5 = 0;
+  for (const json& k : m["kernels"]) {
+    if (k["weight_type"] != "Q5_K") continue;
+    ++q5;
+    EXPECT_EQ(k["name"].get<std::string>().rfind("q5k_q8k_gemm_", 0), 0u) << k["name"];
+    EXPECT_EQ(k["activation_type"], "Q8_K");
+    if (k["listing_kind"] == "objdump") {
+      const std::string listing = dllm::test::read_file((fs::path(out) / k["listing"].get<std::string>()).string());
+      EXPECT_NE(listing.find("vpmaddubsw"), std::string::npos) << k["name"];
+      EXPECT_NE(listing.find("vpor"), std::string::npos) << k["name"] << ": no high bits merged";
+    }
+  }
+  EXPECT_GT(q5, 0);
+  fs::remove_all(out);
+  fs::remove(model);
+}
+
+// A matrix whose type has no JIT kernel (F16 here) runs on the reference path, and run, run
+// --prompts-file and logits say so once on stderr; the logits stay llama.cpp's. A Q5_K model says nothing.
+TEST(JitCli, MatricesWithoutKernelsAreReportedOnceAndStillRight) {
+  if (dllm::jit::cpu_features().best() == dllm::jit::Isa::Portable) GTEST_SKIP() << "no JIT family";
+  unsetenv("DLLM_EXECUTOR");
+  const std::string f16 = dllm::test::data_path("models/tiny-llada-F16.gguf");
+  const std::string marker = "have no JIT kernel and run on the slow reference path";
+  auto count = [&](const std::string& err) {
+    int n = 0;
+    for (size_t p = err.find(marker); p != std::string::npos; p = err.find(marker, p + 1)) ++n;
+    return n;
+  };
+  const json c = json::parse(dllm::test::read_file(dllm::test::data_path("logits/tiny-llada-F16__c1_short_len8.json")));
+  std::string ids, rows;
+  for (const auto& v : c["ids"]) ids += (ids.empty() ? "" : ",") + std::to_string(v.get<int>());
+  for (const auto& v : c["rows"]) rows += (rows.empty() ? "" : ",") + std::to_string(v.get<int>());
+  const std::string out = temp_dir("f16_logits") + ".f32";
+  auto r = run_dllm({"logits", "--model", f16, "--tokens", ids, "--rows", rows, "--out", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(count(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("15 weight matrices of type F16 (output.weight (F16) and 14 more)"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("kernels exist for Q4_K, Q5_K, Q6_K and Q8_0"), std::string::npos) << r.err;
+  // The same logits as the reference executor's (only attention differs: f32 flash vs double), and as
+  // llama.cpp's within test_logits' F16 bound (llama.cpp rounds activations to F16 for F16 products).
+  auto rel_l2 = [](const std::string& got, const std::string& want) {
+    EXPECT_EQ(got.size(), want.size());
+    double e = 0, n = 0;
+    for (size_t i = 0; i < std::min(got.size(), want.size()) / 4; ++i) {
+      float a, b;
+      std::memcpy(&a, got.data() + 4 * i, 4);
+      std::memcpy(&b, want.data() + 4 * i, 4);
+      e += (double(a) - b) * (double(a) - b), n += double(b) * b;
+    }
+    return std::sqrt(e / n);
+  };
+  const std::string got = dllm::test::read_file(out);
+  setenv("DLLM_EXECUTOR", "reference", 1);
+  const auto rr = run_dllm({"logits", "--model", f16, "--tokens", ids, "--rows", rows, "--out", out});
+  unsetenv("DLLM_EXECUTOR");
+  ASSERT_EQ(rr.exit_code, 0) << rr.err;
+  EXPECT_EQ(count(rr.err), 0) << "the reference executor chose the reference path: " << rr.err;
+  EXPECT_LT(rel_l2(got, dllm::test::read_file(out)), 1e-5) << "vs the reference executor";
+  EXPECT_LT(rel_l2(got, dllm::test::read_file(dllm::test::data_path("logits/" + c["logits_file"].get<std::string>()))),
+            3e-3)
+      << "vs llama.cpp";
+  fs::remove(out);
+
+  r = run_dllm({"run", "--model", f16, "--prompt", "hi", "--max-tokens", "8", "--steps", "2", "--block-length", "8"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(count(r.err), 1) << r.err;
+  r = run_dllm({"run", "--model", f16, "--prompts-file", "-", "--max-tokens", "8", "--steps", "2", "--block-length", "8"},
+               "{\"prompt\": \"a\"}\n{\"prompt\": \"b\"}\n");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(count(r.err), 1) << r.err;
+
+  const std::string q5 = temp_dir("q5k_model") + ".gguf";
+  ASSERT_GT(dllm::test::write_q4k_as_q5k(dllm::test::data_path("models/tiny-llada-Q4_K_M.gguf"), q5,
+                                         dllm::test::Q5kMode::HighBits),
+            5);
+  r = run_dllm({"logits", "--model", q5, "--tokens", ids, "--rows", rows, "--out", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("warning"), std::string::npos) << r.err;
+  fs::remove(out);
+  fs::remove(q5);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllFamilies, JitCliFamily, ::testing::ValuesIn(dllm::jit::kAllIsas),

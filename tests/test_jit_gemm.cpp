@@ -1,6 +1,6 @@
 // The JIT GEMM of every kernel family this CPU has (the portable twin included) against the reference
 // integer dot products of model/quant_ref_dot.h, on shapes with tails: 1 row, odd row counts, N not a
-// multiple of the panel, K from one block to 4096, for Q4_K, Q6_K and Q8_0. Also: the integer parts
+// multiple of the panel, K from one block to 4096, for every type of the weight table (Q4_K, Q5_K, Q6_K, Q8_0). Also: the integer parts
 // exactly (unit scales make y equal the integer sums), and against dequantise + f32 dot.
 #include <gtest/gtest.h>
 
@@ -38,6 +38,9 @@ const Shape kShapes[] = {
     {GgmlType::Q4_K, 1, 16, 256},   {GgmlType::Q4_K, 3, 33, 512},  {GgmlType::Q4_K, 7, 8, 256},
     {GgmlType::Q4_K, 13, 100, 768}, {GgmlType::Q4_K, 17, 5, 256},  {GgmlType::Q4_K, 2, 24, 4096},
     {GgmlType::Q4_K, 9, 1, 256},    {GgmlType::Q4_K, 20, 40, 1024}, {GgmlType::Q4_K, 6, 16, 512},
+    {GgmlType::Q5_K, 1, 16, 256},   {GgmlType::Q5_K, 3, 33, 512},  {GgmlType::Q5_K, 7, 8, 256},
+    {GgmlType::Q5_K, 13, 100, 768}, {GgmlType::Q5_K, 17, 5, 256},  {GgmlType::Q5_K, 2, 24, 4096},
+    {GgmlType::Q5_K, 9, 1, 256},    {GgmlType::Q5_K, 20, 40, 1024}, {GgmlType::Q5_K, 6, 16, 512},
     {GgmlType::Q6_K, 1, 16, 256},   {GgmlType::Q6_K, 3, 33, 512},  {GgmlType::Q6_K, 7, 8, 256},
     {GgmlType::Q6_K, 13, 100, 768}, {GgmlType::Q6_K, 17, 5, 256},  {GgmlType::Q6_K, 2, 24, 4096},
     {GgmlType::Q6_K, 9, 1, 256},    {GgmlType::Q6_K, 20, 40, 1024}, {GgmlType::Q6_K, 6, 16, 512},
@@ -83,20 +86,21 @@ TEST_P(GemmFamily, MatchesReferenceDotProducts) {
 }
 
 // With unit scales the float result is the integer sum itself (exact below 2^24): sum_scaled_q with
-// d = 1, dmin = 0, and -sum_mins with d = 0, dmin = 1 (Q4_K); sum of q_w*q_a for Q8_0.
+// d = 1, dmin = 0, and -sum_mins with d = 0, dmin = 1 (Q4_K, Q5_K); sum of q_w*q_a for Q8_0.
 TEST_P(GemmFamily, IntegerPartsExact) {
   const Isa isa = GetParam();
   ThreadPool pool(2);
   std::mt19937 rng(99);
-  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0}) {
-    for (int variant = 0; variant < (t == GgmlType::Q4_K ? 2 : 1); ++variant) {
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0}) {
+    const bool mins = t == GgmlType::Q4_K || t == GgmlType::Q5_K;
+    for (int variant = 0; variant < (mins ? 2 : 1); ++variant) {
       const int64_t rows = 5, n = 19, k = 1024;
       SCOPED_TRACE(std::string(isa_name(isa)) + " " + ggml_type_name(t) + (variant ? " mins" : " scales"));
       std::vector<uint8_t> w = random_weights(t, n, k, rng);
       const size_t bs = ggml_type_info(static_cast<uint32_t>(t))->type_size;
       for (size_t i = 0; i < w.size() / bs; ++i) {
         uint8_t* b = w.data() + i * bs;
-        if (t == GgmlType::Q4_K) {
+        if (mins) {  // Q4_K and Q5_K blocks both start with d, dmin
           reinterpret_cast<quant::BlockQ4_K*>(b)->d = fp16(variant ? 0.f : 1.f);
           reinterpret_cast<quant::BlockQ4_K*>(b)->dmin = fp16(variant ? 1.f : 0.f);
         } else if (t == GgmlType::Q6_K) {
@@ -138,9 +142,10 @@ TEST_P(GemmFamily, IntegerPartsExact) {
         for (int64_t j = 0; j < n; ++j) {
           const uint8_t* wr = w.data() + j * row_bytes(t, k);
           int64_t expect = 0;
-          if (t == GgmlType::Q4_K) {
+          if (mins) {
             std::vector<quant::DotPartsQ4K> parts;
-            quant::vec_dot_q4_K_q8_K(k, wr, a.row_blocks(r), &parts);
+            if (t == GgmlType::Q4_K) quant::vec_dot_q4_K_q8_K(k, wr, a.row_blocks(r), &parts);
+            else quant::vec_dot_q5_K_q8_K(k, wr, a.row_blocks(r), &parts);
             for (const auto& p : parts) expect += variant ? -p.sum_mins : p.sum_scaled_q;
           } else if (t == GgmlType::Q6_K) {
             std::vector<quant::DotPartsQ6K> parts;
@@ -166,7 +171,7 @@ TEST_P(GemmFamily, CloseToDequantisedFloatProduct) {
   const Isa isa = GetParam();
   ThreadPool pool(2);
   std::mt19937 rng(7);
-  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0}) {
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0}) {
     const int64_t rows = 6, n = 21, k = 512;
     SCOPED_TRACE(std::string(isa_name(isa)) + " " + ggml_type_name(t));
     const std::vector<uint8_t> w = random_weights(t, n, k, rng);
@@ -195,7 +200,7 @@ TEST_P(GemmFamily, RowsAreIndependentOfTheBatch) {
   const Isa isa = GetParam();
   ThreadPool pool(2);
   std::mt19937 rng(5);
-  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0}) {
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0}) {
     const int64_t rows = 23, n = 40, k = 512;
     const std::vector<uint8_t> w = random_weights(t, n, k, rng);
     const std::vector<float> x = random_acts(rows, k, rng);

@@ -16,6 +16,8 @@
 #include <unistd.h>
 
 #include "jit/gemm.h"
+#include "jit/weight_types.h"
+#include "jit/x64/gemm_gen.h"
 #include "common/error.h"
 #include "model/gguf.h"
 #include "model/quant.h"
@@ -30,7 +32,7 @@ TEST(JitRepack, UnpackedQuantsEqualReferenceDecoders) {
   const auto file = gguf::File::open(dllm::test::data_path("quants/quants.gguf"));
   int checked = 0;
   for (const gguf::TensorInfo& t : file->tensors()) {
-    if (t.type() != GgmlType::Q4_K && t.type() != GgmlType::Q6_K) continue;
+    if (t.type() != GgmlType::Q4_K && t.type() != GgmlType::Q5_K && t.type() != GgmlType::Q6_K) continue;
     const size_t bs = t.type_info.type_size;
     for (uint64_t b = 0; b < t.nbytes / bs; ++b) {
       const uint8_t* blk = t.data + b * bs;
@@ -40,6 +42,20 @@ TEST(JitRepack, UnpackedQuantsEqualReferenceDecoders) {
         quant::BlockQ4_K ref;
         std::memcpy(&ref, blk, bs);
         for (int k = 0; k < 256; ++k) ASSERT_EQ(q[k], quant::q4_k_quant(ref, k)) << t.name << " block " << b;
+      } else if (t.type() == GgmlType::Q5_K) {
+        unpack_q5_k(blk, q);
+        quant::BlockQ5_K ref;
+        std::memcpy(&ref, blk, bs);
+        // q5_k_quant times the scale, minus the min, is ggml's dequantized value (test_quant checks the decoder).
+        std::vector<float> deq(256);
+        quant::dequantize_row(GgmlType::Q5_K, blk, deq.data(), 256);
+        for (int k = 0; k < 256; ++k) {
+          ASSERT_EQ(q[k], quant::q5_k_quant(ref, k)) << t.name << " block " << b;
+          uint8_t sc = 0, m = 0;
+          quant::scale_min_k4(k / 32, ref.scales, &sc, &m);
+          const float d = quant::fp16_to_f32(ref.d) * sc, mn = quant::fp16_to_f32(ref.dmin) * m;
+          ASSERT_EQ(d * q[k] - mn, deq[k]) << t.name << " block " << b << " element " << k;
+        }
       } else {
         unpack_q6_k(blk, q);
         quant::BlockQ6_K ref;
@@ -128,6 +144,112 @@ TEST(JitRepack, LayoutSizes) {
   EXPECT_EQ(packed_layout(Isa::Amx, GgmlType::Q6_K, 33, 512).p, 16);
   EXPECT_EQ(packed_layout(Isa::Avx512Vnni, GgmlType::Q6_K, 33, kTwoVectorMaxK).p, 32);
   EXPECT_EQ(packed_layout(Isa::Avx512Vnni, GgmlType::Q6_K, 33, kTwoVectorMaxK + 256).p, 16);
+  // Q5_K: Q4_K's nibbles plus one high-bit vector per group, Q4_K's meta record.
+  const PackedLayout f = packed_layout(Isa::Avx2, GgmlType::Q5_K, 17, 768);
+  EXPECT_EQ((std::vector<int64_t>{f.p, f.n_panels, f.quant_bytes, f.meta_bytes}),
+            (std::vector<int64_t>{8, 3, 160 * 8, 20 * 8}));
+  EXPECT_EQ(packed_layout(Isa::Avx512Vnni, GgmlType::Q5_K, 33, 512).p, 16);
+}
+
+// The Q5_K panels decoded back by the layout repack.h describes give every weight's 5-bit quant, scale
+// and min, on every family's panel width (padding rows all zero).
+TEST(JitRepack, Q5KPanelsDecodeToTheQuants) {
+  std::mt19937 rng(55);
+  const int64_t n = 21, k = 512;
+  const std::vector<uint8_t> w = dllm::jit::test::random_weights(GgmlType::Q5_K, n, k, rng);
+  ThreadPool pool(2);
+  for (Isa isa : {Isa::Avx2, Isa::AvxVnni, Isa::Avx512Vnni}) {
+    const QuantMatrix m = prepare_matrix(GgmlType::Q5_K, k, n, w.data(), isa, pool);
+    const PackedLayout& L = m.layout;
+    for (int64_t row = 0; row < L.n_panels * L.p; ++row) {
+      const uint8_t* panel = m.packed.data() + (row / L.p) * L.panel_bytes;
+      const int p = static_cast<int>(row % L.p);
+      for (int64_t blk = 0; blk < L.nblocks; ++blk) {
+        const uint8_t* qv = panel + blk * L.quant_bytes;
+        const uint8_t* meta = panel + L.meta_offset() + blk * L.meta_bytes;
+        quant::BlockQ5_K ref{};
+        if (row < n) std::memcpy(&ref, w.data() + row * (k / 256) * 176 + blk * 176, 176);
+        for (int e = 0; e < 256; ++e) {
+          const int t = e / 64, half = (e % 64) / 32, j = (e % 32) / 4, b = e % 4;
+          const uint8_t nib = qv[(8 * t + j) * 4 * L.p + 4 * p + b];
+          const uint8_t h = qv[(32 + j) * 4 * L.p + 4 * p + b];
+          const int q = (half ? nib >> 4 : nib & 15) | ((h >> (2 * t + half)) & 1) << 4;
+          ASSERT_EQ(q, row < n ? quant::q5_k_quant(ref, e) : 0) << isa_name(isa) << " row " << row << " e " << e;
+        }
+        uint16_t d = 0, dmin = 0;
+        std::memcpy(&d, meta + meta::q4k_d(L.p) + 2 * p, 2);
+        std::memcpy(&dmin, meta + meta::q4k_dmin(L.p) + 2 * p, 2);
+        ASSERT_EQ(d, ref.d);
+        ASSERT_EQ(dmin, ref.dmin);
+        for (int s = 0; s < 8; ++s) {
+          uint8_t sc = 0, mn = 0;
+          quant::scale_min_k4(s, ref.scales, &sc, &mn);
+          ASSERT_EQ(meta[meta::q4k_scales(L.p) + s * L.p + p], row < n ? sc : 0);
+          ASSERT_EQ(meta[meta::q4k_mins(L.p) + (s / 2) * 2 * L.p + 2 * p + s % 2], row < n ? mn : 0);
+        }
+      }
+    }
+  }
+}
+
+// The weight table agrees with ggml's type table, and its lists and errors name its types.
+TEST(WeightTypes, TableMatchesGgmlAndNamesItsTypes) {
+  int count = 0;
+  const WeightTypeTraits* rows = weight_table(&count);
+  ASSERT_EQ(count, 4);
+  for (int i = 0; i < count; ++i) {
+    const WeightTypeTraits& r = rows[i];
+    const auto info = ggml_type_info(static_cast<uint32_t>(r.type));
+    ASSERT_TRUE(info.has_value()) << r.name;
+    EXPECT_EQ(std::string(r.name), info->name);
+    EXPECT_EQ(r.block, static_cast<int>(info->block_size)) << r.name;
+    EXPECT_EQ(r.block_bytes, static_cast<int>(info->type_size)) << r.name;
+    EXPECT_EQ(weight_traits(r.type), &r);
+    EXPECT_EQ(weight_traits_by_name(r.name), &r);
+    EXPECT_EQ(act_block(r.act), r.act == ActFormat::Q8_0 ? 32 : 256);
+    EXPECT_EQ(r.block % act_block(r.act), 0) << r.name;
+  }
+  EXPECT_EQ(jit_type_list(), "Q4_K, Q5_K, Q6_K and Q8_0");
+  EXPECT_EQ(gpu_type_list(), "Q4_K, Q5_K, Q6_K and Q8_0");
+  for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::Q4_0, GgmlType::Q3_K, GgmlType::IQ4_XS}) {
+    EXPECT_EQ(weight_traits(t), nullptr) << ggml_type_name(t);
+    EXPECT_FALSE(jit_supports_type(t));
+    try {
+      require_weight_traits(t, "tensor blk.0.attn_output.weight");
+      FAIL() << ggml_type_name(t);
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), "tensor blk.0.attn_output.weight is " + ggml_type_name(t) +
+                                           ": the JIT kernels take Q4_K, Q5_K, Q6_K and Q8_0");
+    }
+  }
+  EXPECT_EQ(weight_traits_by_name("Q5_K_M"), nullptr);
+}
+
+// Every family's generator takes every weight type of the table at every row tile it plans, also the
+// families this CPU cannot run (the generators are used directly: generate_kernel refuses a family the
+// CPU lacks; the code is assembled, never called).
+TEST(JitKernelCache, EveryTypeGeneratesOnEveryFamily) {
+  int count = 0;
+  const WeightTypeTraits* rows = weight_table(&count);
+  for (Isa isa : {Isa::Avx2, Isa::AvxVnni, Isa::Avx512Vnni}) {
+    for (int i = 0; i < count; ++i) {
+      for (int64_t k : {int64_t{512}, kTwoVectorMaxK + 256}) {
+        GemmDesc d;
+        d.isa = isa;
+        d.wtype = rows[i].type;
+        d.n = 40;
+        d.k = k;
+        for (d.m = 1; d.m <= max_row_tile(isa, d.wtype, k); ++d.m) {
+          std::unique_ptr<JitGenerator> gen;
+          if (isa == Isa::Avx512Vnni) gen = std::make_unique<GemmGenerator<Xbyak::Zmm>>(d);
+          else gen = std::make_unique<GemmGenerator<Xbyak::Ymm>>(d);
+          ASSERT_NO_THROW(gen->create()) << d.name();
+          EXPECT_GT(gen->code_size(), 100u) << d.name();
+          EXPECT_EQ(gen->kernel_name(), d.name());
+        }
+      }
+    }
+  }
 }
 
 TEST(JitRepack, ErrorsNameTheMatrix) {
@@ -151,7 +273,7 @@ TEST(JitRepack, ErrorsNameTheMatrix) {
 
 TEST(JitRepack, ParallelEqualsSerialAndTimeIsReported) {
   std::mt19937 rng(11);
-  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0}) {
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0}) {
     const int64_t n = 77, k = 512;
     const std::vector<uint8_t> w = dllm::jit::test::random_weights(t, n, k, rng);
     ThreadPool one(1), two(2);
@@ -192,6 +314,13 @@ TEST(JitDesc, NamesAndTiles) {
   d.isa = Isa::Avx512Vnni;
   d.m = 4;
   EXPECT_EQ(d.name(), "q6k_q8k_gemm_4x32__avx512vnni_k4096_n12288");
+  GemmDesc q5 = d;
+  q5.wtype = GgmlType::Q5_K;
+  q5.m = 8;
+  EXPECT_EQ(q5.name(), "q5k_q8k_gemm_8x16__avx512vnni_k4096_n12288");
+  EXPECT_EQ(max_row_tile(Isa::Avx512Vnni, GgmlType::Q5_K, 4096), 8);
+  EXPECT_EQ(max_row_tile(Isa::Avx2, GgmlType::Q5_K, 4096), 3);
+  EXPECT_EQ(max_row_tile(Isa::AvxVnni, GgmlType::Q5_K, 4096), 3);
   d.isa = Isa::Amx;
   d.m = 16;
   EXPECT_EQ(d.name(), "q6k_q8k_gemm_16x16__amx_k4096_n12288");
@@ -216,6 +345,10 @@ TEST(JitDesc, RowTilePlans) {
   EXPECT_EQ(plan(Isa::Amx, GgmlType::Q4_K, 29), "0:16amx 16:8avx512vnni 24:5avx512vnni ");
   EXPECT_EQ(plan(Isa::Amx, GgmlType::Q4_K, 3), "0:3avx512vnni ");
   EXPECT_EQ(plan(Isa::Portable, GgmlType::Q4_K, 3), "");
+  // Q5_K has no AMX body: its matrices are prepared for avx512-vnni (prepare_matrix) and never planned on AMX.
+  ThreadPool pool(1);
+  std::vector<uint8_t> q5(2 * 176 * 16);
+  EXPECT_EQ(prepare_matrix(GgmlType::Q5_K, 512, 16, q5.data(), Isa::Amx, pool).isa, Isa::Avx512Vnni);
 }
 
 TEST(JitKernelCache, GeneratesOncePerDescriptor) {
@@ -271,7 +404,7 @@ TEST(JitKernelCache, YmmFamiliesUseNoEvex) {
   if (std::system("objdump --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "objdump not installed";
   for (Isa isa : {Isa::Avx2, Isa::AvxVnni}) {
     if (!cpu_features().supports(isa)) continue;
-    for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0}) {
+    for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0}) {
       GemmDesc d;
       d.isa = isa;
       d.wtype = t;

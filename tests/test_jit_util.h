@@ -36,6 +36,10 @@ inline std::vector<uint8_t> random_weights(GgmlType t, int64_t n, int64_t k, std
       auto* b = reinterpret_cast<quant::BlockQ4_K*>(out.data()) + i;
       b->d = fp16(coin(rng) == 0 ? 0.f : mag(rng));
       b->dmin = fp16(coin(rng) == 0 ? 0.f : mag(rng));
+    } else if (t == GgmlType::Q5_K) {
+      auto* b = reinterpret_cast<quant::BlockQ5_K*>(out.data()) + i;
+      b->d = fp16(coin(rng) == 0 ? 0.f : mag(rng));
+      b->dmin = fp16(coin(rng) == 0 ? 0.f : mag(rng));
     } else if (t == GgmlType::Q6_K) {
       auto* b = reinterpret_cast<quant::BlockQ6_K*>(out.data()) + i;
       b->d = fp16((coin(rng) < 5 ? -1.f : 1.f) * mag(rng));
@@ -77,9 +81,9 @@ inline RefResult reference_gemm(GgmlType t, const uint8_t* w, int64_t n, const Q
       const void* ar = a.row_blocks(r);
       double exact = 0, scale = 0;
       float v = 0;
-      if (t == GgmlType::Q4_K) {
+      if (t == GgmlType::Q4_K || t == GgmlType::Q5_K) {
         std::vector<quant::DotPartsQ4K> parts;
-        v = quant::vec_dot_q4_K_q8_K(k, wr, ar, &parts);
+        v = t == GgmlType::Q4_K ? quant::vec_dot_q4_K_q8_K(k, wr, ar, &parts) : quant::vec_dot_q5_K_q8_K(k, wr, ar, &parts);
         for (const auto& p : parts) exact += p.exact_f64(), scale += p.abs_f64();
       } else if (t == GgmlType::Q6_K) {
         std::vector<quant::DotPartsQ6K> parts;

@@ -1,6 +1,7 @@
 // Reference integer dot products against ggml (tests/data/quants/dot.gguf + dot.json, see its README):
 // every super-block's integer parts (scales, mins, sum_scaled_q, sum_mins) equal ggml's exactly, and the
-// float results lie within 1e-6*abs_sum of the exact value; Q8_0 x Q8_0 against an exact computation.
+// float results lie within 1e-6*abs_sum of the exact value; Q5_K x Q8_K against ggml's own dequantization
+// of the fixture's Q5_K tensors; Q8_0 x Q8_0 against an exact computation.
 // DLLM_QUANTS_DIR=<dir> runs the fixture tests on another set of the same files (e.g. a holdout set).
 #include <gtest/gtest.h>
 
@@ -207,6 +208,71 @@ TEST(QuantDot, KQuantDotEqualsDotOfDecodedRows) {
   }
 }
 
+// Q5_K x Q8_K: ggml's fixture has no Q5_K dot products, but it has ggml's own dequantization of its Q5_K
+// tensors (quants-expected-f32.gguf, checked bit for bit against ggml's C decoder). The reference dot's
+// exact value (its integer parts scaled in float64) must equal the float64 dot of those decoded weights
+// with the decoded Q8_K activations, on every row (normal, outliers, constant, tiny, zero, positive,
+// uniform, LLM-like, log-magnitudes, sparse), and its float result must lie within 1e-6 of the scale.
+TEST(QuantDot, Q5_KExactValueEqualsGgmlDecodedDot) {
+  const auto quants = File::open(quants_dir() + "/quants.gguf");
+  const auto expected = File::open(quants_dir() + "/quants-expected-f32.gguf");
+  std::mt19937 rng(505);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  int rows_checked = 0;
+  for (const TensorInfo& t : quants->tensors()) {
+    if (t.type() != GgmlType::Q5_K) continue;
+    const TensorInfo* e = expected->find_tensor(std::string(t.name));
+    ASSERT_NE(e, nullptr) << t.name;
+    const int64_t k = t.ne[0];
+    for (int64_t r = 0; r < t.n_rows(); ++r) {
+      std::vector<float> x(static_cast<size_t>(k));
+      for (auto& v : x) v = nd(rng);
+      std::vector<q::BlockQ8_K> qa(static_cast<size_t>(k / 256));
+      q::quantize_row_q8_K(x.data(), qa.data(), k);
+      const std::vector<float> xa = decode_row(GgmlType::Q8_K, reinterpret_cast<const uint8_t*>(qa.data()), k);
+      std::vector<float> wf(static_cast<size_t>(k));
+      std::memcpy(wf.data(), e->data + r * e->row_bytes(), wf.size() * 4);
+      std::vector<q::DotPartsQ4K> parts;
+      const float got = q::vec_dot_q5_K_q8_K(k, t.data + r * t.row_bytes(), qa.data(), &parts);
+      ASSERT_EQ(parts.size(), static_cast<size_t>(k / 256));
+      double exact = 0, scale = 0;
+      for (const auto& p : parts) exact += p.exact_f64(), scale += p.abs_f64();
+      // The decoded values are d*sc*q - dmin*m rounded to f32: within f32 rounding of each term.
+      EXPECT_NEAR(dot_f64(wf, xa), exact, 1e-6 * scale + 1e-30) << t.name << " row " << r;
+      EXPECT_NEAR(got, exact, 1e-6 * scale + 1e-30) << t.name << " row " << r;
+      // The integer parts, recomputed from the decoded weights: per sub-block q = (w + dmin*m) / (d*sc).
+      for (size_t b = 0; b < parts.size(); ++b) {
+        int64_t sum_scaled_q = 0;
+        bool recoverable = true;  // a zero step (d underflowed to 0, or a zero scale) hides the quants
+        for (int s = 0; s < 8; ++s) {
+          const double step = double(parts[b].d_w) * parts[b].scales[s];
+          if (step == 0) {
+            recoverable = recoverable && parts[b].scales[s] == 0;
+            continue;
+          }
+          int64_t dot = 0;
+          for (int l = 0; l < 32; ++l) {
+            const size_t i = b * 256 + 32 * s + l;
+            const double qw = (double(wf[i]) + double(parts[b].dmin_w) * parts[b].mins[s]) / step;
+            ASSERT_NEAR(qw, std::round(qw), 0.05) << t.name << " row " << r << " element " << i;
+            ASSERT_GE(std::lround(qw), 0);
+            ASSERT_LE(std::lround(qw), 31);
+            dot += std::lround(qw) * qa[b].qs[32 * s + l];
+          }
+          sum_scaled_q += dot * parts[b].scales[s];
+        }
+        // Sub-blocks with a zero scale add nothing either way.
+        if (recoverable) EXPECT_EQ(sum_scaled_q, parts[b].sum_scaled_q) << t.name << " row " << r << " block " << b;
+        int64_t sum_mins = 0;
+        for (int j = 0; j < 16; ++j) sum_mins += int64_t{qa[b].bsums[j]} * parts[b].mins[j / 2];
+        EXPECT_EQ(sum_mins, parts[b].sum_mins);
+      }
+      ++rows_checked;
+    }
+  }
+  EXPECT_EQ(rows_checked, 7 + 3);
+}
+
 TEST(QuantDot, Q8_0TimesQ8_0) {
   std::mt19937 rng(1234);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -258,6 +324,8 @@ TEST(QuantDot, RejectsBadLengths) {
   q::BlockQ8_0 b[2]{};
   EXPECT_THROW(q::vec_dot_q4_K_q8_K(300, w4, a), dllm::Error);
   EXPECT_THROW(q::vec_dot_q6_K_q8_K(-256, w6, a), dllm::Error);
+  q::BlockQ5_K w5[2]{};
+  EXPECT_THROW(q::vec_dot_q5_K_q8_K(128, w5, a), dllm::Error);
   EXPECT_THROW(q::vec_dot_q8_0_q8_0(40, b, b), dllm::Error);
   std::vector<q::DotPartsQ4K> parts(5);
   EXPECT_EQ(q::vec_dot_q4_K_q8_K(0, w4, a, &parts), 0.0f);

@@ -3,7 +3,7 @@
 # projection shapes at 1, 8, 32, 128 and 288 activation rows, and writes everything (JSON per shape,
 # the machine's description, a summary table) to bench/results/gemm-<date>-<host>/.
 #   bench/gemm/run.sh [DLLM_BINARY] [extra dllm bench gemm flags, e.g. --threads 2 --isa avx2]
-# Environment: TYPES (default "Q4_K Q6_K Q8_0"), ROWS (default 1,8,32,128,288), QUICK=1 (three shapes).
+# Environment: TYPES (default "Q4_K Q6_K Q8_0"; any of Q4_K Q5_K Q6_K Q8_0), ROWS (default 1,8,32,128,288), QUICK=1 (three shapes).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"

@@ -19,4 +19,9 @@ void print_backend_warning(const Backend& b) {
   if (!b.warning.empty()) std::fprintf(stderr, "dllm: warning: %s\n", b.warning.c_str());
 }
 
+void print_load_warning(const model::Executor& executor) {
+  const std::string w = executor.load_warning();
+  if (!w.empty()) std::fprintf(stderr, "dllm: warning: %s\n", w.c_str());
+}
+
 }  // namespace dllm::cli

@@ -18,5 +18,7 @@ engine::BackendRequest backend_request(const Settings& s);
 
 // Prints the backend's warning (if any) to stderr as "dllm: warning: ...".
 void print_backend_warning(const Backend& b);
+// After load: the executor's load_warning() (matrices without kernels on the slow path), the same way.
+void print_load_warning(const model::Executor& executor);
 
 }  // namespace dllm::cli

@@ -12,6 +12,7 @@
 #include "cli/commands_jit.h"
 #include "jit/bench.h"
 #include "jit/gemm_desc.h"
+#include "jit/weight_types.h"
 #include "common/error.h"
 #include "common/thread_pool.h"
 
@@ -21,16 +22,16 @@ namespace {
 
 const char* kPeakSynopsis = "bench peak [--threads N] [--isa F] [--json]";
 const char* kGemmSynopsis =
-    "bench gemm --type Q4_K|Q6_K|Q8_0 --n N --k K --rows M[,M...] [--threads N] [--isa F] [--warm] "
+    "bench gemm --type Q4_K|Q5_K|Q6_K|Q8_0 --n N --k K --rows M[,M...] [--threads N] [--isa F] [--warm] "
     "[--min-seconds S] [--no-peak] [--json]";
 
 const char* kKernelSynopsis =
-    "bench kernel --type Q4_K|Q6_K|Q8_0 --n N --k K [--rows M[,M...]] [--isa F] [--resident] [--json]";
+    "bench kernel --type Q4_K|Q5_K|Q6_K|Q8_0 --n N --k K [--rows M[,M...]] [--isa F] [--resident] [--json]";
 
 const char* kGemmHelp =
-    "  --type T         weight type: Q4_K, Q6_K or Q8_0\n"
+    "  --type T         weight type: Q4_K, Q5_K, Q6_K or Q8_0\n"
     "  --n N            weight rows (outputs)\n"
-    "  --k K            row length (inputs): a multiple of 256 (Q4_K, Q6_K) or 32 (Q8_0)\n"
+    "  --k K            row length (inputs): a multiple of 256 (Q4_K, Q5_K, Q6_K) or 32 (Q8_0)\n"
     "  --rows M[,M...]  activation rows; a list runs each\n"
     "  --threads N      worker threads (default: all logical CPUs)\n"
     "  --isa F          kernel family: portable, avx2, avx-vnni, avx512-vnni (default: the best this CPU\n"
@@ -123,9 +124,15 @@ std::vector<int64_t> parse_rows(const std::string& s) {
   return out;
 }
 
+// --type: a weight type of the kernel table.
+GgmlType weight_type_flag(const std::string& name) {
+  if (const jit::WeightTypeTraits* w = jit::weight_traits_by_name(name)) return w->type;
+  throw usage_error("--type must be one of " + jit::jit_type_list() + ", got '" + name + "'");
+}
+
 int bench_gemm(const std::vector<std::string>& args) {
   cxxopts::Options opts("dllm bench gemm", "Times the JIT GEMM on random repacked weights.");
-  opts.add_options()("type", "weight type: Q4_K, Q6_K or Q8_0", cxxopts::value<std::string>())(
+  opts.add_options()("type", "weight type: Q4_K, Q5_K, Q6_K or Q8_0", cxxopts::value<std::string>())(
       "n-out", "weight rows (outputs)", cxxopts::value<int64_t>())("k-in", "row length (inputs)", cxxopts::value<int64_t>())(
       "rows", "activation rows; a comma-separated list runs each", cxxopts::value<std::string>())(
       "threads", "worker threads (default: all logical CPUs)", cxxopts::value<int>())(
@@ -143,13 +150,9 @@ int bench_gemm(const std::vector<std::string>& args) {
   for (const auto& [key, shown] : required)
     if (!res.count(key)) throw usage_error(std::string("dllm bench gemm needs --") + shown, "see: dllm bench gemm --help");
   const std::string tname = res["type"].as<std::string>();
-  GgmlType type;
-  if (tname == "Q4_K") type = GgmlType::Q4_K;
-  else if (tname == "Q6_K") type = GgmlType::Q6_K;
-  else if (tname == "Q8_0") type = GgmlType::Q8_0;
-  else throw usage_error("--type must be Q4_K, Q6_K or Q8_0, got '" + tname + "'");
+  const GgmlType type = weight_type_flag(tname);
   const int64_t n = res["n-out"].as<int64_t>(), k = res["k-in"].as<int64_t>();
-  const int block = type == GgmlType::Q8_0 ? 32 : 256;
+  const int block = jit::require_weight_traits(type, "--type").block;
   if (n < 1) throw usage_error("--n must be positive");
   if (k < block || k % block) throw usage_error("--k must be a positive multiple of " + std::to_string(block) + " for " + tname);
   const std::vector<int64_t> rows = parse_rows(res["rows"].as<std::string>());
@@ -251,13 +254,9 @@ static int bench_kernel(const std::vector<std::string>& args) {
   for (const auto& [key, shown] : required)
     if (!res.count(key)) throw usage_error(std::string("dllm bench kernel needs --") + shown, "see: dllm bench --help");
   const std::string tname = res["type"].as<std::string>();
-  GgmlType type;
-  if (tname == "Q4_K") type = GgmlType::Q4_K;
-  else if (tname == "Q6_K") type = GgmlType::Q6_K;
-  else if (tname == "Q8_0") type = GgmlType::Q8_0;
-  else throw usage_error("--type must be Q4_K, Q6_K or Q8_0, got '" + tname + "'");
+  const GgmlType type = weight_type_flag(tname);
   const int64_t n = res["n-out"].as<int64_t>(), k = res["k-in"].as<int64_t>();
-  const int block = type == GgmlType::Q8_0 ? 32 : 256;
+  const int block = jit::require_weight_traits(type, "--type").block;
   if (n < 1) throw usage_error("--n must be positive");
   if (k < block || k % block) throw usage_error("--k must be a positive multiple of " + std::to_string(block) + " for " + tname);
   const std::vector<int64_t> rows = res.count("rows") ? parse_rows(res["rows"].as<std::string>()) : std::vector<int64_t>{128};

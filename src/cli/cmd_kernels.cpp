@@ -182,7 +182,7 @@ int cmd_kernels(const std::vector<std::string>& args) {
     manifest["kernels"].push_back({{"name", name},
                                    {"family", jit::isa_name(d.isa)},
                                    {"weight_type", ggml_type_name(d.wtype)},
-                                   {"activation_type", d.wtype == GgmlType::Q8_0 ? "Q8_0" : "Q8_K"},
+                                   {"activation_type", jit::act_format_for(d.wtype) == jit::ActFormat::Q8_0 ? "Q8_0" : "Q8_K"},
                                    {"n", d.n},
                                    {"k", d.k},
                                    {"row_tile", d.m},

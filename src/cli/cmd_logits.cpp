@@ -89,6 +89,7 @@ int cmd_logits(const Settings& s) {
     model::check_canvas(hp, tokens, s.rows);  // also the context length
   };
   std::unique_ptr<model::Model> m = model::Model::load(file, opt);
+  print_load_warning(m->executor());
   const int64_t n_vocab = m->n_vocab();
 
   // --- one forward pass, then the file ---

@@ -95,6 +95,7 @@ int cmd_run_file(const Settings& s, Clock::time_point t_start) {
   const Backend backend = e.choose_backend(br, opt);
   print_backend_warning(backend);
   e.load(opt);
+  print_load_warning(e.model().executor());
   const double load_ms = ms_since(t_start);
 
   // --- generation: every request queued, --batch-size of them in flight ---

@@ -5,22 +5,30 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "jit/attention/attention.h"
 #include "common/error.h"
+#include "jit/weight_types.h"
 
 namespace dllm::jit {
-
-bool jit_supports(GgmlType type) {
-  return type == GgmlType::Q4_K || type == GgmlType::Q6_K || type == GgmlType::Q8_0;
-}
 
 CpuExecutor::CpuExecutor(ThreadPool& pool, Isa isa) : Executor(&pool), pool_(pool), isa_(isa), reference_(pool) {}
 
 CpuExecutor::~CpuExecutor() = default;
 
 std::string CpuExecutor::name() const { return std::string("jit-") + isa_name(isa_); }
+
+std::string CpuExecutor::load_warning() const {
+  if (fallback_count_ == 0) return {};
+  std::string types;
+  for (GgmlType t : fallback_types_) types += (types.empty() ? "" : ", ") + ggml_type_name(t);
+  const std::string more = fallback_count_ > 1 ? " and " + std::to_string(fallback_count_ - 1) + " more" : "";
+  return std::to_string(fallback_count_) + (fallback_count_ == 1 ? " weight matrix" : " weight matrices") + " of type " +
+         types + " (" + first_fallback_ + more + ") have no JIT kernel and run on the slow reference path; kernels exist for " +
+         jit_type_list();
+}
 
 namespace {
 
@@ -46,7 +54,9 @@ model::WeightHandle CpuExecutor::prepare_weight(const gguf::TensorInfo& t) {
     if (slot.jit->packed.size() > 0) release_source_pages(t.data, t.nbytes);
   } else {
     slot.ref = reference_.prepare_weight(t);
-    ++fallback_count_;
+    if (fallback_count_++ == 0) first_fallback_ = std::string(t.name) + " (" + ggml_type_name(t.type()) + ")";
+    if (std::find(fallback_types_.begin(), fallback_types_.end(), t.type()) == fallback_types_.end())
+      fallback_types_.push_back(t.type());
   }
   slots_.push_back(std::move(slot));
   return model::WeightHandle{static_cast<int32_t>(slots_.size() - 1)};

@@ -1,9 +1,9 @@
 // The JIT CPU executor: the model's Executor interface on top of the repacked weights and Xbyak GEMM
-// kernels (jit/gemm.h) and the vectorised flash attention (jit/attention). Q4_K, Q6_K and Q8_0 matrices are
-// repacked once at load (in parallel; the source pages of the mapping are released afterwards so the model
-// is not held twice); activations are quantised to int8 once per input and shared by every matrix that
-// reads it (Q, K, V; gate, up). Matrices of other types (F32, F16, ...: small test models) go through the
-// reference executor, which is said once on stderr with --verbose.
+// kernels (jit/gemm.h) and the vectorised flash attention (jit/attention). Matrices of the weight table
+// (jit/weight_types.h: Q4_K, Q5_K, Q6_K, Q8_0) are repacked once at load (in parallel; the source pages of
+// the mapping are released afterwards so the model is not held twice); activations are quantised to int8 once per input and shared by every matrix that
+// reads it (Q, K, V; gate, up). Matrices of other types (F32, F16, Q3_K, ...) go through the reference
+// executor, and load_warning() says so (the commands print it once on stderr).
 #pragma once
 #include <memory>
 #include <string>
@@ -22,6 +22,7 @@ class CpuExecutor : public model::Executor {
   ~CpuExecutor() override;
 
   std::string name() const override;
+  std::string load_warning() const override;
   model::WeightHandle prepare_weight(const gguf::TensorInfo& tensor) override;
   void matmul(model::WeightHandle w, const float* x, int64_t rows, float* y) override;
   void matmul_shared(const model::WeightHandle* ws, float* const* ys, int n, const float* x,
@@ -47,9 +48,11 @@ class CpuExecutor : public model::Executor {
   double repack_seconds_ = 0;
   uint64_t packed_bytes_ = 0;
   int fallback_count_ = 0;
+  std::string first_fallback_;         // "blk.0.attn_output.weight (Q3_K)"
+  std::vector<GgmlType> fallback_types_;  // distinct, in load order
 };
 
-// True when the JIT kernels can take a matrix of this type.
-bool jit_supports(GgmlType type);
+// True when the JIT kernels can take a matrix of this type (the weight table's types: jit_supports_type).
+inline bool jit_supports(GgmlType type) { return jit_supports_type(type); }
 
 }  // namespace dllm::jit

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "common/error.h"
-#include "jit/kernel_order.h"
+#include "jit/weight_types.h"
 #include "common/thread_pool.h"
 
 namespace dllm::jit {
@@ -21,29 +21,8 @@ void check_operands(const QuantMatrix& w, const QuantizedActs& a) {
 
 // The portable family: the kernels' float contract (kernel_order.h) in plain C++, one output at a time.
 void gemm_portable(const QuantMatrix& w, const QuantizedActs& a, float* y, ThreadPool& pool) {
-  // The dot of one weight row with one activation row, chosen once per call.
-  float (*dot)(int64_t, const void*, const void*) = nullptr;
-  switch (w.type) {
-    case GgmlType::Q4_K:
-      dot = [](int64_t k, const void* wr, const void* act) {
-        return kernel_order_dot_q4_K(k, static_cast<const quant::BlockQ4_K*>(wr),
-                                     static_cast<const quant::BlockQ8_K*>(act));
-      };
-      break;
-    case GgmlType::Q6_K:
-      dot = [](int64_t k, const void* wr, const void* act) {
-        return kernel_order_dot_q6_K(k, static_cast<const quant::BlockQ6_K*>(wr),
-                                     static_cast<const quant::BlockQ8_K*>(act));
-      };
-      break;
-    case GgmlType::Q8_0:
-      dot = [](int64_t k, const void* wr, const void* act) {
-        return kernel_order_dot_q8_0(k, static_cast<const quant::BlockQ8_0*>(wr),
-                                     static_cast<const quant::BlockQ8_0*>(act));
-      };
-      break;
-    default: throw Error(std::string("gemm: no kernel for ") + ggml_type_name(w.type) + " weights");
-  }
+  // The dot of one weight row with one activation row (the weight table's portable twin).
+  float (*dot)(int64_t, const void*, const void*) = require_weight_traits(w.type, "gemm: weights").portable_dot;
   const size_t row_bytes = w.src_row_bytes();
   const int64_t chunk = 16;
   const int64_t n_chunks = (w.n + chunk - 1) / chunk;

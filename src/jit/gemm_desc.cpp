@@ -1,4 +1,4 @@
-// GemmDesc names and hashing, the weight types the kernels take, and the row-tile limits.
+// GemmDesc names and hashing, and the row-tile limits.
 #include "jit/gemm_desc.h"
 
 #include <algorithm>
@@ -7,19 +7,9 @@
 
 namespace dllm::jit {
 
-namespace {
-const char* type_tag(GgmlType t) {
-  switch (t) {
-    case GgmlType::Q4_K: return "q4k_q8k";
-    case GgmlType::Q6_K: return "q6k_q8k";
-    case GgmlType::Q8_0: return "q8_0_q8_0";
-    default: return "unsupported";
-  }
-}
-}  // namespace
-
 std::string GemmDesc::name() const {
-  return std::string(type_tag(wtype)) + "_gemm_" + std::to_string(m) + "x" + std::to_string(p()) + "__" +
+  const WeightTypeTraits* w = weight_traits(wtype);
+  return std::string(w ? w->cpu_tag : "unsupported") + "_gemm_" + std::to_string(m) + "x" + std::to_string(p()) + "__" +
          isa_short_name(isa) + "_k" + std::to_string(k) + "_n" + std::to_string(n);
 }
 
@@ -32,10 +22,6 @@ size_t GemmDescHash::operator()(const GemmDesc& d) const {
   mix(static_cast<uint64_t>(d.wtype));
   return h;
 }
-
-ActFormat act_format_for(GgmlType wtype) { return wtype == GgmlType::Q8_0 ? ActFormat::Q8_0 : ActFormat::Q8_K; }
-
-bool jit_supports_type(GgmlType t) { return t == GgmlType::Q4_K || t == GgmlType::Q6_K || t == GgmlType::Q8_0; }
 
 int max_row_tile(Isa isa, GgmlType wtype, int64_t k) {
   if (isa == Isa::Portable) return 1;

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "jit/cpu_features.h"
+#include "jit/weight_types.h"
 #include "model/ggml_types.h"
 
 namespace dllm::jit {
@@ -26,13 +27,14 @@ inline constexpr int vector_rows(Isa isa) { return isa_has_avx512(isa) ? 16 : 8;
 // pair's weights (k x 32 bytes) from L2, twice as often per output as 8-row tiles, and Dream's ffn_down
 // (k 18944) ran 10% slower.
 inline constexpr int64_t kTwoVectorMaxK = 8192;
-inline constexpr int panel_rows(Isa isa, GgmlType wtype, int64_t k) {
-  return isa == Isa::Avx512Vnni && wtype == GgmlType::Q6_K && k <= kTwoVectorMaxK ? 32 : vector_rows(isa);
+inline int panel_rows(Isa isa, GgmlType wtype, int64_t k) {
+  const WeightTypeTraits* w = weight_traits(wtype);
+  return isa == Isa::Avx512Vnni && w && w->two_vector_panels && k <= kTwoVectorMaxK ? 32 : vector_rows(isa);
 }
 
 struct GemmDesc {
   Isa isa = Isa::Avx512Vnni;
-  GgmlType wtype = GgmlType::Q4_K;  // Q4_K, Q6_K or Q8_0
+  GgmlType wtype = GgmlType::Q4_K;  // a type of the weight table (weight_types.h)
   int64_t n = 0;                    // weight rows (outputs): the row stride of y
   int64_t k = 0;                    // row length (inputs), a multiple of the block size
   int m = 1;                        // activation rows per call (the row tile)
@@ -50,14 +52,6 @@ struct GemmDesc {
 struct GemmDescHash {
   size_t operator()(const GemmDesc& d) const;
 };
-
-// The activation format each weight type multiplies with (ggml's vec_dot_type).
-enum class ActFormat { Q8_K, Q8_0 };
-ActFormat act_format_for(GgmlType wtype);
-inline int act_block(ActFormat f) { return f == ActFormat::Q8_K ? 256 : 32; }
-
-// The weight types the JIT kernels handle.
-bool jit_supports_type(GgmlType t);
 
 // The largest row tile whose registers fit the family's register file (checked again by the generator).
 int max_row_tile(Isa isa, GgmlType wtype, int64_t k);

@@ -24,10 +24,14 @@ float add_sub_block(float sum, int s, int32_t dot, float scale) {
 
 }  // namespace
 
-float kernel_order_dot_q4_K(int64_t n, const quant::BlockQ4_K* w, const quant::BlockQ8_K* a) {
+namespace {
+
+// Q4_K and Q5_K: 8 sub-blocks of 32 with 6-bit scales and mins; quant(b, s, l) is element l of sub-block s.
+template <class Block, class Quant>
+float dot_scale_min(int64_t n, const Block* w, const quant::BlockQ8_K* a, Quant quant) {
   float acc = 0;
   for (int64_t i = 0; i < n / quant::kQK_K; ++i) {
-    const quant::BlockQ4_K b = load(w, i);
+    const Block b = load(w, i);
     const quant::BlockQ8_K x = load(a, i);
     const float d = quant::fp16_to_f32(b.d), dmin = quant::fp16_to_f32(b.dmin);
     float sum = 0;
@@ -35,11 +39,8 @@ float kernel_order_dot_q4_K(int64_t n, const quant::BlockQ4_K* w, const quant::B
     for (int s = 0; s < 8; ++s) {
       uint8_t sc = 0, m = 0;
       quant::scale_min_k4(s, b.scales, &sc, &m);
-      // Sub-block s: the low (even s) or high (odd s) nibbles of the 32 bytes of chunk s / 2.
-      const uint8_t* q = b.qs + 32 * (s / 2);
-      const int shift = 4 * (s % 2);
       int32_t dot = 0;
-      for (int l = 0; l < 32; ++l) dot += ((q[l] >> shift) & 0xF) * x.qs[32 * s + l];
+      for (int l = 0; l < 32; ++l) dot += quant(b, s, l) * x.qs[32 * s + l];
       sum = add_sub_block(sum, s, dot, static_cast<float>(sc) * d);
       mins += m * (x.bsums[2 * s] + x.bsums[2 * s + 1]);
     }
@@ -47,6 +48,22 @@ float kernel_order_dot_q4_K(int64_t n, const quant::BlockQ4_K* w, const quant::B
     acc = std::fma(sum, x.d, acc);
   }
   return acc;
+}
+
+// Sub-block s: the low (even s) or high (odd s) nibbles of the 32 bytes of chunk s / 2.
+int nibble(const uint8_t* qs, int s, int l) { return (qs[32 * (s / 2) + l] >> (4 * (s % 2))) & 0xF; }
+
+}  // namespace
+
+float kernel_order_dot_q4_K(int64_t n, const quant::BlockQ4_K* w, const quant::BlockQ8_K* a) {
+  return dot_scale_min(n, w, a, [](const quant::BlockQ4_K& b, int s, int l) { return nibble(b.qs, s, l); });
+}
+
+float kernel_order_dot_q5_K(int64_t n, const quant::BlockQ5_K* w, const quant::BlockQ8_K* a) {
+  // The fifth bit of sub-block s is bit s of qh[l] (chunk s / 2: bits 2c and 2c+1).
+  return dot_scale_min(n, w, a, [](const quant::BlockQ5_K& b, int s, int l) {
+    return nibble(b.qs, s, l) | ((b.qh[l] >> s) & 1) << 4;
+  });
 }
 
 float kernel_order_dot_q6_K(int64_t n, const quant::BlockQ6_K* w, const quant::BlockQ8_K* a) {

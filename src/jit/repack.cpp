@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "common/error.h"
 #include "model/quant.h"
@@ -13,7 +14,6 @@ namespace dllm::jit {
 
 namespace {
 
-using quant::BlockQ4_K;
 using quant::BlockQ6_K;
 using quant::BlockQ8_0;
 
@@ -22,20 +22,28 @@ void put_u16(uint8_t* dst, uint16_t v) { std::memcpy(dst, &v, 2); }
 // Byte b of the dword of row p in a vector at `vec`.
 uint8_t& vbyte(uint8_t* vec, int p, int b) { return vec[4 * p + b]; }
 
-// One Q4_K block column of a panel: rows[p] is row p's block (null for padding rows).
-void pack_q4_k(const void* const* rows, int P, uint8_t* quant, uint8_t* meta) {
-  std::memset(quant, 0, 128 * P);
+// One Q4_K or Q5_K block column of a panel: rows[p] is row p's block (null for padding rows). Both keep
+// Q4_K's nibble vectors and meta record; Q5_K adds its high-bit vectors after the nibbles.
+template <class Block>
+void pack_scale_min(const void* const* rows, int P, uint8_t* quant, uint8_t* meta) {
+  constexpr bool q5 = std::is_same_v<Block, quant::BlockQ5_K>;
+  constexpr int quant_bytes = q5 ? 160 : 128;
+  std::memset(quant, 0, quant_bytes * P);
   std::memset(meta, 0, 20 * P);
   uint8_t q[256];
   for (int p = 0; p < P; ++p) {
     if (!rows[p]) continue;
-    const auto& b = *static_cast<const BlockQ4_K*>(rows[p]);
-    unpack_q4_k(&b, q);
+    const auto& b = *static_cast<const Block*>(rows[p]);
+    if constexpr (q5) unpack_q5_k(&b, q);
+    else unpack_q4_k(&b, q);
     for (int t = 0; t < 4; ++t)
       for (int j = 0; j < 8; ++j)
-        for (int e = 0; e < 4; ++e)
-          vbyte(quant + (8 * t + j) * 4 * P, p, e) =
-              static_cast<uint8_t>(q[64 * t + 4 * j + e] | q[64 * t + 32 + 4 * j + e] << 4);
+        for (int e = 0; e < 4; ++e) {
+          const uint8_t lo = q[64 * t + 4 * j + e], hi = q[64 * t + 32 + 4 * j + e];
+          vbyte(quant + (8 * t + j) * 4 * P, p, e) = static_cast<uint8_t>((lo & 15) | (hi & 15) << 4);
+          if constexpr (q5)
+            vbyte(quant + (32 + j) * 4 * P, p, e) |= static_cast<uint8_t>((lo >> 4) << (2 * t) | (hi >> 4) << (2 * t + 1));
+        }
     put_u16(meta + meta::q4k_d(P) + 2 * p, b.d);
     put_u16(meta + meta::q4k_dmin(P) + 2 * p, b.dmin);
     for (int s = 0; s < 8; ++s) {
@@ -80,11 +88,20 @@ void pack_q8_0(const void* const* rows, int P, bool bias128, uint8_t* quant, uin
 }  // namespace
 
 void unpack_q4_k(const void* block, uint8_t q[256]) {
-  const auto& b = *static_cast<const BlockQ4_K*>(block);
+  const auto& b = *static_cast<const quant::BlockQ4_K*>(block);
   for (int c = 0; c < 4; ++c)
     for (int l = 0; l < 32; ++l) {
       q[64 * c + l] = b.qs[32 * c + l] & 15;
       q[64 * c + 32 + l] = b.qs[32 * c + l] >> 4;
+    }
+}
+
+void unpack_q5_k(const void* block, uint8_t q[256]) {
+  const auto& b = *static_cast<const quant::BlockQ5_K*>(block);
+  for (int c = 0; c < 4; ++c)  // quant::q5_k_quant, a chunk at a time
+    for (int l = 0; l < 32; ++l) {
+      q[64 * c + l] = static_cast<uint8_t>((b.qs[32 * c + l] & 15) | ((b.qh[l] >> (2 * c)) & 1) << 4);
+      q[64 * c + 32 + l] = static_cast<uint8_t>((b.qs[32 * c + l] >> 4) | ((b.qh[l] >> (2 * c + 1)) & 1) << 4);
     }
 }
 
@@ -104,24 +121,21 @@ void unpack_q6_k(const void* block, uint8_t q[256]) {
 }
 
 PackedLayout packed_layout(Isa isa, GgmlType wtype, int64_t n, int64_t k) {
-  if (!jit_supports_type(wtype))
-    throw Error("no JIT kernel for " + ggml_type_name(wtype) + " weights (supported: Q4_K, Q6_K, Q8_0)");
+  const WeightTypeTraits* w = weight_traits(wtype);
+  if (!w) throw Error("no JIT kernel for " + ggml_type_name(wtype) + " weights (supported: " + jit_type_list() + ")");
   PackedLayout l;
   l.isa = isa;
   l.wtype = wtype;
   l.p = panel_rows(isa, wtype, k);
   l.n = n;
   l.k = k;
-  l.block = wtype == GgmlType::Q8_0 ? 32 : 256;
+  l.block = w->block;
   if (k <= 0 || k % l.block != 0 || n <= 0)
     throw Error("cannot repack " + ggml_type_name(wtype) + " matrix of " + std::to_string(n) + " rows x " +
                 std::to_string(k) + ": row length must be a positive multiple of " + std::to_string(l.block));
   l.nblocks = k / l.block;
-  switch (wtype) {
-    case GgmlType::Q4_K: l.quant_bytes = 128 * l.p; l.meta_bytes = 20 * l.p; break;
-    case GgmlType::Q6_K: l.quant_bytes = 256 * l.p; l.meta_bytes = 18 * l.p; break;
-    default: l.quant_bytes = 32 * l.p; l.meta_bytes = 2 * l.p; break;
-  }
+  l.quant_bytes = static_cast<int64_t>(w->quant_bytes) * l.p;
+  l.meta_bytes = static_cast<int64_t>(w->meta_bytes) * l.p;
   l.panel_bytes = (l.nblocks * (l.quant_bytes + l.meta_bytes) + 63) / 64 * 64;
   l.n_panels = (n + l.p - 1) / l.p;
   return l;
@@ -135,6 +149,9 @@ size_t QuantMatrix::src_row_bytes() const {
 QuantMatrix prepare_matrix(GgmlType type, int64_t k, int64_t n, const void* data, Isa isa, ThreadPool& pool,
                            const std::string& what) {
   const auto t0 = std::chrono::steady_clock::now();
+  // A type without an AMX body runs the avx512-vnni kernels (the AMX machine has them).
+  const WeightTypeTraits* traits = weight_traits(type);
+  if (isa == Isa::Amx && traits && !traits->amx) isa = Isa::Avx512Vnni;
   QuantMatrix m;
   m.type = type;
   m.isa = isa;
@@ -166,15 +183,11 @@ QuantMatrix prepare_matrix(GgmlType type, int64_t k, int64_t n, const void* data
       uint8_t* quant = base + blk * L.quant_bytes;
       uint8_t* meta = base + L.meta_offset() + blk * L.meta_bytes;
       switch (type) {
-        case GgmlType::Q4_K:
-          pack_q4_k(rows, L.p, quant, meta);
-          break;
-        case GgmlType::Q6_K:
-          pack_q6_k(rows, L.p, signed_q6, quant, meta);
-          break;
-        default:
-          pack_q8_0(rows, L.p, bias128, quant, meta);
-          break;
+        case GgmlType::Q4_K: pack_scale_min<quant::BlockQ4_K>(rows, L.p, quant, meta); break;
+        case GgmlType::Q5_K: pack_scale_min<quant::BlockQ5_K>(rows, L.p, quant, meta); break;
+        case GgmlType::Q6_K: pack_q6_k(rows, L.p, signed_q6, quant, meta); break;
+        case GgmlType::Q8_0: pack_q8_0(rows, L.p, bias128, quant, meta); break;
+        default: throw Error(what + ": no repack for " + ggml_type_name(type));  // packed_layout refused it
       }
     }
   });

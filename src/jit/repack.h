@@ -1,4 +1,4 @@
-// Weight repacking at load: ggml Q4_K / Q6_K / Q8_0 rows into the interleaved layout the JIT kernels
+// Weight repacking at load: ggml Q4_K / Q5_K / Q6_K / Q8_0 rows (the weight table's types) into the interleaved layout the JIT kernels
 // read, so that one vpdpbusd multiplies P weight rows (16 in a zmm, 8 in a ymm) by 4 int8 activations.
 // Nothing but the kernels (and the tests) reads this layout.
 //
@@ -13,6 +13,10 @@
 //                       q[p][64t+4j+b] | q[p][64t+32+4j+b] << 4   (ggml's own nibble order; q in 0..15)
 //                     so the low nibbles are sub-block 2t and the high nibbles sub-block 2t+1.
 //       meta   (20P): d fp16 [P] | dmin fp16 [P] | scales u8 [8][P] | mins u8 [4][P][2] (pairs for vpdpwssd)
+// Q5_K  quant (160P): Q4_K's 32 nibble vectors of the low 4 bits (128P), then for group j < 8 a vector H[j]
+//                     (32P): bit 2t of byte b of dword p = bit 4 of q[p][64t+4j+b], bit 2t+1 = bit 4 of
+//                     q[p][64t+32+4j+b] (ggml's own qh bytes, q in 0..31): 2.3% more than the GGUF
+//       meta   (20P): as Q4_K
 // Q6_K  quant (256P): for sub-block u < 16, group g < 4: vector V[u][g], byte b of dword p = q[p][16u+4g+b],
 //                     q in 0..63 (ggml's q + 32) as a whole byte: the kernels at many rows are bound by
 //                     arithmetic, not memory, and unpacking 6 bits would cost more than the 22% more bytes
@@ -85,8 +89,9 @@ struct QuantMatrix {
 QuantMatrix prepare_matrix(GgmlType type, int64_t k, int64_t n, const void* data, Isa isa, ThreadPool& pool,
                            const std::string& what = "weight matrix");
 
-// The unsigned quants of one ggml block in element order: Q4_K 0..15, Q6_K 0..63 (ggml's q + 32).
+// The unsigned quants of one ggml block in element order: Q4_K 0..15, Q5_K 0..31, Q6_K 0..63 (ggml's q + 32).
 void unpack_q4_k(const void* block, uint8_t q[256]);
+void unpack_q5_k(const void* block, uint8_t q[256]);
 void unpack_q6_k(const void* block, uint8_t q[256]);
 
 }  // namespace dllm::jit

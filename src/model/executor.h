@@ -80,6 +80,10 @@ class Executor {
   // Short name for diagnostics ("reference", ...).
   virtual std::string name() const = 0;
 
+  // After load: one sentence for the user when some matrices run on a slower path than the executor's
+  // own (the JIT CPU executor's weight types without kernels), else "". Commands print it once.
+  virtual std::string load_warning() const { return {}; }
+
   // Load time, before any weight or vector: the model's hyperparameters (prepare_forward_weights passes
   // them), so that a device backend can build everything for the model's shapes at once. Default: nothing.
   virtual void prepare_model(const HParams& hp) { (void)hp; }

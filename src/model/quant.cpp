@@ -101,6 +101,16 @@ int q4_k_quant(const BlockQ4_K& b, int k) {
   return r < 32 ? (byte & 0xf) : (byte >> 4);
 }
 
+// Q5_K: Q4_K's nibbles plus a fifth bit: element l of chunk c takes bit 2c (l < 32 of the chunk, the low
+// nibbles) or 2c+1 (the high nibbles) of qh[l % 32].
+int q5_k_quant(const BlockQ5_K& b, int k) {
+  const int c = k / 64, r = k % 64;
+  const uint8_t byte = b.qs[32 * c + r % 32];
+  const int low4 = r < 32 ? (byte & 0xf) : (byte >> 4);
+  const int bit = (b.qh[r % 32] >> (2 * c + (r < 32 ? 0 : 1))) & 1;
+  return low4 | bit << 4;
+}
+
 // The 6-bit quant at position k (0..255) of a Q6_K block, in -32..31. Within each half of 128:
 // elements l, l+32, l+64, l+96 (l < 32) take ql[l] low, ql[l+32] low, ql[l] high, ql[l+32] high,
 // with qh[l] bits 0-1, 2-3, 4-5, 6-7 on top.

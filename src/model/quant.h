@@ -89,8 +89,9 @@ extern const int8_t kIQ4NLValues[16];
 
 // Sub-block j (0..7) scale and min of a Q4_K / Q5_K block: 6-bit values packed into 12 bytes.
 void scale_min_k4(int j, const uint8_t* scales, uint8_t* sc, uint8_t* m);
-// Quant k (0..255) of a super-block, in element order: Q4_K in 0..15, Q6_K in -32..31.
+// Quant k (0..255) of a super-block, in element order: Q4_K in 0..15, Q5_K in 0..31, Q6_K in -32..31.
 int q4_k_quant(const BlockQ4_K& b, int k);
+int q5_k_quant(const BlockQ5_K& b, int k);
 int q6_k_quant(const BlockQ6_K& b, int k);
 
 // ---- Reference activation quantizers ----

@@ -1,4 +1,4 @@
-// Reference integer dot products (Q4_K x Q8_K, Q6_K x Q8_K, Q8_0 x Q8_0): the oracles of the JIT and GPU
+// Reference integer dot products (Q4_K, Q5_K and Q6_K x Q8_K, Q8_0 x Q8_0): the oracles of the JIT and GPU
 // GEMM kernels. Integer parts are exact; the float result follows ggml's scalar kernels.
 #include "model/quant_ref_dot.h"
 
@@ -39,7 +39,11 @@ double DotPartsQ4K::abs_f64() const {
 double DotPartsQ6K::exact_f64() const { return double(d_w) * double(d_a) * sum_scaled_q; }
 double DotPartsQ6K::abs_f64() const { return std::fabs(double(d_w) * double(d_a)) * sum_abs_scaled_q; }
 
-DotPartsQ4K dot_parts_q4_K_q8_K(const BlockQ4_K& w, const BlockQ8_K& a) {
+namespace {
+
+// Q4_K and Q5_K share everything but the quant: 6-bit scales and mins per sub-block of 32 (scale_min_k4).
+template <class Block, class Quant>
+DotPartsQ4K dot_parts_scale_min(const Block& w, const BlockQ8_K& a, Quant quant) {
   DotPartsQ4K p;
   p.d_w = fp16_to_f32(w.d);
   p.dmin_w = fp16_to_f32(w.dmin);
@@ -48,7 +52,7 @@ DotPartsQ4K dot_parts_q4_K_q8_K(const BlockQ4_K& w, const BlockQ8_K& a) {
   for (int j = 0; j < 8; ++j) {  // sub-blocks of 32
     int32_t s = 0;
     for (int k = 32 * j; k < 32 * j + 32; ++k) {
-      const int t = q4_k_quant(w, k) * a.qs[k];
+      const int t = quant(w, k) * a.qs[k];
       s += t;
       p.sum_abs_scaled_q += p.scales[j] * std::abs(t);
     }
@@ -56,6 +60,33 @@ DotPartsQ4K dot_parts_q4_K_q8_K(const BlockQ4_K& w, const BlockQ8_K& a) {
   }
   for (int j = 0; j < 16; ++j) p.sum_mins += a.bsums[j] * p.mins[j / 2];
   return p;
+}
+
+template <class Block, class Parts>
+float vec_dot_scale_min(int64_t n, const void* w, const void* a, std::vector<DotPartsQ4K>* parts, Parts dot_parts,
+                        const char* what) {
+  check_n(n, kQK_K, what);
+  if (parts) parts->clear();
+  float sum = 0;
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const DotPartsQ4K p = dot_parts(load_block<Block>(w, i), load_block<BlockQ8_K>(a, i));
+    const float d = p.d_w * p.d_a;
+    const float dmin = p.dmin_w * p.d_a;
+    sum += d * static_cast<float>(p.sum_scaled_q);
+    sum -= dmin * static_cast<float>(p.sum_mins);
+    if (parts) parts->push_back(p);
+  }
+  return sum;
+}
+
+}  // namespace
+
+DotPartsQ4K dot_parts_q4_K_q8_K(const BlockQ4_K& w, const BlockQ8_K& a) {
+  return dot_parts_scale_min(w, a, q4_k_quant);
+}
+
+DotPartsQ4K dot_parts_q5_K_q8_K(const BlockQ5_K& w, const BlockQ8_K& a) {
+  return dot_parts_scale_min(w, a, q5_k_quant);
 }
 
 DotPartsQ6K dot_parts_q6_K_q8_K(const BlockQ6_K& w, const BlockQ8_K& a) {
@@ -76,18 +107,11 @@ DotPartsQ6K dot_parts_q6_K_q8_K(const BlockQ6_K& w, const BlockQ8_K& a) {
 }
 
 float vec_dot_q4_K_q8_K(int64_t n, const void* w, const void* a, std::vector<DotPartsQ4K>* parts) {
-  check_n(n, kQK_K, "vec_dot_q4_K_q8_K");
-  if (parts) parts->clear();
-  float sum = 0;
-  for (int64_t i = 0; i < n / kQK_K; ++i) {
-    const DotPartsQ4K p = dot_parts_q4_K_q8_K(load_block<BlockQ4_K>(w, i), load_block<BlockQ8_K>(a, i));
-    const float d = p.d_w * p.d_a;
-    const float dmin = p.dmin_w * p.d_a;
-    sum += d * static_cast<float>(p.sum_scaled_q);
-    sum -= dmin * static_cast<float>(p.sum_mins);
-    if (parts) parts->push_back(p);
-  }
-  return sum;
+  return vec_dot_scale_min<BlockQ4_K>(n, w, a, parts, dot_parts_q4_K_q8_K, "vec_dot_q4_K_q8_K");
+}
+
+float vec_dot_q5_K_q8_K(int64_t n, const void* w, const void* a, std::vector<DotPartsQ4K>* parts) {
+  return vec_dot_scale_min<BlockQ5_K>(n, w, a, parts, dot_parts_q5_K_q8_K, "vec_dot_q5_K_q8_K");
 }
 
 float vec_dot_q6_K_q8_K(int64_t n, const void* w, const void* a, std::vector<DotPartsQ6K>* parts) {

@@ -37,6 +37,7 @@ template <int N, int K>
 void add_gemm_all_formats(std::map<std::string, Launcher>& r) {
   add_gemm<WT_Q8_0, N, K>(r);
   add_gemm<WT_Q4_K, N, K>(r);
+  add_gemm<WT_Q5_K, N, K>(r);
   add_gemm<WT_Q6_K, N, K>(r);
 }
 template <int MODE, int ACT, int K>

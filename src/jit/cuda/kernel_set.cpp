@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "jit/cuda/kernel_text.h"
+#include "jit/weight_types.h"
 #include "common/error.h"
 
 namespace dllm::jit::cuda {
@@ -42,21 +43,19 @@ unsigned to_unsigned(int64_t v, const char* what) {
 }  // namespace
 
 bool weight_format_of(GgmlType t, WeightFormat* out) {
-  switch (t) {
-    case GgmlType::Q8_0: *out = WeightFormat::Q8_0; return true;
-    case GgmlType::Q4_K: *out = WeightFormat::Q4_K; return true;
-    case GgmlType::Q6_K: *out = WeightFormat::Q6_K; return true;
-    default: return false;
-  }
+  const WeightTypeTraits* w = weight_traits(t);
+  if (!w || !w->gpu) return false;
+  *out = t;
+  return true;
 }
 
 const char* weight_format_name(WeightFormat f) {
-  switch (f) {
-    case WeightFormat::Q8_0: return "q8_0";
-    case WeightFormat::Q4_K: return "q4_k";
-    case WeightFormat::Q6_K: return "q6_k";
-  }
-  return "?";
+  const WeightTypeTraits* w = weight_traits(f);
+  return w ? w->tag : "unsupported";
+}
+
+ActFormat act_format_for(WeightFormat f) {
+  return jit::act_format_for(f) == jit::ActFormat::Q8_0 ? ActFormat::Q8_0 : ActFormat::Q8_K;
 }
 
 std::string GemmDesc::name() const {
@@ -187,7 +186,7 @@ std::string gpu_support_error(const model::ModelTensors& tensors) {
     WeightFormat f = WeightFormat::Q8_0;
     if (!weight_format_of(m.type(), &f)) {
       err = "tensor " + std::string(m.name) + " is " + ggml_type_name(m.type_id) +
-            ": the GPU backend has matrix kernels for Q4_K, Q6_K and Q8_0 (run with --device cpu)";
+            ": the GPU backend has matrix kernels for " + gpu_type_list() + " (run with --device cpu)";
     } else if (m.ne[1] % 8 != 0) {
       err = "tensor " + std::string(m.name) + " has " + std::to_string(m.ne[1]) +
             " rows: the GPU matrix kernels need a multiple of 8 (run with --device cpu)";

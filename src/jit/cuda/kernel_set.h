@@ -14,17 +14,18 @@
 
 namespace dllm::jit::cuda {
 
-// Weight formats with int8 tensor-core kernels. Values match gemm.cuh's WT_* constants.
-enum class WeightFormat : int { Q8_0 = 0, Q4_K = 1, Q6_K = 2 };
+// The weight formats of the int8 tensor-core kernels are the ggml types of the weight table
+// (jit/weight_types.h) whose row says `gpu`; gemm.cuh's WT_* constants are their ggml type ids.
+using WeightFormat = GgmlType;
 // The format for a GGUF type, or false when the GPU has no kernel for it.
 bool weight_format_of(GgmlType t, WeightFormat* out);
-const char* weight_format_name(WeightFormat f);  // "q8_0", "q4_k", "q6_k"
+const char* weight_format_name(WeightFormat f);  // "q8_0", "q4_k", "q5_k", "q6_k"
 
 // Activation quantiser modes (quant.cuh QR_*).
 enum class QuantMode : int { Plain = 0, RmsNorm = 1, SwiGlu = 2 };
-// ggml's activation formats (quant.cuh ACT_*): Q8_0 for Q8_0 weights, Q8_K for Q4_K / Q6_K weights.
+// ggml's activation formats (quant.cuh ACT_*): Q8_0 for Q8_0 weights, Q8_K for the K-quants (the table's `act`).
 enum class ActFormat : int { Q8_0 = 0, Q8_K = 1 };
-inline ActFormat act_format_for(WeightFormat f) { return f == WeightFormat::Q8_0 ? ActFormat::Q8_0 : ActFormat::Q8_K; }
+ActFormat act_format_for(WeightFormat f);
 // RoPE styles of pack_heads (quant.cuh PK_*).
 enum class PackStyle : int { None = 0, Norm = 1, Neox = 2 };
 
@@ -118,8 +119,8 @@ KernelSet kernels_for_model(const model::HParams& hp, const model::ModelTensors&
 KernelSet kernels_for_hparams(const model::HParams& hp, const std::vector<WeightFormat>& formats);
 
 // "" when every matrix of the model has a GPU kernel, else the error for the first one that has not:
-// "tensor blk.0.attn_q.weight is F16: the GPU backend has matrix kernels for Q4_K, Q6_K and Q8_0
-//  (run with --device cpu)". Also rejects shapes the kernels cannot take (N not a multiple of 8).
+// "tensor blk.0.attn_q.weight is F16: the GPU backend has matrix kernels for Q4_K, Q5_K, Q6_K and Q8_0
+//  (run with --device cpu)" (the list from the weight table). Also rejects shapes the kernels cannot take (N not a multiple of 8).
 std::string gpu_support_error(const model::ModelTensors& tensors);
 
 // "" when the GPU attention kernel takes this head geometry (a multiple of 16 up to 128, an even number

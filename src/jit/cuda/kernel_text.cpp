@@ -31,10 +31,10 @@ struct QuantRowsParams {
 struct GemmParams {
   const unsigned char* a;  // activation fragments (QuantRowsParams::q)
   const float* da;         // activation block scales
-  const float* sa;         // activation block sums (Q4_K's min term)
+  const float* sa;         // activation block sums (Q4_K's and Q5_K's min term)
   const unsigned char* w;  // weight fragments (weight_pack.h)
   const float* ws;         // weight block scales
-  const float* wm;         // Q4_K: weight block mins; otherwise unused
+  const float* wm;         // Q4_K, Q5_K: weight block mins; otherwise unused
   float* y;                // out: [rows][ldy] f32
   int rows;                // valid rows
   int ldy;                 // row stride of y, in floats
@@ -380,6 +380,7 @@ constexpr char kFile3[] = R"dllm_cuh(// The quantised matrix product on int8 ten
 // f32 right after it:
 //   Q8_0:  x_w = s*q                 acc += da*s * dot
 //   Q4_K:  x_w = s*q - m (q in 0..15) acc += da*s * dot - m * (da*sum(q_a))
+//   Q5_K:  x_w = s*q - m (q in 0..31) as Q4_K, quants as bytes
 //   Q6_K:  x_w = s_h*q per 16 values  acc += da * (s_lo*dot_lo + s_hi*dot_hi)
 //
 // Tiling: a warp computes 32 rows x 32 columns (2 x 4 mma tiles), a block of 4 warps 32 rows x 128
@@ -388,7 +389,7 @@ constexpr char kFile3[] = R"dllm_cuh(// The quantised matrix product on int8 ten
 // no block synchronisation are needed.
 //
 // Weight fragment layout, per 8-column tile nt and 16-byte lane record:
-//   byte formats (Q8_0, Q6_K as q-32): records [nt][kb/2][lane]; words {b0, b1} of kb even, then odd;
+//   byte formats (Q8_0, Q5_K, Q6_K as q-32): records [nt][kb/2][lane]; words {b0, b1} of kb even, then odd;
 //   nibble format (Q4_K): records [nt][kb/4][lane]; word j = k-block 4*(kb/4)+j, byte i = q(k=4t+i) |
 //   q(k=16+4t+i) << 4, so b0 = w & 0x0F0F0F0F and b1 = (w >> 4) & 0x0F0F0F0F.
 //   lane 4g+t of tile nt covers column 8*nt + g.
@@ -396,7 +397,8 @@ constexpr char kFile3[] = R"dllm_cuh(// The quantised matrix product on int8 ten
 #ifndef DLLM_CUDA_GEMM_CUH
 #define DLLM_CUDA_GEMM_CUH
 
-enum { WT_Q8_0 = 0, WT_Q4_K = 1, WT_Q6_K = 2 };
+// ggml's type ids (the host's WeightFormat is the GgmlType of the weight table).
+enum { WT_Q8_0 = 8, WT_Q4_K = 12, WT_Q5_K = 13, WT_Q6_K = 14 };
 constexpr int kGemmWarps = 4;    // warps per block, side by side along N
 constexpr int kGemmMTiles = 2;   // 16-row tiles per warp
 constexpr int kGemmNTiles = 4;   // 8-column tiles per warp
@@ -408,6 +410,7 @@ DEV void gemm_body(const GemmParams& p) {
   static_assert(N % 8 == 0 && K % 32 == 0, "bad GEMM shape");
   constexpr int KBP = (K / 32 + 3) / 4 * 4;
   constexpr int KG = WT == WT_Q4_K ? 4 : 2;  // k-blocks per 16-byte weight record
+  constexpr bool MINS = WT == WT_Q4_K || WT == WT_Q5_K;  // x_w = s*q - m
   constexpr int NKG = KBP / KG;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -441,7 +444,7 @@ DEV void gemm_body(const GemmParams& p) {
         const long long r0 = static_cast<long long>(mt0 + mt) * 16 + g;
         da0[mt] = ld_f(p.da + r0 * KBP + kb);
         da1[mt] = ld_f(p.da + (r0 + 8) * KBP + kb);
-        if (WT == WT_Q4_K) {
+        if (MINS) {
           sa0[mt] = ld_f(p.sa + r0 * KBP + kb);
           sa1[mt] = ld_f(p.sa + (r0 + 8) * KBP + kb);
         }
@@ -476,7 +479,7 @@ DEV void gemm_body(const GemmParams& p) {
           float2 m;
           m.x = 0.f;
           m.y = 0.f;
-          if (WT == WT_Q4_K) m = ld_f2(p.wm + sidx * 8 + 2 * t);
+          if (MINS) m = ld_f2(p.wm + sidx * 8 + 2 * t);
           UNROLL
           for (int mt = 0; mt < kGemmMTiles; ++mt) {
             int c[4] = {0, 0, 0, 0};
@@ -485,7 +488,7 @@ DEV void gemm_body(const GemmParams& p) {
             acc[mt][nt][1] += static_cast<float>(c[1]) * (da0[mt] * s.y);
             acc[mt][nt][2] += static_cast<float>(c[2]) * (da1[mt] * s.x);
             acc[mt][nt][3] += static_cast<float>(c[3]) * (da1[mt] * s.y);
-            if (WT == WT_Q4_K) {
+            if (MINS) {
               acc[mt][nt][0] -= sa0[mt] * m.x;
               acc[mt][nt][1] -= sa0[mt] * m.y;
               acc[mt][nt][2] -= sa1[mt] * m.x;

@@ -12,7 +12,7 @@ namespace dllm::jit::cuda {
 
 namespace {
 
-// Byte formats (Q8_0, Q6_K): records [kb/2][lane] of 16 bytes, words (kb%2)*2 + (kk>=16).
+// Byte formats (Q8_0, Q5_K, Q6_K): records [kb/2][lane] of 16 bytes, words (kb%2)*2 + (kk>=16).
 size_t byte_offset(int64_t kb, int col, int kk) {
   const int lane = col * 4 + (kk % 16) / 4;
   const int word = static_cast<int>(kb % 2) * 2 + kk / 16;
@@ -32,6 +32,18 @@ Block block_at(const uint8_t* row, int64_t i) {
   Block b;
   std::memcpy(&b, row + static_cast<size_t>(i) * sizeof(Block), sizeof(Block));
   return b;
+}
+
+// The per-32 scales d*sc and mins dmin*m of a Q4_K / Q5_K super-block sb, as the reference decoder forms them.
+template <class Block>
+void scale_min_columns(const Block& b, int64_t sb, int col, float* ts, float* tm) {
+  const float d = quant::fp16_to_f32(b.d), dmin = quant::fp16_to_f32(b.dmin);
+  for (int j = 0; j < 8; ++j) {
+    uint8_t sc = 0, mn = 0;
+    quant::scale_min_k4(j, b.scales, &sc, &mn);
+    ts[(sb * 8 + j) * 8 + col] = d * static_cast<float>(sc);
+    tm[(sb * 8 + j) * 8 + col] = dmin * static_cast<float>(mn);
+  }
 }
 
 void pack_column(const gguf::TensorInfo& t, const PackedLayout& L, const uint8_t* row, int col, uint8_t* tq,
@@ -58,16 +70,18 @@ void pack_column(const gguf::TensorInfo& t, const PackedLayout& L, const uint8_t
         }
       }
       break;
+    case WeightFormat::Q5_K:  // q in 0..31 as bytes, a scale and a min per 32 as Q4_K
+      for (int64_t sb = 0; sb < L.k / 256; ++sb) {
+        const auto b = block_at<quant::BlockQ5_K>(row, sb);
+        scale_min_columns(b, sb, col, ts, tm);
+        for (int e = 0; e < 256; ++e)
+          tq[byte_offset(sb * 8 + e / 32, col, e % 32)] = static_cast<uint8_t>(quant::q5_k_quant(b, e));
+      }
+      break;
     case WeightFormat::Q4_K:
       for (int64_t sb = 0; sb < L.k / 256; ++sb) {
         const auto b = block_at<quant::BlockQ4_K>(row, sb);
-        const float d = quant::fp16_to_f32(b.d), dmin = quant::fp16_to_f32(b.dmin);
-        for (int j = 0; j < 8; ++j) {
-          uint8_t sc = 0, mn = 0;
-          quant::scale_min_k4(j, b.scales, &sc, &mn);
-          ts[(sb * 8 + j) * 8 + col] = d * static_cast<float>(sc);
-          tm[(sb * 8 + j) * 8 + col] = dmin * static_cast<float>(mn);
-        }
+        scale_min_columns(b, sb, col, ts, tm);
         // Chunk c holds sub-blocks 2c (low nibbles) and 2c+1 (high nibbles) in 32 bytes.
         for (int c = 0; c < 4; ++c) {
           for (int l = 0; l < 32; ++l) {
@@ -79,18 +93,18 @@ void pack_column(const gguf::TensorInfo& t, const PackedLayout& L, const uint8_t
         }
       }
       break;
+    default: throw Error("tensor " + std::string(t.name) + ": no GPU packing for " + ggml_type_name(L.format));
   }
-  (void)t;
 }
 
 }  // namespace
 
 size_t PackedLayout::quant_bytes_per_tile() const {
-  return static_cast<size_t>(kbp) * (format == WeightFormat::Q4_K ? 128 : 256);
+  return static_cast<size_t>(kbp) * (require_weight_traits(format, "GPU weight format").gpu_nibbles ? 128 : 256);
 }
 
 size_t PackedLayout::scales_per_tile() const {
-  return static_cast<size_t>(kbp) * 8 * (format == WeightFormat::Q6_K ? 2 : 1);
+  return static_cast<size_t>(kbp) * 8 * require_weight_traits(format, "GPU weight format").gpu_scales_per_32;
 }
 
 PackedLayout packed_layout(const gguf::TensorInfo& t) {
@@ -98,7 +112,7 @@ PackedLayout packed_layout(const gguf::TensorInfo& t) {
   if (t.n_dims != 2) throw Error("tensor " + std::string(t.name) + " is not a matrix");
   if (!weight_format_of(t.type(), &L.format)) {
     throw Error("tensor " + std::string(t.name) + " is " + ggml_type_name(t.type_id) +
-                ": the GPU backend has matrix kernels for Q4_K, Q6_K and Q8_0 (run with --device cpu)");
+                ": the GPU backend has matrix kernels for " + gpu_type_list() + " (run with --device cpu)");
   }
   L.n = t.ne[1];
   L.k = t.ne[0];
@@ -146,8 +160,12 @@ float packed_value(const PackedLayout& L, const uint8_t* quants, const float* sc
       const float* tm = mins + static_cast<size_t>(tile) * L.scales_per_tile();
       return ts[kb * 8 + col] * static_cast<float>(q) - tm[kb * 8 + col];
     }
+    case WeightFormat::Q5_K: {
+      const float* tm = mins + static_cast<size_t>(tile) * L.scales_per_tile();
+      return ts[kb * 8 + col] * static_cast<float>(tq[byte_offset(kb, col, kk)]) - tm[kb * 8 + col];
+    }
+    default: throw Error("packed_value: no GPU format " + ggml_type_name(L.format));
   }
-  return 0.f;
 }
 
 }  // namespace dllm::jit::cuda

@@ -1,7 +1,7 @@
-// Repacking of Q4_K / Q6_K / Q8_0 weight matrices into the layout the int8 tensor-core GEMM reads
-// (kernels/gemm.cuh): quants as ready-made mma B fragments (Q4_K kept at 4 bits, two per byte; Q6_K and
-// Q8_0 as int8), and one f32 scale (plus one f32 min for Q4_K) per 32 values and column (per 16 values
-// for Q6_K). Scales are computed exactly as the reference decoder computes them (d*sc, dmin*m in f32),
+// Repacking of Q4_K / Q5_K / Q6_K / Q8_0 weight matrices into the layout the int8 tensor-core GEMM reads
+// (kernels/gemm.cuh): quants as ready-made mma B fragments (Q4_K kept at 4 bits, two per byte; Q5_K (0..31),
+// Q6_K and Q8_0 as int8), and one f32 scale (plus one f32 min for Q4_K and Q5_K) per 32 values and column
+// (per 16 values for Q6_K). Scales are computed exactly as the reference decoder computes them (d*sc, dmin*m in f32),
 // so the packed weights decode to the reference values bit for bit. Columns are processed in ranges of
 // 8-column tiles so a large matrix can be packed and uploaded piece by piece.
 #pragma once
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "jit/cuda/kernel_set.h"
+#include "jit/weight_types.h"
 #include "model/gguf.h"
 
 namespace dllm::jit::cuda {
@@ -21,10 +22,10 @@ struct PackedLayout {
   int64_t ntiles = 0;  // 8-column tiles, padded to a whole GEMM block
   int64_t kbp = 0;     // 32-value blocks per row, padded to a multiple of 4
   size_t quant_bytes_per_tile() const;
-  size_t scales_per_tile() const;  // f32 values of ws per tile (and of wm for Q4_K)
+  size_t scales_per_tile() const;  // f32 values of ws per tile (and of wm for Q4_K, Q5_K)
   size_t quant_bytes() const { return quant_bytes_per_tile() * static_cast<size_t>(ntiles); }
   size_t scale_count() const { return scales_per_tile() * static_cast<size_t>(ntiles); }
-  bool has_mins() const { return format == WeightFormat::Q4_K; }
+  bool has_mins() const { return weight_traits(format) && weight_traits(format)->gpu_mins; }
   size_t device_bytes() const {
     return quant_bytes() + scale_count() * sizeof(float) * (has_mins() ? 2 : 1);
   }

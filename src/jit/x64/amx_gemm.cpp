@@ -27,6 +27,8 @@ AmxGemmGenerator::AmxGemmGenerator(const GemmDesc& desc)
       m_(desc.m),
       kt_(desc.wtype == GgmlType::Q6_K ? 16 : 32) {
   if (desc.isa != Isa::Amx) throw Error("cannot generate kernel " + desc.name() + ": not an AMX descriptor");
+  if (!require_weight_traits(desc.wtype, desc.name()).amx)
+    throw Error("cannot generate kernel " + desc.name() + ": no AMX body for " + ggml_type_name(desc.wtype));
   if (desc.m < 1 || desc.m > 16)
     throw Error("cannot generate kernel " + desc.name() + ": an AMX tile holds 1 to 16 rows, not " + std::to_string(desc.m));
 }
@@ -178,7 +180,8 @@ void AmxGemmGenerator::generate() {
       switch (desc_.wtype) {
         case GgmlType::Q4_K: body_q4k(); break;
         case GgmlType::Q6_K: body_q6k(); break;
-        default: body_q8_0(4); break;
+        case GgmlType::Q8_0: body_q8_0(4); break;
+        default: throw Error("cannot generate kernel " + desc_.name() + ": no AMX body for " + ggml_type_name(desc_.wtype));
       }
       add(reg_wq_, static_cast<uint32_t>(per_iter * layout_.quant_bytes));
       add(reg_wm_, static_cast<uint32_t>(per_iter * layout_.meta_bytes));

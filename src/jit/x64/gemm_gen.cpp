@@ -30,10 +30,11 @@ GemmGenerator<Vmm>::GemmGenerator(const GemmDesc& desc)
   if (desc.m < 1 || plan_.m != desc.m || desc.m > row_tile_cap(desc.wtype) || (!kZmm && desc.m > 6))
     throw Error("cannot generate kernel " + desc.name() + ": a row tile of " + std::to_string(desc.m) +
                 " does not fit the " + std::to_string(vector_registers(desc.isa)) + " vector registers");
-  if (layout_.p != nv_ * kP || (nv_ == 2 && (!kZmm || desc.wtype != GgmlType::Q6_K)))
+  if (layout_.p != nv_ * kP || (nv_ == 2 && (!kZmm || !require_weight_traits(desc.wtype, desc.name()).two_vector_panels)))
     throw Error("cannot generate kernel " + desc.name() + ": no body for panels of " + std::to_string(layout_.p) +
                 " rows");
-  masks_in_regs_ = desc.wtype == GgmlType::Q4_K && plan_.total() + mask_regs() <= vector_registers(desc.isa);
+  masks_in_regs_ = require_weight_traits(desc.wtype, desc.name()).nibble_masks &&
+                   plan_.total() + mask_regs() <= vector_registers(desc.isa);
 }
 
 template <class Vmm>
@@ -114,7 +115,7 @@ void GemmGenerator<Vmm>::load_weights(const Vmm& v, const RegExp& e) {
   // for Q8_0) gains 5-15% over 1 KB on a Zen 5 (the first row tile over a run of panels streams the
   // weights from memory, and the longer distance keeps enough lines in flight); with fewer rows the
   // hardware prefetcher does as well alone.
-  if (m_ >= 4) prefetcht0(ptr[e + (desc_.wtype == GgmlType::Q8_0 ? 8192 : 4096)]);
+  if (m_ >= 4) prefetcht0(ptr[e + require_weight_traits(desc_.wtype, kernel_name()).prefetch_bytes]);
 }
 
 template <class Vmm>
@@ -262,7 +263,7 @@ void GemmGenerator<Vmm>::store_panel(bool masked) {
 
 template <class Vmm>
 void GemmGenerator<Vmm>::generate() {
-  const bool q8k = desc_.wtype != GgmlType::Q8_0;
+  const bool q8k = act_format_for(desc_.wtype) == ActFormat::Q8_K;
   preamble();
   if (plan_.acc_in_mem) {
     sub(rsp, mv_ * kVB);
@@ -338,9 +339,11 @@ void GemmGenerator<Vmm>::generate() {
       align(16);
       L(l_block);
       switch (desc_.wtype) {
-        case GgmlType::Q4_K: body_q4k(); break;
+        case GgmlType::Q4_K:
+        case GgmlType::Q5_K: body_q4k(); break;
         case GgmlType::Q6_K: body_q6k(); break;
-        default: body_q8_0(2); break;
+        case GgmlType::Q8_0: body_q8_0(2); break;
+        default: throw Error("cannot generate kernel " + desc_.name() + ": no body for " + ggml_type_name(desc_.wtype));
       }
       advance(per_iter);
       dec(reg_blk_);
@@ -373,6 +376,8 @@ void GemmGenerator<Vmm>::emit_constants() {
   for (int i = 0; i < 64; ++i) db(0x0F);
   L(l_mask_f0_);
   for (int i = 0; i < 64; ++i) db(0xF0);
+  L(l_mask10_);
+  for (int i = 0; i < 64; ++i) db(0x10);
   L(l_ones16_);
   for (int i = 0; i < 32; ++i) dw(1);
   L(l_sixteenth_);

@@ -27,10 +27,13 @@ class GemmGenerator : public JitGenerator {
   static constexpr int kP = kZmm ? 16 : 8;  // weight rows per vector
   static constexpr int kVB = 4 * kP;        // bytes per vector
 
-  // One block of one panel for all M rows, per weight type (gemm_q4k.cpp, gemm_q6k.cpp, gemm_q8_0.cpp).
+  // One block of one panel for all M rows, per weight type (gemm_q4k.cpp: Q4_K and Q5_K, gemm_q6k.cpp,
+  // gemm_q8_0.cpp).
   // Pointers on entry: reg_wq_ (this block's quants), reg_wm_ (its meta record), reg_xq_/xd_/xs_/xc_
   // (this block of activation row 0). Q8_0 handles `blocks` (1 or 2) consecutive blocks at once.
-  void body_q4k();
+  void body_q4k();          // Q4_K and Q5_K
+  void body_q5k_avx2();     // Q5_K on AVX2 (ymm only)
+  void q4k_mins_and_accumulate();  // their mins term and the accumulator update
   void body_q6k();
   void body_q6k_two_vectors();  // zmm only (instantiated for Zmm), panels of two vectors
   void body_q8_0(int blocks);
@@ -54,7 +57,7 @@ class GemmGenerator : public JitGenerator {
   Xbyak::RegExp xd(int r, int block = 0) const { return reg_xd_ + r * layout_.nblocks * 4 + 4 * block; }
   Xbyak::RegExp xs(int r, int i) const { return reg_xs_ + r * (desc_.k / 32) * 2 + 2 * i; }
   Xbyak::RegExp xc(int r, int i) const { return reg_xc_ + r * corr_stride() + 4 * i; }
-  int64_t corr_stride() const { return (desc_.wtype == GgmlType::Q8_0 ? desc_.k / 32 : desc_.k / 16) * 4; }
+  int64_t corr_stride() const { return (act_format_for(desc_.wtype) == ActFormat::Q8_0 ? desc_.k / 32 : desc_.k / 16) * 4; }
 
   // ---- instructions that differ by family ----
   void vzero(const Vmm& v);
@@ -84,7 +87,7 @@ class GemmGenerator : public JitGenerator {
   void load_u8_pairs_to_i16(const Vmm& v, const Xbyak::RegExp& e);
   void load_f16_to_f32(const Vmm& v, const Xbyak::RegExp& e);
 
-  Xbyak::Label l_mask0f_, l_mask_f0_, l_ones16_, l_sixteenth_, l_tail_;
+  Xbyak::Label l_mask0f_, l_mask_f0_, l_mask10_, l_ones16_, l_sixteenth_, l_tail_;
 
   const GemmDesc desc_;
   const PackedLayout layout_;
@@ -104,9 +107,10 @@ class GemmGenerator : public JitGenerator {
   // the prologue has used them; r15 only on zmm, where the tail mask lives in k1).
   const Xbyak::Reg64 reg_kstride_ = rbx, reg_xq3_ = rax, reg_xq6_ = r15;
   // The 0x0F / 0xF0 byte masks held in the last vector registers, when the plan leaves them free (AVX2
-  // shifts the high nibbles down and needs only 0x0F).
+  // shifts the high nibbles down and needs only 0x0F; so does Q5_K).
   bool masks_in_regs_ = false;
-  int mask_regs() const { return desc_.isa == Isa::Avx2 ? 1 : 2; }
+  // Q5_K shifts its high nibbles down on every family, as AVX2 does Q4_K's.
+  int mask_regs() const { return desc_.isa == Isa::Avx2 || desc_.wtype == GgmlType::Q5_K ? 1 : 2; }
   Vmm vmask0f() const { return Vmm(vector_registers(desc_.isa) - mask_regs()); }
   Vmm vmaskf0() const { return Vmm(vector_registers(desc_.isa) - 1); }
 

@@ -1,4 +1,4 @@
-// Q4_K x Q8_K block body. A super-block is 4 pairs of 32-weight sub-blocks; one 64-byte load holds a
+// Q4_K and Q5_K x Q8_K block body. A super-block is 4 pairs of 32-weight sub-blocks; one 64-byte load holds a
 // pair's group of 4 weights per row: low nibbles sub-block 2t, high nibbles 2t+1. The two sub-blocks
 // accumulate in two int32 chains per row. The VNNI families keep the high nibbles in place (16*q, just
 // masked), folding the 1/16 into that sub-block's scale; AVX2 shifts them down, since vpmaddubsw pairs
@@ -10,21 +10,45 @@
 // super-block sum (exact for unit scales); the mins term sum_s mins[s] * (sum of the 32 activations of
 // s) is an exact int32 (vpdpwssd, two sub-blocks per instruction). Then, as ggml:
 //   acc += d_a * (sum_s d*scale[s]*dot_s - dmin * summins).
+// Q5_K is the same with a fifth bit per weight (repack.h: one high-bit vector per group j, ggml's qh
+// bytes): each group ORs bit 4 into both nibbles after shifting the high nibbles down (16*q would not
+// fit a byte), so its scales use d. On AVX2 a pair of q <= 31 products reaches 7874 and 8 groups would
+// overflow int16: its body (body_q5k_avx2) takes each sub-block in a pass of its own, 4 groups per int16 sum.
 #include "jit/x64/gemm_gen.h"
 
 namespace dllm::jit {
 
 template <class Vmm>
 void GemmGenerator<Vmm>::body_q4k() {
-  const Vmm raw = vtmp(0), lo = vtmp(1), hi = vtmp(2), sc = vtmp(3), dw = vtmp(4), dw16 = vtmp(5);
-  const bool hi16 = desc_.isa != Isa::Avx2;
+  const bool q5 = desc_.wtype == GgmlType::Q5_K;
+  const Vmm raw = vtmp(0), lo = vtmp(1), hi = vtmp(2), sc = vtmp(3), dw = vtmp(4);
+  const Vmm dw16 = q5 ? dw : vtmp(5);
+  const bool hi16 = desc_.isa != Isa::Avx2 && !q5;  // high nibbles kept in place, 1/16 in the scale
+  const bool i16 = desc_.isa == Isa::Avx2 && !q5;   // AVX2 Q4_K: a sub-block's pair sums in int16
   load_f16_to_f32(dw, reg_wm_ + meta::q4k_d(kP));
   if (hi16) {
     if constexpr (kZmm) vmulps(dw16, dw, ptr_b[rip + l_sixteenth_]);
     else vmulps(dw16, dw, ptr[rip + l_sixteenth_]);
   }
+  // Q5_K: bits 2t and 2t+1 of the high-bit vector H[j] are the fifth bits of lo and hi; shifted to bit 4
+  // of each byte (shifts within 16-bit lanes by at most 4 keep every byte's bit 4 its own).
+  auto or_bit4 = [&](const Vmm& dst, const Vmm& h) {
+    if constexpr (kZmm) {
+      vpandd(sc, h, ptr_b[rip + l_mask10_]);
+      vpord(dst, dst, sc);
+    } else {
+      vpand(sc, h, ptr[rip + l_mask10_]);
+      vpor(dst, dst, sc);
+    }
+  };
+  if constexpr (!kZmm) {
+    if (q5 && desc_.isa == Isa::Avx2) {
+      body_q5k_avx2();
+      return;
+    }
+  }
   for (int t = 0; t < 4; ++t) {
-    if (hi16) {
+    if (!i16) {
       for (int r = 0; r < m_; ++r) {
         vzero(vdot_a(r));
         vzero(vdot_b(r));
@@ -35,16 +59,27 @@ void GemmGenerator<Vmm>::body_q4k() {
       and_bytes(lo, raw, l_mask0f_);
       if (hi16) {
         and_bytes(hi, raw, l_mask_f0_);
-        for (int r = 0; r < m_; ++r) dot_u8s8(vdot_a(r), lo, xq(r, 64 * t + 4 * j));
-        for (int r = 0; r < m_; ++r) dot_u8s8(vdot_b(r), hi, xq(r, 64 * t + 32 + 4 * j));
       } else {
         vpsrlw(hi, raw, 4);
         and_bytes(hi, hi, l_mask0f_);
+      }
+      if (q5) {  // raw = H[j] moved so that bit 2t lands on bit 4; then bit 2t+1 after one more shift
+        load_vec(raw, reg_wq_ + (32 + j) * kVB);
+        if (t < 2) vpsllw(raw, raw, 4 - 2 * t);
+        else if (t == 3) vpsrlw(raw, raw, 2);
+        or_bit4(lo, raw);
+        vpsrlw(raw, raw, 1);
+        or_bit4(hi, raw);
+      }
+      if (i16) {
         for (int r = 0; r < m_; ++r) dot_u8s8_i16(vdot_a(r), lo, xq(r, 64 * t + 4 * j), j == 0);
         for (int r = 0; r < m_; ++r) dot_u8s8_i16(vdot_b(r), hi, xq(r, 64 * t + 32 + 4 * j), j == 0);
+      } else {
+        for (int r = 0; r < m_; ++r) dot_u8s8(vdot_a(r), lo, xq(r, 64 * t + 4 * j));
+        for (int r = 0; r < m_; ++r) dot_u8s8(vdot_b(r), hi, xq(r, 64 * t + 32 + 4 * j));
       }
     }
-    if (!hi16) {  // the int16 sums of each sub-block widened to its int32 dot
+    if (i16) {  // the int16 sums of each sub-block widened to its int32 dot
       for (int r = 0; r < m_; ++r) {
         vpmaddwd(vdot_a(r), vdot_a(r), ptr[rip + l_ones16_]);
         vpmaddwd(vdot_b(r), vdot_b(r), ptr[rip + l_ones16_]);
@@ -62,13 +97,18 @@ void GemmGenerator<Vmm>::body_q4k() {
       vfmadd231ps(vsb(r), vdot_b(r), sc);
     }
   }
-  // Mins: (m[2t], m[2t+1]) word pairs times (sum32[2t], sum32[2t+1]).
+  q4k_mins_and_accumulate();
+}
+
+// Mins: (m[2t], m[2t+1]) word pairs times (sum32[2t], sum32[2t+1]), then acc += d_a * (sum - dmin * mins).
+template <class Vmm>
+void GemmGenerator<Vmm>::q4k_mins_and_accumulate() {
+  const Vmm raw = vtmp(0), sc = vtmp(3), dmin = vtmp(4);
   for (int r = 0; r < m_; ++r) vzero(vdot_a(r));
   for (int t = 0; t < 4; ++t) {
     load_u8_pairs_to_i16(sc, reg_wm_ + meta::q4k_mins(kP) + t * 2 * kP);
     for (int r = 0; r < m_; ++r) dot_pairs(vdot_a(r), sc, xs(r, 2 * t));
   }
-  const Vmm dmin = dw;
   load_f16_to_f32(dmin, reg_wm_ + meta::q4k_dmin(kP));
   for (int r = 0; r < m_; ++r) {
     vcvtdq2ps(vdot_a(r), vdot_a(r));
@@ -77,7 +117,55 @@ void GemmGenerator<Vmm>::body_q4k() {
   }
 }
 
+// AVX2 Q5_K: a pair of q <= 31 products reaches 7874, so 4 groups fit int16, not 8. Each sub-block is a
+// pass of its own (the pair's raw and high-bit vectors loaded again for the high nibbles, shared by the
+// rows): groups 0-3 add in int16 in one register, 4-7 in the other, widened once each: per group and row
+// vpbroadcastd + vpmaddubsw + vpaddw, as Q4_K, instead of 4 instructions. The same exact int32 dots and
+// the same f32 operations in the same order as every other family.
+template <class Vmm>
+void GemmGenerator<Vmm>::body_q5k_avx2() {
+  const Vmm raw = vtmp(0), w = vtmp(1), sc = vtmp(3), dw = vtmp(4);
+  for (int t = 0; t < 4; ++t) {
+    for (int half = 0; half < 2; ++half) {
+      for (int j = 0; j < 8; ++j) {
+        const Xbyak::RegExp e = reg_wq_ + (8 * t + j) * kVB;
+        if (half == 0) {
+          load_weights(raw, e);
+          and_bytes(w, raw, l_mask0f_);
+        } else {
+          load_vec(raw, e);
+          vpsrlw(w, raw, 4);
+          and_bytes(w, w, l_mask0f_);
+        }
+        load_vec(raw, reg_wq_ + (32 + j) * kVB);  // H[j]: bit 2t + half to bit 4
+        const int shift = 4 - 2 * t - half;
+        if (shift > 0) vpsllw(raw, raw, shift);
+        else if (shift < 0) vpsrlw(raw, raw, -shift);
+        vpand(raw, raw, ptr[rip + l_mask10_]);
+        vpor(w, w, raw);
+        for (int r = 0; r < m_; ++r)
+          dot_u8s8_i16(j < 4 ? vdot_a(r) : vdot_b(r), w, xq(r, 64 * t + 32 * half + 4 * j), j == 0 || j == 4);
+      }
+      for (int r = 0; r < m_; ++r) {
+        vpmaddwd(vdot_a(r), vdot_a(r), ptr[rip + l_ones16_]);
+        vpmaddwd(vdot_b(r), vdot_b(r), ptr[rip + l_ones16_]);
+        vpaddd(vdot_a(r), vdot_a(r), vdot_b(r));
+      }
+      load_scales_f32(sc, reg_wm_ + meta::q4k_scales(kP) + (2 * t + half) * kP, false, dw);
+      for (int r = 0; r < m_; ++r) {
+        vcvtdq2ps(vdot_a(r), vdot_a(r));
+        if (t == 0 && half == 0) vmulps(vsb(r), vdot_a(r), sc);
+        else vfmadd231ps(vsb(r), vdot_a(r), sc);
+      }
+    }
+  }
+  q4k_mins_and_accumulate();
+}
+
 template void GemmGenerator<Xbyak::Zmm>::body_q4k();
 template void GemmGenerator<Xbyak::Ymm>::body_q4k();
+template void GemmGenerator<Xbyak::Zmm>::q4k_mins_and_accumulate();
+template void GemmGenerator<Xbyak::Ymm>::q4k_mins_and_accumulate();
+template void GemmGenerator<Xbyak::Ymm>::body_q5k_avx2();
 
 }  // namespace dllm::jit

@@ -5,6 +5,7 @@
 #pragma once
 #include "jit/cpu_features.h"
 #include "jit/gemm_desc.h"
+#include "jit/weight_types.h"
 #include "model/ggml_types.h"
 
 namespace dllm::jit {
@@ -20,29 +21,25 @@ struct RegPlan {
 
 inline constexpr int vector_registers(Isa isa) { return isa_has_avx512(isa) ? 32 : 16; }
 
-// Temporaries: Q4_K: raw, low and high nibbles, a scale vector, d and d/16 as f32 (AVX2: no d/16); Q6_K: two weight
-// vectors, a scale vector, d; Q8_0: two weight vectors (AVX2: and their magnitudes), two scales, a
-// product. The ymm families add one register for the broadcast activations (VEX has no embedded
-// broadcast), which AVX2 also uses for vpmaddubsw/vpmaddwd.
+// Temporaries per weight type: the table's counts (weight_types.cpp says what each body holds). The ymm
+// families add one register for the broadcast activations (VEX has no embedded broadcast), which AVX2
+// also uses for vpmaddubsw/vpmaddwd (its own count, temps_avx2, includes it).
 // Two-vector panels (Q6_K on zmm): two weight vectors, two scale vectors and two d (one per vector of
 // the panel), and two broadcast activation registers used by alternate rows (the tile broadcasts each
 // activation once for both vectors): twice the one-vector count.
-inline constexpr int plan_temps(Isa isa, GgmlType t, int64_t k) {
-  // AVX2's Q4_K shifts the high nibbles down instead of folding 1/16 into a second d: no d/16 register.
-  if (isa == Isa::Avx2 && t == GgmlType::Q4_K) return 5 + 1;
-  // AVX2's Q6_K broadcasts two groups' activations at once (their int16 sums are added before widening).
-  if (isa == Isa::Avx2 && t == GgmlType::Q6_K) return 4 + 2;
-  const int base = t == GgmlType::Q4_K ? 6 : t == GgmlType::Q6_K ? 4 : 5;
-  if (panel_rows(isa, t, k) / vector_rows(isa) == 2) return 2 * base;
-  return base + (isa_has_avx512(isa) ? 0 : 1);
+inline int plan_temps(Isa isa, GgmlType t, int64_t k) {
+  const WeightTypeTraits& w = require_weight_traits(t, "register plan: weight type");
+  if (isa == Isa::Avx2) return w.temps_avx2;
+  if (panel_rows(isa, t, k) / vector_rows(isa) == 2) return 2 * w.temps;
+  return w.temps + (isa_has_avx512(isa) ? 0 : 1);
 }
 // Per row: two int32 dot chains (two sub-blocks, or two Q8_0 blocks, in flight), the f32 sum of the
 // current super-block (K-quants), and the f32 accumulator.
-inline constexpr int plan_row_regs(GgmlType t) { return t == GgmlType::Q8_0 ? 3 : 4; }
+inline int plan_row_regs(GgmlType t) { return require_weight_traits(t, "register plan: weight type").row_regs; }
 
 // The plan for m rows: accumulators in registers when they fit, else on the stack; m = 0 rows when
 // even that does not fit (the caller treats that as "too many rows").
-inline constexpr RegPlan plan_registers(Isa isa, GgmlType t, int m, int64_t k) {
+inline RegPlan plan_registers(Isa isa, GgmlType t, int m, int64_t k) {
   RegPlan p;
   p.m = m;
   p.temps = plan_temps(isa, t, k);

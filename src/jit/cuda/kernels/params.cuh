@@ -23,10 +23,10 @@ struct QuantRowsParams {
 struct GemmParams {
   const unsigned char* a;  // activation fragments (QuantRowsParams::q)
   const float* da;         // activation block scales
-  const float* sa;         // activation block sums (Q4_K's min term)
+  const float* sa;         // activation block sums (Q4_K's and Q5_K's min term)
   const unsigned char* w;  // weight fragments (weight_pack.h)
   const float* ws;         // weight block scales
-  const float* wm;         // Q4_K: weight block mins; otherwise unused
+  const float* wm;         // Q4_K, Q5_K: weight block mins; otherwise unused
   float* y;                // out: [rows][ldy] f32
   int rows;                // valid rows
   int ldy;                 // row stride of y, in floats
