@@ -166,6 +166,11 @@ class Executor {
   // p_e * down_e(silu(gate_e(h)) * up_e(h)), h = rmsnorm(x[r]) * norm, r < rows; the weighted expert
   // outputs are summed in the order of the top-k (most probable first), in f32. Default: moe_ffn_on_host.
   virtual void moe_ffn(const MoeLayer& m, Act x, int64_t rows, VectorHandle norm, float eps);
+  // The router step of moe_ffn on host rows h [rows, D] (every executor routes on the host: the router is
+  // a few thousand values per row): ids and weights of each row's top-k experts as moe_route computes them.
+  // Default: moe_route. (A test overrides it to force one decision.)
+  virtual void route(const MoeLayer& m, std::span<const float> router, const float* h, int64_t rows, int64_t D,
+                     int32_t* ids, float* weights);
   // logits (host, [rows, n_vocab]) = rmsnorm(x[r]) * norm through the LM head, r < rows.
   virtual void final_logits(WeightHandle output, Act x, int64_t rows, VectorHandle norm, float eps,
                             float* logits);

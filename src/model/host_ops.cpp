@@ -297,6 +297,11 @@ void Executor::moe_ffn(const MoeLayer& m, Act x, int64_t rows, VectorHandle norm
   moe_ffn_on_host(*this, host_pool_, m, *h.vec(m.router), *h.vec(norm), eps, h.at(x), rows, h.buf(x).cols);
 }
 
+void Executor::route(const MoeLayer& m, std::span<const float> router, const float* h, int64_t rows, int64_t D,
+                     int32_t* ids, float* weights) {
+  moe_route(router, h, rows, D, m.n_expert, m.n_used, m.norm_weights, ids, weights);
+}
+
 void head_norm_on_host(ThreadPool* pool, float* x, int64_t rows, int64_t n_heads, int64_t head_dim, const float* w,
                        float eps) {
   // Every head of every row is one row of head_dim values.
@@ -349,7 +354,7 @@ void moe_ffn_on_host(Executor& ex, ThreadPool* pool, const MoeLayer& m, std::spa
   rmsnorm(pool, x, rows, D, norm.data(), eps, h.data());
   std::vector<int32_t> ids(static_cast<size_t>(rows * k));
   std::vector<float> wts(ids.size());
-  moe_route(router, h.data(), rows, D, E, k, m.norm_weights, ids.data(), wts.data());
+  ex.route(m, router, h.data(), rows, D, ids.data(), wts.data());
 
   // The (row, slot) pairs of each expert, rows in increasing order.
   std::vector<std::vector<int64_t>> members(static_cast<size_t>(E));
