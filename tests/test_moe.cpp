@@ -8,7 +8,8 @@
 //   router probabilities with f32 activations, the reference executor, against int8 ones, the JIT), and
 //   forcing that decision the other way brings the row and the case within 2e-2.
 // - greedy generation: the same tokens on every JIT family as on the reference executor, or where they
-//   part, the first differing step is explained the same way (a near-tie router decision).
+//   part (quantised files: int8 against f32 activations), the first differing step is a near tie of the
+//   sampler's decision that the activations' rounding moves across.
 // Plus the tensor and metadata checks of the two architectures, and the routing itself (softmax, top-k,
 // renormalisation) against a direct computation.
 #include <gtest/gtest.h>
@@ -523,7 +524,7 @@ TEST(MoeGenerate, GreedyTokensEqualTheReferenceOrPartAtANearTie) {
             const double margin = top_of(la, V).margin;
             std::printf("%-10s %-22s pass %zu position %zu: tokens %d / %d, logit margin %.3g, logits moved %.3g\n",
                         ex.label.c_str(), file.c_str(), i, p, ca[p], cb[p], margin, moved);
-            EXPECT_LT(margin, 2 * moved) << ex.label << " " << file << " position " << p;
+            EXPECT_LT(margin, moved) << ex.label << " " << file << " position " << p;
             ++explained;
           } else if (a_new != b_new) {
             (a_new ? only_a : only_b).push_back(static_cast<int64_t>(p));
@@ -536,7 +537,7 @@ TEST(MoeGenerate, GreedyTokensEqualTheReferenceOrPartAtANearTie) {
             std::printf("%-10s %-22s pass %zu: positions %lld (reference) / %lld (JIT), confidences differ by %.3g, "
                         "confidences moved %.3g\n", ex.label.c_str(), file.c_str(), i, static_cast<long long>(pa),
                         static_cast<long long>(pb), gap, conf_moved);
-            EXPECT_LT(gap, 2 * conf_moved) << ex.label << " " << file;
+            EXPECT_LT(gap, conf_moved) << ex.label << " " << file;
             ++explained;
           }
         }
