@@ -546,3 +546,51 @@ TEST(MoeGenerate, GreedyTokensEqualTheReferenceOrPartAtANearTie) {
     }
   }
 }
+
+// ---------------------------------------------------------------- the command line on the MoE files
+
+TEST(MoeCli, InspectTokenizeLogitsRunKernels) {
+  const std::string llada = moe_path("gguf/tiny-llada-moe-F32.gguf"), rnd1 = moe_path("gguf/tiny-rnd1-Q4_K_M.gguf");
+  test::RunResult r = test::run_dllm({"inspect", rnd1});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("rnd1.expert_used_count: u32 = 2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("blk.0.ffn_gate_exps.weight"), std::string::npos) << r.out;
+
+  // Chat templates: llada-moe as LLaDA's (BOS, Llama-3 headers), rnd1 as ChatML; --no-chat as llama.cpp.
+  r = test::run_dllm({"tokenize", "--model", llada, "--prompt", "hello"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("1012 ", 0), 0u) << r.out;  // BOS first
+  r = test::run_dllm({"tokenize", "--model", rnd1, "--prompt", "hello", "--no-chat"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.find("1017"), std::string::npos) << r.out;  // no <|im_start|>
+
+  // logits: the F32 file's first case, within 1e-5 of llama.cpp's.
+  const Case c = load_case("tiny-llada-moe-F32", kCases[0]);
+  std::string ids, rows;
+  for (int32_t t : c.ids) ids += (ids.empty() ? "" : ",") + std::to_string(t);
+  for (int64_t p : c.rows) rows += (rows.empty() ? "" : ",") + std::to_string(p);
+  const std::string out = testing::TempDir() + "moe_logits.f32";
+  r = test::run_dllm({"logits", "--model", llada, "--tokens", ids, "--rows", rows, "--out", out, "--threads", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string bytes = test::read_file(out);
+  ASSERT_EQ(bytes.size(), c.logits.size() * sizeof(float));
+  EXPECT_LE(rel_l2(reinterpret_cast<const float*>(bytes.data()), c.logits.data(), c.logits.size()), kF32Tolerance);
+
+  // run: both samplers.
+  r = test::run_dllm({"run", "--model", llada, "--prompt", "hi", "--max-tokens", "8", "--block-length", "8",
+                      "--steps", "4", "--threads", "2", "--verbose"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("sampler: low_confidence"), std::string::npos) << r.err;
+  r = test::run_dllm({"run", "--model", rnd1, "--prompt", "hi", "--max-tokens", "8", "--steps", "4", "--threads", "2",
+                      "--verbose"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("sampler: entropy"), std::string::npos) << r.err;
+
+  // kernels: the expert tensors' GEMMs are generated (one shape for all experts); routers are not matrices.
+  const std::string dir = testing::TempDir() + "moe_kernels";
+  r = test::run_dllm({"kernels", "--model", rnd1, "--out", dir});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string manifest = test::read_file(dir + "/manifest.json");
+  EXPECT_NE(manifest.find("blk.0.ffn_down_exps.weight"), std::string::npos);
+  EXPECT_EQ(manifest.find("ffn_gate_inp"), std::string::npos);
+}
