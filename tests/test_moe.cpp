@@ -90,7 +90,14 @@ class Probe : public Base {
   std::vector<std::vector<int32_t>> forced;  // per call: take these ids instead (another executor's choice)
   std::vector<std::vector<int32_t>> own;      // per call: the ids this executor chose itself
   int calls = 0;
+  int64_t width = 0;                // when set: lm_head keeps its input rows (the final-normed hidden states)
+  std::vector<float> hidden;
   void reset() { probs.clear(), ids.clear(), own.clear(), calls = 0; }
+
+  void lm_head(model::WeightHandle output, const float* x, int64_t rows, float* logits) override {
+    if (width > 0) hidden.assign(x, x + rows * width);
+    Base::lm_head(output, x, rows, logits);
+  }
 
   void route(const model::MoeLayer& m, std::span<const float> router, const float* h, int64_t rows, int64_t D,
              int32_t* out_ids, float* w) override {
@@ -305,6 +312,59 @@ TEST(MoeArch, MissingExpertTensorIsNamed) {
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(), "tensor shape mismatch for blk.0.ffn_gate_inp.weight: [256, 8], expected [256, 16]");
+  }
+}
+
+// A copy of a model file whose output.weight is renamed (same length, so the layout stays): the file then has
+// no LM head of its own.
+std::string without_output_weight(const std::string& file) {
+  std::string bytes = test::read_file(moe_path("gguf/" + file + ".gguf"));
+  const std::string name = "output.weight";
+  std::string key(8, '\0');
+  key[0] = static_cast<char>(name.size());  // the GGUF string: u64 length, then the bytes
+  key += name;
+  const size_t at = bytes.find(key);
+  EXPECT_NE(at, std::string::npos);
+  bytes[at + 8 + 5] = 'X';  // "outpuX.weight"
+  const std::string path = testing::TempDir() + file + "-untied.gguf";
+  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  return path;
+}
+
+// rnd1 without output.weight ties its LM head to token_embd: the logits are the final hidden states (the
+// same as with the file's own head) times token_embd's rows. llada-moe requires output.weight (as llama.cpp).
+TEST(MoeArch, TiedOutputUsesTheEmbedding) {
+  const Choice ref{"reference", true};
+  Loaded& own = load("tiny-rnd1-F32", ref);
+  const Case c = load_case("tiny-rnd1-F32", kCases[0]);
+  const int64_t D = own.model->hparams().n_embd, V = own.model->n_vocab();
+  own.ref->width = D;
+  run(own, c);
+  const std::vector<float> hidden = own.ref->hidden;
+  own.ref->width = 0;
+  ASSERT_EQ(hidden.size(), c.rows.size() * static_cast<size_t>(D));
+
+  model::LoadOptions o;
+  o.threads = 2;
+  const auto tied = model::Model::load(without_output_weight("tiny-rnd1-F32"), o);
+  ASSERT_EQ(tied->tensors().output, tied->tensors().token_embd);
+  const std::vector<float> got = tied->forward(c.ids, c.rows);
+  const gguf::TensorInfo& emb = *tied->tensors().token_embd;
+  const float* e = reinterpret_cast<const float*>(emb.data);  // F32 [D, V]
+  std::vector<float> want(got.size());
+  for (size_t r = 0; r < c.rows.size(); ++r)
+    for (int64_t v = 0; v < V; ++v) {
+      double acc = 0;
+      for (int64_t d = 0; d < D; ++d) acc += double(hidden[r * D + d]) * e[v * D + d];
+      want[r * V + v] = static_cast<float>(acc);
+    }
+  EXPECT_LE(rel_l2(got.data(), want.data(), got.size()), 1e-6);
+
+  try {
+    model::Model::load(without_output_weight("tiny-llada-moe-F32"), o);
+    FAIL() << "llada-moe loaded without output.weight";
+  } catch (const Error& err) {
+    EXPECT_STREQ(err.what(), "required tensor missing: output.weight");
   }
 }
 
