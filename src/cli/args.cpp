@@ -63,11 +63,11 @@ struct Command {
   bool takes_path = false;            // inspect PATH
 };
 
-const Flag kModel{"model", "PATH", "", "LLaDA or Dream GGUF file, or a Hugging Face id owner/repo[:QUANT]",
+const Flag kModel{"model", "PATH", "", "LLaDA, Dream, LLaDA-MoE or RND1 GGUF file, or a Hugging Face id owner/repo[:QUANT]",
                   Kind::String};
 const std::string kRunModelDefault = "$DLLM_MODEL, else " + std::string(hub::kDefaultModel);
 const Flag kRunModel{"model", "PATH", kRunModelDefault.c_str(),
-                     "LLaDA or Dream GGUF file, or a Hugging Face id owner/repo[:QUANT] (downloaded once)",
+                     "LLaDA, Dream, LLaDA-MoE or RND1 GGUF file, or a Hugging Face id owner/repo[:QUANT] (downloaded once)",
                      Kind::String};
 const Flag kPrompt{"prompt", "TEXT", "", "the user message", Kind::String};
 const Flag kPromptFile{"prompt-file", "PATH", "",
@@ -160,7 +160,7 @@ const std::vector<Command>& commands() {
          "Q4_K_M,Q8_0"},
         {"seed", "S", "42", "seed of the random weights", Kind::UInt},
         {"dense", "", "off",
-         "for llada-moe / rnd1: the dense twin instead (a llada with the same active parameters and attention types)",
+         "for llada-moe: its dense twin instead (a llada with the same active parameters and attention types)",
          Kind::Bool}},
        {"arch", "out"}},
       {"doctor",
