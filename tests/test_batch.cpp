@@ -59,20 +59,23 @@ struct Request {
   std::vector<int32_t> prompt;
 };
 
+bool blocks(const model::Model& m) { return model::arch_spec(m.arch()).sampler == model::SamplerKind::Blocks; }
+
 // Requests of different lengths and settings over the prompts of the generation references.
 std::vector<Request> requests_for(const model::Model& m) {
   std::vector<std::vector<int32_t>> prompts;
   for (const std::string& f : test::generation_case_files()) {
     const test::GenerationCase c = test::load_generation_case(f);
     const bool llada = f.rfind("llada", 0) == 0;
-    if (llada == (m.arch() == Arch::LLaDA) && prompts.size() < 4) prompts.push_back(c.prompt);
+    // llada-moe shares LLaDA's tiny vocabulary and sampler, rnd1 Dream's.
+    if (llada == blocks(m) && prompts.size() < 4) prompts.push_back(c.prompt);
   }
   GenerateConfig base;
   base.arch = m.arch();
   base.mask_id = m.mask_token_id();
   base.context_length = m.hparams().n_ctx;
   base.max_tokens = 16, base.steps = 16, base.block_length = 16, base.early_stop = false;
-  base.remasking = m.arch() == Arch::LLaDA ? Remasking::LowConfidence : Remasking::Entropy;
+  base.remasking = blocks(m) ? Remasking::LowConfidence : Remasking::Entropy;
   {  // the first token of a greedy answer serves as the stop token, so the early stop fires
     auto src = model::make_model_logit_source(const_cast<model::Model&>(m));
     const model::GenerateResult r = model::generate(*src, base, prompts[0]);
@@ -85,7 +88,7 @@ std::vector<Request> requests_for(const model::Model& m) {
     edit(r.config);
     out.push_back(r);
   };
-  if (m.arch() == Arch::LLaDA) {
+  if (blocks(m)) {
     add(0, [](GenerateConfig& c) { c.max_tokens = 32, c.steps = 16, c.block_length = 8; });
     add(1, [](GenerateConfig& c) { c.max_tokens = 16, c.steps = 16, c.block_length = 16, c.early_stop = false; });
     add(2, [](GenerateConfig& c) {
@@ -189,7 +192,8 @@ TEST_P(BatchExactness, TokensBitIdenticalAloneOrBatchedWheneverTheyJoin) {
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, BatchExactness,
                          ::testing::Values("tiny-llada-Q4_K_M.gguf", "tiny-dream-Q4_K_M.gguf", "tiny-llada-F32.gguf",
-                                           "tiny-dream-Q8_0.gguf"),
+                                           "tiny-dream-Q8_0.gguf", "../moe/gguf/tiny-llada-moe-Q4_K_M.gguf",
+                                           "../moe/gguf/tiny-rnd1-Q4_K_M.gguf", "../moe/gguf/tiny-rnd1-F32.gguf"),
                          [](const auto& info) { return test::test_label(info.param); });
 
 // The logits themselves: a batch of canvases of different lengths, with repeated and unordered rows and a

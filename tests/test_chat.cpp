@@ -144,6 +144,6 @@ TEST(Chat, UnknownArchitectureIsAnError) {
     dllm::model::chat_template_for_arch("qwen2");
     FAIL() << "no error";
   } catch (const dllm::Error& e) {
-    EXPECT_STREQ(e.what(), "unsupported model architecture: qwen2 (supported: llada, dream)");
+    EXPECT_STREQ(e.what(), "unsupported model architecture: qwen2 (supported: llada, dream, llada-moe, rnd1)");
   }
 }

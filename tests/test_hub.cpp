@@ -363,3 +363,20 @@ TEST(HubFormat, BytesAndDurations) {
   EXPECT_EQ(format_duration(185), "3m05s");
   EXPECT_EQ(format_duration(3720), "1h02m");
 }
+
+// The mixture-of-experts GGUF repositories as their converters name the files (llada-moe: LLaDA-MoE-7B-A1B;
+// rnd1: RND1-30B-A3B, whose quantisers ship Q5_K_M, Q4_K_M, Q4_K_S, IQ4_XS, Q8_0 side by side): an id picks
+// the quant it names, and no quant picks Q4_K_M.
+TEST(HubQuant, MixtureOfExpertsReposPickTheirQuants) {
+  auto moe = files({"LLaDA-MoE-7B-A1B-Instruct.Q4_K_M.gguf", "LLaDA-MoE-7B-A1B-Instruct.Q4_K_S.gguf",
+                    "LLaDA-MoE-7B-A1B-Instruct.Q5_K_M.gguf", "LLaDA-MoE-7B-A1B-Instruct.Q8_0.gguf",
+                    "LLaDA-MoE-7B-A1B-Instruct.IQ4_XS.gguf", "README.md"});
+  EXPECT_EQ(pick(moe, "mradermacher/LLaDA-MoE-7B-A1B-Instruct-GGUF", ""), "LLaDA-MoE-7B-A1B-Instruct.Q4_K_M.gguf");
+  EXPECT_EQ(pick(moe, "mradermacher/LLaDA-MoE-7B-A1B-Instruct-GGUF", "Q8_0"), "LLaDA-MoE-7B-A1B-Instruct.Q8_0.gguf");
+  EXPECT_EQ(pick(moe, "mradermacher/LLaDA-MoE-7B-A1B-Instruct-GGUF", "q5_k_m"), "LLaDA-MoE-7B-A1B-Instruct.Q5_K_M.gguf");
+  auto rnd1 = files({"RND1-Base-0910-Q4_K_M.gguf", "RND1-Base-0910-Q8_0.gguf", "RND1-Base-0910-IQ4_XS.gguf",
+                     "RND1-Base-0910-F16.gguf"});
+  EXPECT_EQ(pick(rnd1, "o/RND1-Base-0910-GGUF", ""), "RND1-Base-0910-Q4_K_M.gguf");
+  EXPECT_EQ(pick(rnd1, "o/RND1-Base-0910-GGUF", "IQ4_XS"), "RND1-Base-0910-IQ4_XS.gguf");
+  EXPECT_EQ(quant_label("RND1-Base-0910-Q4_K_M.gguf"), "Q4_K_M");
+}

@@ -124,3 +124,71 @@ TEST(Synth, ActivationsStayFiniteThroughManyLayers) {
     std::remove(path.c_str());
   }
 }
+
+// Mixture-of-experts shapes: the real LLaDA-MoE-7B-A1B and RND1 (24 of 48 layers) shapes; at tiny widths the
+// Q4_K_M mix of a mixture of experts (Q8_0 attention K/V, Q5_K attention output, F32 router and q/k norms,
+// 3-D expert tensors with Q6_K down projections in the "more bits" layers), a model that loads and gives
+// finite logits, and the dense twin: a llada with FFN width = experts used x expert width.
+TEST(Synth, MixtureOfExpertsShapesTypesAndDenseTwin) {
+  const auto lm = synth::real_shape("llada-moe");
+  EXPECT_EQ(lm.n_layer, 16);
+  EXPECT_EQ(lm.n_embd, 2048);
+  EXPECT_EQ(lm.n_expert, 64);
+  EXPECT_EQ(lm.n_expert_used, 8);
+  EXPECT_EQ(lm.n_ff_exp, 1024);
+  EXPECT_EQ(lm.n_vocab, 157184);
+  const auto r = synth::real_shape("rnd1");
+  EXPECT_EQ(r.head_dim * r.n_head, 4096);  // Qwen3: the heads span twice the width
+  EXPECT_EQ(r.n_expert, 128);
+  for (std::string arch : {"llada-moe", "rnd1"}) {
+    synth::Options o;
+    o.shape = tiny(arch, 4);
+    o.shape.n_expert = 4, o.shape.n_expert_used = 2, o.shape.n_ff_exp = 256;
+    if (arch == "rnd1") o.shape.n_head_kv = 2, o.shape.head_dim = 128;
+    const std::string path = temp_path(arch);
+    synth::write_model(path, o);
+    {
+      auto f = gguf::File::open(path);
+      for (int i = 0; i < 4; ++i) {
+        const std::string p = "blk." + std::to_string(i) + ".";
+        const bool more = i < 0 || i >= 3 || (i - 0) % 3 == 2;
+        EXPECT_EQ(f->find_tensor(p + "attn_k.weight")->type(), GgmlType::Q8_0) << arch;
+        EXPECT_EQ(f->find_tensor(p + "attn_v.weight")->type(), GgmlType::Q8_0) << arch;
+        EXPECT_EQ(f->find_tensor(p + "attn_output.weight")->type(), GgmlType::Q5_K) << arch;
+        EXPECT_EQ(f->find_tensor(p + "ffn_gate_inp.weight")->type(), GgmlType::F32) << arch;
+        EXPECT_EQ(f->find_tensor(p + "attn_q_norm.weight")->ne[0], arch == "rnd1" ? 128 : 64) << arch;
+        const gguf::TensorInfo* down = f->find_tensor(p + "ffn_down_exps.weight");
+        ASSERT_NE(down, nullptr);
+        EXPECT_EQ(down->n_dims, 3u);
+        EXPECT_EQ(down->ne[2], 4);
+        EXPECT_EQ(down->type(), more ? GgmlType::Q6_K : GgmlType::Q4_K) << arch << " layer " << i;
+        EXPECT_EQ(f->find_tensor(p + "ffn_gate.weight"), nullptr);
+      }
+    }
+    model::LoadOptions lo;
+    lo.threads = 2;
+    auto m = model::Model::load(path, lo);
+    EXPECT_EQ(m->hparams().n_expert, 4);
+    std::vector<int32_t> tokens;
+    for (int i = 0; i < 16; ++i) tokens.push_back(i < 8 ? 300 + 7 * i : m->mask_token_id());
+    const std::vector<int64_t> rows = {0, 15};
+    for (float x : m->forward(tokens, rows)) ASSERT_TRUE(std::isfinite(x)) << arch;
+    std::remove(path.c_str());
+  }
+  synth::Options d;
+  d.shape = tiny("llada-moe", 2);
+  d.shape.n_expert = 4, d.shape.n_expert_used = 2, d.shape.n_ff_exp = 256;
+  d.dense = true;
+  const std::string path = temp_path("dense-twin");
+  synth::write_model(path, d);
+  auto f = gguf::File::open(path);
+  EXPECT_EQ(f->get_string("general.architecture"), "llada");
+  EXPECT_EQ(f->get_uint("llada.feed_forward_length"), 512u);
+  EXPECT_EQ(f->find_tensor("blk.0.ffn_up.weight")->ne[1], 512);
+  EXPECT_EQ(f->find_tensor("blk.0.attn_output.weight")->type(), GgmlType::Q5_K);
+  std::remove(path.c_str());
+  synth::Options bad;
+  bad.shape = tiny("llada", 2);
+  bad.dense = true;
+  EXPECT_THROW(synth::write_model(temp_path("bad"), bad), Error);
+}

@@ -63,11 +63,11 @@ struct Command {
   bool takes_path = false;            // inspect PATH
 };
 
-const Flag kModel{"model", "PATH", "", "LLaDA or Dream GGUF file, or a Hugging Face id owner/repo[:QUANT]",
+const Flag kModel{"model", "PATH", "", "LLaDA, Dream, LLaDA-MoE or RND1 GGUF file, or a Hugging Face id owner/repo[:QUANT]",
                   Kind::String};
 const std::string kRunModelDefault = "$DLLM_MODEL, else " + std::string(hub::kDefaultModel);
 const Flag kRunModel{"model", "PATH", kRunModelDefault.c_str(),
-                     "LLaDA or Dream GGUF file, or a Hugging Face id owner/repo[:QUANT] (downloaded once)",
+                     "LLaDA, Dream, LLaDA-MoE or RND1 GGUF file, or a Hugging Face id owner/repo[:QUANT] (downloaded once)",
                      Kind::String};
 const Flag kPrompt{"prompt", "TEXT", "", "the user message", Kind::String};
 const Flag kPromptFile{"prompt-file", "PATH", "",
@@ -180,14 +180,19 @@ const std::vector<Command>& commands() {
         kVerbose},
        {"model", "tokens", "rows", "out"}},
       {"synth",
-       "synth --arch llada|dream --out FILE [--layers N] [--quant Q4_K_M|Q8_0] [--seed S]",
-       "Writes a random-weight GGUF with the real LLaDA-8B / Dream-7B shapes, metadata and quant mix (for benchmarks).",
-       {{"arch", "A", "", "llada or dream", Kind::Choice, "llada,dream"},
+       "synth --arch llada|dream|llada-moe|rnd1 --out FILE [--layers N] [--quant Q4_K_M|Q8_0] [--seed S] [--dense]",
+       "Writes a random-weight GGUF with the real LLaDA-8B / Dream-7B / LLaDA-MoE-7B-A1B / RND1-30B-A3B (24 layers) "
+       "shapes, metadata and quant mix (for benchmarks).",
+       {{"arch", "A", "", "llada, dream, llada-moe or rnd1", Kind::Choice, "llada,dream,llada-moe,rnd1"},
         {"out", "FILE", "", "the GGUF file to write", Kind::String},
-        {"layers", "N", "the real model's (32 / 28)", "fewer layers of the same widths, for quick runs", Kind::Count},
+        {"layers", "N", "the real model's (32 / 28 / 16 / 24)", "fewer layers of the same widths, for quick runs",
+         Kind::Count},
         {"quant", "Q", "Q4_K_M", "Q4_K_M (the tensor-type mix of a real download) or Q8_0", Kind::Choice,
          "Q4_K_M,Q8_0"},
-        {"seed", "S", "42", "seed of the random weights", Kind::UInt}},
+        {"seed", "S", "42", "seed of the random weights", Kind::UInt},
+        {"dense", "", "off",
+         "for llada-moe: its dense twin instead (a llada with the same active parameters and attention types)",
+         Kind::Bool}},
        {"arch", "out"}},
       {"doctor",
        "doctor",
@@ -421,6 +426,7 @@ void apply_flag(Settings& s, const Flag& f, const std::string& v) {
       else if (name == "verbose") s.verbose = true;
       else if (name == "dump-step-stats") s.dump_step_stats = true;
       else if (name == "json") s.json = true;
+      else if (name == "dense") s.dense = true;
       return;
   }
 }

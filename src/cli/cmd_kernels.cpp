@@ -134,7 +134,9 @@ int cmd_kernels(const std::vector<std::string>& args) {
   std::map<std::string, std::pair<jit::GemmDesc, std::vector<std::string>>> uses;
   std::vector<nlohmann::json> skipped;
   for (const gguf::TensorInfo& t : file->tensors()) {
-    if (t.n_dims != 2 || t.name == "token_embd.weight") continue;
+    // Matrices, and the 3-D expert tensors (one kernel shape for all their experts).
+    if ((t.n_dims != 2 && !(t.n_dims == 3 && t.name.ends_with("_exps.weight"))) || t.name == "token_embd.weight") continue;
+    if (t.name.ends_with("ffn_gate_inp.weight")) continue;  // a router: computed with the routing, on the host
     if (!jit::jit_supports_type(t.type())) {
       skipped.push_back({{"tensor", std::string(t.name)}, {"type", ggml_type_name(t.type())}, {"reason", "no JIT kernel for this type (reference path)"}});
       continue;

@@ -91,7 +91,7 @@ int cmd_kernels_gpu(const std::string& model_path, const std::string& arch, cons
     users[jc::GemmDesc{f, t->ne[1], t->ne[0]}.name()].emplace_back(t->name);
   };
   for (const model::LayerTensors& l : tensors.layers) {
-    for (const gguf::TensorInfo* m : {l.wq, l.wk, l.wv, l.wo, l.ffn_gate, l.ffn_up, l.ffn_down}) note(m);
+    for (const gguf::TensorInfo* m : l.matrices()) note(m);
   }
   note(tensors.output);
   nlohmann::json manifest = {{"model", model_path},

@@ -1,4 +1,5 @@
-// dllm synth: writes a synthetic full-size (or shorter, with --layers) LLaDA / Dream GGUF for benchmarks.
+// dllm synth: writes a synthetic full-size (or shorter, with --layers) LLaDA / Dream / LLaDA-MoE / RND1 GGUF
+// (or a mixture of experts' dense twin, --dense) for benchmarks.
 #include <cstdio>
 #include <iostream>
 
@@ -14,10 +15,11 @@ int cmd_synth(const Settings& s) {
   if (s.layers > 0) o.shape.n_layer = s.layers;
   o.quant = s.quant;
   o.seed = s.seed;
+  o.dense = s.dense;
   ProgressBar bar("writing " + s.out);
   uint64_t size = synth::write_model(s.out, o, [&](uint64_t done, uint64_t total) { bar.update(done, total); });
   bar.finish();
-  std::cout << "wrote " << s.out << ": synthetic " << s.arch << ", " << o.shape.n_layer << " layers, " << s.quant
+  std::cout << "wrote " << s.out << ": synthetic " << s.arch << (s.dense ? " (dense twin)" : "") << ", " << o.shape.n_layer << " layers, " << s.quant
             << ", " << size << " bytes (" << human_bytes(static_cast<double>(size)) << ")\n";
   return 0;
 }

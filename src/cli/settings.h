@@ -26,6 +26,7 @@ struct Settings {
   std::vector<int64_t> prompt_tokens; // --prompt-tokens (run)
   bool has_prompt_tokens = false;
   bool no_chat = false;               // --no-chat
+  bool dense = false;                 // synth --dense
   std::string prompts_file;           // --prompts-file (JSON Lines of requests; "-": standard input)
   bool has_prompts_file = false;
   int64_t batch_size = 8;             // --batch-size: requests in flight at once (--prompts-file, serve)

@@ -1,5 +1,6 @@
-// Shared part of the architecture descriptions: the common hyperparameter keys of llada and dream, their
-// value checks, and the tensor table check (presence, type, shape) run before the first forward step.
+// Shared part of the architecture descriptions: the common hyperparameter keys of every architecture, their
+// value checks, the mixture-of-experts keys, and the tensor table check (presence, type, shape) run before
+// the first forward step.
 #include "model/arch.h"
 
 #include <sstream>
@@ -11,7 +12,8 @@
 namespace dllm::model {
 
 namespace {
-const ArchSpec* const kArchitectures[] = {&detail::kLLaDASpec, &detail::kDreamSpec};
+const ArchSpec* const kArchitectures[] = {&detail::kLLaDASpec, &detail::kDreamSpec, &detail::kLLaDAMoESpec,
+                                          &detail::kRND1Spec};
 }  // namespace
 
 const ArchSpec& arch_spec(Arch arch) {
@@ -26,7 +28,7 @@ const ArchSpec* find_arch_spec(std::string_view name) {
   return nullptr;
 }
 
-const char* supported_architectures() { return "llada, dream"; }
+const char* supported_architectures() { return "llada, dream, llada-moe, rnd1"; }
 
 namespace {
 
@@ -102,6 +104,10 @@ HParams read_hparams(const gguf::File& f) {
             "attention.head_count = " + std::to_string(hp.n_head));
   }
   hp.head_dim = hp.n_embd / hp.n_head;
+  if (spec->head_dim_from_key_length && f.find(a + "attention.key_length")) {
+    hp.head_dim = positive_key(f, a + "attention.key_length");
+    if (hp.head_dim > 4096) invalid(a + "attention.key_length = " + std::to_string(hp.head_dim));
+  }
   for (const char* k : {"attention.key_length", "attention.value_length"}) {
     if (f.find(a + k) && positive_key(f, a + k) != hp.head_dim) {
       invalid(a + k + " = " + std::to_string(f.get_uint(a + k)) + ", expected embedding_length / " +
@@ -130,6 +136,25 @@ HParams read_hparams(const gguf::File& f) {
   return hp;
 }
 
+namespace detail {
+
+void read_moe_hparams(const gguf::File& f, HParams& hp) {
+  const std::string a = hp.arch_name + ".";
+  hp.n_expert = positive_key(f, a + "expert_count");
+  if (hp.n_expert > 4096) invalid(a + "expert_count = " + std::to_string(hp.n_expert) + " is more than 4096");
+  hp.n_expert_used = positive_key(f, a + "expert_used_count");
+  if (hp.n_expert_used > hp.n_expert) {
+    invalid(a + "expert_used_count = " + std::to_string(hp.n_expert_used) + " is more than " + a +
+            "expert_count = " + std::to_string(hp.n_expert));
+  }
+  // As llama.cpp: without the key, the FFN width shared by the experts in use.
+  hp.n_ff_exp = f.find(a + "expert_feed_forward_length") ? positive_key(f, a + "expert_feed_forward_length")
+                                                          : hp.n_ff / hp.n_expert_used;
+  if (hp.n_ff_exp == 0) invalid(a + "feed_forward_length = " + std::to_string(hp.n_ff) + " (no expert width)");
+}
+
+}  // namespace detail
+
 namespace {
 
 // Looks up one tensor and checks its type (decodable, row length a whole number of blocks) and shape.
@@ -154,11 +179,19 @@ const gguf::TensorInfo* require(const gguf::File& f, const std::string& name, st
 
 }  // namespace
 
+std::vector<const gguf::TensorInfo*> LayerTensors::matrices() const {
+  std::vector<const gguf::TensorInfo*> out;
+  for (const gguf::TensorInfo* t : {wq, wk, wv, wo, ffn_gate, ffn_up, ffn_down, ffn_gate_exps, ffn_up_exps, ffn_down_exps})
+    if (t) out.push_back(t);
+  return out;
+}
+
 ModelTensors check_tensors(const gguf::File& f, const HParams& hp) {
   const int64_t D = hp.n_embd, Q = hp.q_dim(), KV = hp.kv_dim(), F = hp.n_ff, V = hp.n_vocab;
+  const int64_t E = hp.n_expert, Fe = hp.n_ff_exp, d = hp.head_dim;
   ModelTensors m;
   // block_count sizes the layer list: checked against the tensors the file holds before anything is sized by it.
-  const int64_t per_layer = hp.qkv_bias ? 12 : 9, present = static_cast<int64_t>(f.tensors().size());
+  const int64_t per_layer = (hp.qkv_bias ? 12 : 9) + (hp.qk_norm ? 2 : 0) + (hp.moe() ? 1 : 0), present = static_cast<int64_t>(f.tensors().size());
   if (hp.n_layer > present / per_layer) {
     invalid(hp.arch_name + ".block_count = " + std::to_string(hp.n_layer) + ", but the file holds only " +
             std::to_string(present) + " tensors (" + std::to_string(hp.n_layer) + " layers need " +
@@ -178,14 +211,26 @@ ModelTensors check_tensors(const gguf::File& f, const HParams& hp) {
       l.bk = require(f, p + "attn_k.bias", {KV});
       l.bv = require(f, p + "attn_v.bias", {KV});
     }
+    if (hp.qk_norm) {
+      l.attn_q_norm = require(f, p + "attn_q_norm.weight", {d});
+      l.attn_k_norm = require(f, p + "attn_k_norm.weight", {d});
+    }
     l.wo = require(f, p + "attn_output.weight", {Q, D});
     l.ffn_norm = require(f, p + "ffn_norm.weight", {D});
-    l.ffn_gate = require(f, p + "ffn_gate.weight", {D, F});
-    l.ffn_up = require(f, p + "ffn_up.weight", {D, F});
-    l.ffn_down = require(f, p + "ffn_down.weight", {F, D});
+    if (hp.moe()) {
+      l.ffn_gate_inp = require(f, p + "ffn_gate_inp.weight", {D, E});
+      l.ffn_gate_exps = require(f, p + "ffn_gate_exps.weight", {D, Fe, E});
+      l.ffn_up_exps = require(f, p + "ffn_up_exps.weight", {D, Fe, E});
+      l.ffn_down_exps = require(f, p + "ffn_down_exps.weight", {Fe, D, E});
+    } else {
+      l.ffn_gate = require(f, p + "ffn_gate.weight", {D, F});
+      l.ffn_up = require(f, p + "ffn_up.weight", {D, F});
+      l.ffn_down = require(f, p + "ffn_down.weight", {F, D});
+    }
   }
   m.output_norm = require(f, "output_norm.weight", {D});
-  m.output = require(f, "output.weight", {D, V});
+  const bool tied = arch_spec(hp.arch).tied_output && !f.find_tensor("output.weight");
+  m.output = tied ? m.token_embd : require(f, "output.weight", {D, V});
   return m;
 }
 

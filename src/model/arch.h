@@ -1,6 +1,7 @@
-// The two supported architectures (llada, dream) as the GGUF files present them: hyperparameters read
-// from metadata and the table of tensors, each checked for presence, type and shape before any step.
-// llada.cpp and dream.cpp each describe one architecture; arch.cpp holds what they share.
+// The supported architectures (llada, dream, llada-moe, rnd1) as the GGUF files present them:
+// hyperparameters read from metadata and the table of tensors, each checked for presence, type and shape
+// before any step. llada.cpp, dream.cpp, llada_moe.cpp and rnd1.cpp each describe one architecture;
+// arch.cpp holds what they share.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -11,7 +12,7 @@
 
 namespace dllm::model {
 
-enum class Arch { LLaDA, Dream };
+enum class Arch { LLaDA, Dream, LLaDAMoE, RND1 };
 
 // How RoPE pairs the dimensions of a head (algorithms.md 1.4.4).
 enum class RopeStyle {
@@ -39,7 +40,16 @@ struct HParams {
   // Raw row i predicts the token at position i+1 (dream). The sampler for canvas position j then reads
   // raw row j-1; the forward pass and the logits command always produce raw rows (algorithms.md 1.4.9).
   bool shift_logits = false;
+  // Mixture of experts (llada-moe, rnd1; 0 experts = a dense SwiGLU FFN): expert_count, expert_used_count,
+  // expert_feed_forward_length; whether the top-k router weights are renormalised to sum 1 (rnd1).
+  int64_t n_expert = 0;
+  int64_t n_expert_used = 0;
+  int64_t n_ff_exp = 0;
+  bool expert_weights_norm = false;
+  // q and k are RMS-normed per head (attn_q_norm, attn_k_norm: head_dim weights) before RoPE.
+  bool qk_norm = false;
 
+  bool moe() const { return n_expert > 0; }
   int64_t q_dim() const { return n_head * head_dim; }
   int64_t kv_dim() const { return n_head_kv * head_dim; }
 };
@@ -57,13 +67,26 @@ struct LayerTensors {
   const gguf::TensorInfo* ffn_gate = nullptr;
   const gguf::TensorInfo* ffn_up = nullptr;
   const gguf::TensorInfo* ffn_down = nullptr;
+  // qk_norm: per-head RMSNorm weights [head_dim]
+  const gguf::TensorInfo* attn_q_norm = nullptr;
+  const gguf::TensorInfo* attn_k_norm = nullptr;
+  // moe (then ffn_gate/up/down are null): the router [D, E] and the experts' 3-D matrices
+  // gate/up [D, F_exp, E], down [F_exp, D, E] (expert e is the e-th 2-D slice)
+  const gguf::TensorInfo* ffn_gate_inp = nullptr;
+  const gguf::TensorInfo* ffn_gate_exps = nullptr;
+  const gguf::TensorInfo* ffn_up_exps = nullptr;
+  const gguf::TensorInfo* ffn_down_exps = nullptr;
+
+  // The weight matrices of the layer that the executors multiply by (dense FFN or experts, whichever
+  // the layer has; the 3-D expert tensors stand for their per-expert slices of the same shape).
+  std::vector<const gguf::TensorInfo*> matrices() const;
 };
 
 // Every tensor the forward pass reads, pointing into the file's tensor table (weights stay in the mapping).
 struct ModelTensors {
   const gguf::TensorInfo* token_embd = nullptr;
   const gguf::TensorInfo* output_norm = nullptr;
-  const gguf::TensorInfo* output = nullptr;
+  const gguf::TensorInfo* output = nullptr;  // token_embd itself when the file ties them (no output.weight)
   std::vector<LayerTensors> layers;
 };
 
@@ -87,17 +110,22 @@ struct ArchSpec {
   void (*finish_hparams)(const gguf::File& file, HParams& hp);
   // One transformer layer of the forward program, built from its operations.
   void (*build_layer)(LayerProgram& program, int64_t layer);
+  // The file's attention.key_length sets the head dimension (Qwen3 layouts: H * d need not be D);
+  // otherwise the key must equal embedding_length / head_count.
+  bool head_dim_from_key_length = false;
+  // output.weight may be absent: the LM head is then token_embd (tied embeddings).
+  bool tied_output = false;
 };
 
 const ArchSpec& arch_spec(Arch arch);
 // nullptr for a name no supported architecture has.
 const ArchSpec* find_arch_spec(std::string_view name);
-// Names of the supported architectures, for messages: "llada, dream".
+// Names of the supported architectures, for messages: "llada, dream, llada-moe, rnd1".
 const char* supported_architectures();
 
 // Reads general.architecture and the hyperparameters of that architecture, checking every key's
 // presence, type and value. Throws dllm::Error:
-//   "unsupported model architecture: qwen2 (supported: llada, dream)"
+//   "unsupported model architecture: qwen2 (supported: llada, dream, llada-moe, rnd1)"
 //   "required metadata key missing: llada.block_count"
 //   "invalid metadata: llada.attention.head_count_kv = 3 does not divide llada.attention.head_count = 4"
 // n_vocab comes from token_embd's rows (the tensor checks confirm the rest agrees).
@@ -110,9 +138,16 @@ HParams read_hparams(const gguf::File& file);
 ModelTensors check_tensors(const gguf::File& file, const HParams& hp);
 
 namespace detail {
-// The architectures' entries (llada.cpp, dream.cpp).
+// The architectures' entries (llada.cpp, dream.cpp, llada_moe.cpp, rnd1.cpp).
 extern const ArchSpec kLLaDASpec;
 extern const ArchSpec kDreamSpec;
+extern const ArchSpec kLLaDAMoESpec;
+extern const ArchSpec kRND1Spec;
+// Reads the mixture-of-experts keys {arch}.expert_count, expert_used_count, expert_feed_forward_length
+// (checked: 1 <= used <= count) into hp (shared by llada-moe and rnd1).
+void read_moe_hparams(const gguf::File& file, HParams& hp);
+// The layer of both mixture-of-experts architectures: attention, then the expert FFN (llada_moe.cpp).
+void build_moe_layer(LayerProgram& program, int64_t layer);
 }  // namespace detail
 
 }  // namespace dllm::model

@@ -47,9 +47,11 @@ std::string python_strip(std::string_view text) {
 }
 
 ChatTemplate chat_template_for_arch(std::string_view arch) {
-  if (arch == "llada") return ChatTemplate::LLaDA;
-  if (arch == "dream") return ChatTemplate::Dream;
-  throw Error("unsupported model architecture: " + shown(arch) + " (supported: llada, dream)");
+  // llada-moe files declare LLaDA's Llama-3 style template, rnd1 files Qwen3's ChatML with the default
+  // system turn (tokenizer.chat_template), which is what llama.cpp's chat path renders for them.
+  if (arch == "llada" || arch == "llada-moe") return ChatTemplate::LLaDA;
+  if (arch == "dream" || arch == "rnd1") return ChatTemplate::Dream;
+  throw Error("unsupported model architecture: " + shown(arch) + " (supported: llada, dream, llada-moe, rnd1)");
 }
 
 std::string render_chat_messages(ChatTemplate tmpl, const std::vector<ChatMessage>& messages,

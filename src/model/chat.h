@@ -24,7 +24,8 @@ struct ChatMessage {
 };
 
 // The template of an architecture name (general.architecture). Throws dllm::Error
-// "unsupported model architecture: X (supported: llada, dream)".
+// "unsupported model architecture: X (supported: llada, dream, llada-moe, rnd1)".
+// llada-moe renders as LLaDA, rnd1 as Dream (ChatML), as their files' tokenizer.chat_template declare.
 ChatTemplate chat_template_for_arch(std::string_view arch);
 
 // The exact text the tokenizer sees for one user message with the generation prompt. bos_text is the

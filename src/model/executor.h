@@ -5,7 +5,9 @@
 // executor-owned activation buffers that live across steps: embedding, norm + shared matmul, keys and
 // values into a sequence's store (bias + RoPE), attention per sequence (bias + RoPE on the queries),
 // matmul + residual, SwiGLU + matmul + residual, row gathers, and final norm + LM head on chosen rows.
-// Only the logits leave the executor.
+// Only the logits leave the executor. Mixture-of-experts layers add two operations: a per-head RMSNorm of
+// the queries and keys (head_norm), and the expert FFN (moe_ffn: route each row to its top-k experts, run
+// one GEMM per (expert, matrix) over exactly the rows routed to that expert, scatter back weighted).
 //
 // Executor implements every operation on host memory from four primitives a CPU backend overrides
 // (matmul, matmul_shared, attention, lm_head); a device backend (the GPU) overrides the operations
@@ -20,6 +22,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "model/arch.h"
 #include "model/gguf.h"
@@ -71,6 +74,17 @@ struct AttentionShape {
   int64_t n_head_kv = 0;  // key/value heads Hkv; query head h reads kv head h / (H / Hkv)
   int64_t head_dim = 0;   // d
   float scale = 0;        // applied to q.k: 1/sqrt(d)
+};
+
+// The experts of one mixture-of-experts layer as prepared for an executor: the router as a vector of
+// n_expert rows of D f32 values (row e: expert e's logit weights; prepare_vector), and every expert's
+// gate/up [F_exp rows of D] and down [D rows of F_exp] as ordinary prepared weights (prepare_weight on the
+// expert's 2-D slice of the 3-D tensor: repacked once per expert, never expanded to f32).
+struct MoeLayer {
+  VectorHandle router;
+  int64_t n_expert = 0, n_used = 0, n_ff = 0;
+  bool norm_weights = false;  // renormalise the top-k probabilities to sum 1 (rnd1); as they are otherwise
+  std::vector<WeightHandle> gate, up, down;  // one per expert
 };
 
 class Executor {
@@ -149,6 +163,18 @@ class Executor {
   virtual void attend(KvHandle kv, int64_t layer, int64_t n_kv, Act q, int64_t row0,
                       std::span<const int64_t> positions, VectorHandle bq, const RopeSpec& rope,
                       const AttentionShape& shape, Act out);
+  // x[r] head by head (n_heads heads of head_dim values) = rmsnorm(head) * w (w: head_dim values), in
+  // place, r < rows (RMSNorm in double as norm_matmul). The per-head q/k norms of qk_norm layers.
+  virtual void head_norm(Act x, int64_t rows, int64_t n_heads, int64_t head_dim, VectorHandle w, float eps);
+  // x[r] += sum over the top-k experts e of row r (router softmax of rmsnorm(x[r]) * norm) of
+  // p_e * down_e(silu(gate_e(h)) * up_e(h)), h = rmsnorm(x[r]) * norm, r < rows; the weighted expert
+  // outputs are summed in the order of the top-k (most probable first), in f32. Default: moe_ffn_on_host.
+  virtual void moe_ffn(const MoeLayer& m, Act x, int64_t rows, VectorHandle norm, float eps);
+  // The router step of moe_ffn on host rows h [rows, D] (every executor routes on the host: the router is
+  // a few thousand values per row): ids and weights of each row's top-k experts as moe_route computes them.
+  // Default: moe_route. (A test overrides it to force one decision.)
+  virtual void route(const MoeLayer& m, std::span<const float> router, const float* h, int64_t rows, int64_t D,
+                     int32_t* ids, float* weights);
   // logits (host, [rows, n_vocab]) = rmsnorm(x[r]) * norm through the LM head, r < rows.
   virtual void final_logits(WeightHandle output, Act x, int64_t rows, VectorHandle norm, float eps,
                             float* logits);
@@ -167,5 +193,25 @@ class Executor {
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 };
+
+// --- the mixture-of-experts pieces on host memory (host_ops.cpp), shared by every executor ---
+
+// Router of `rows` rows h [rows, D]: logits l[r][e] = h[r] . router[e] (accumulated in double, rounded to
+// f32), softmax over the experts (f32 probabilities), the k most probable experts (ties: lower index)
+// most probable first into ids[r*k + j], their probabilities (renormalised to sum 1 when norm_weights)
+// into weights[r*k + j]. probs (optional, [rows, E]) receives every probability.
+void moe_route(std::span<const float> router, const float* h, int64_t rows, int64_t D, int64_t n_expert, int64_t k,
+               bool norm_weights, int32_t* ids, float* weights, float* probs = nullptr);
+
+// Executor::moe_ffn on host rows x [rows, D] (in place): RMSNorm, moe_route, rows grouped per expert, one
+// ex.matmul_shared (gate, up) and one ex.matmul (down) per expert over exactly its rows, the weighted
+// outputs summed per row in top-k order and added to x. router and norm are the host values of the
+// layer's vectors. A device executor calls it on a downloaded copy of its residual stream.
+void moe_ffn_on_host(Executor& ex, ThreadPool* pool, const MoeLayer& m, std::span<const float> router,
+                     std::span<const float> norm, float eps, float* x, int64_t rows, int64_t D);
+
+// Executor::head_norm on host rows x [rows, n_heads * head_dim] (in place).
+void head_norm_on_host(ThreadPool* pool, float* x, int64_t rows, int64_t n_heads, int64_t head_dim, const float* w,
+                       float eps);
 
 }  // namespace dllm::model

@@ -92,11 +92,40 @@ ForwardWeights prepare_forward_weights(const HParams& hp, const ModelTensors& t,
     l.wk = ex.prepare_weight(*lt.wk);
     l.wv = ex.prepare_weight(*lt.wv);
     l.wo = ex.prepare_weight(*lt.wo);
-    l.ffn_gate = ex.prepare_weight(*lt.ffn_gate);
-    l.ffn_up = ex.prepare_weight(*lt.ffn_up);
-    l.ffn_down = ex.prepare_weight(*lt.ffn_down);
+    l.q_norm = prepare_vector(ex, lt.attn_q_norm);
+    l.k_norm = prepare_vector(ex, lt.attn_k_norm);
+    if (!hp.moe()) {
+      l.ffn_gate = ex.prepare_weight(*lt.ffn_gate);
+      l.ffn_up = ex.prepare_weight(*lt.ffn_up);
+      l.ffn_down = ex.prepare_weight(*lt.ffn_down);
+      continue;
+    }
+    MoeLayer& m = l.moe;
+    m.n_expert = hp.n_expert, m.n_used = hp.n_expert_used, m.n_ff = hp.n_ff_exp;
+    m.norm_weights = hp.expert_weights_norm;
+    m.router = prepare_vector(ex, lt.ffn_gate_inp);  // [D, E]: row e is expert e's D weights
+    std::string name;
+    for (int64_t e = 0; e < hp.n_expert; ++e) {
+      m.gate.push_back(ex.prepare_weight(expert_slice(*lt.ffn_gate_exps, e, name)));
+      m.up.push_back(ex.prepare_weight(expert_slice(*lt.ffn_up_exps, e, name)));
+      m.down.push_back(ex.prepare_weight(expert_slice(*lt.ffn_down_exps, e, name)));
+    }
   }
   return w;
+}
+
+gguf::TensorInfo expert_slice(const gguf::TensorInfo& t, int64_t e, std::string& name) {
+  if (t.n_dims != 3 || e < 0 || e >= t.ne[2]) throw Error("internal error: no expert " + std::to_string(e) + " in " + std::string(t.name));
+  gguf::TensorInfo s = t;
+  const uint64_t bytes = t.row_bytes() * static_cast<uint64_t>(t.ne[1]);
+  name = std::string(t.name) + "[" + std::to_string(e) + "]";
+  s.name = name;
+  s.n_dims = 2;
+  s.ne[2] = 1;
+  s.offset = t.offset + static_cast<uint64_t>(e) * bytes;
+  s.data = t.data + static_cast<uint64_t>(e) * bytes;
+  s.nbytes = bytes;
+  return s;
 }
 
 void check_canvas(const HParams& hp, std::span<const int32_t> tokens, std::span<const int64_t> logit_rows) {
@@ -175,11 +204,13 @@ class Program : public LayerProgram {
       const WeightHandle ws[3] = {L.wq, L.wk, L.wv};
       const Act ys[3] = {q, k, v};
       ex_.norm_matmul(x_, total_, L.attn_norm, hp_.rms_eps, ws, ys, 3);
+      if (L.q_norm.valid()) ex_.head_norm(q, total_, hp_.n_head, hp_.head_dim, L.q_norm, hp_.rms_eps);
     } else {
       const WeightHandle ws[2] = {L.wk, L.wv};
       const Act ys[2] = {k, v};
       ex_.norm_matmul(x_, total_, L.attn_norm, hp_.rms_eps, ws, ys, 2);
     }
+    if (L.k_norm.valid()) ex_.head_norm(k, total_, hp_.n_head_kv, hp_.head_dim, L.k_norm, hp_.rms_eps);
     for (const Part& p : parts_)
       ex_.kv_store(p.kv, p.layer(l), k, v, p.off, p.rows(), p.r0, L.bk, L.bv, rope_, shape_);
     if (last) {  // the residual stream and the queries of the requested rows only
@@ -187,6 +218,7 @@ class Program : public LayerProgram {
       rows_ = M_;
       q = ex_.activation(kQ, M_, Q);
       ex_.norm_matmul(x_, M_, L.attn_norm, hp_.rms_eps, &L.wq, &q, 1);
+      if (L.q_norm.valid()) ex_.head_norm(q, M_, hp_.n_head, hp_.head_dim, L.q_norm, hp_.rms_eps);
     }
     const Act att = ex_.activation(kAtt, rows_, Q);
     for (const Part& p : parts_) {
@@ -204,6 +236,11 @@ class Program : public LayerProgram {
     const Act ys[2] = {gate, up};
     ex_.norm_matmul(x_, rows_, L.ffn_norm, hp_.rms_eps, ws, ys, 2);
     ex_.swiglu_matmul_add(L.ffn_down, gate, up, rows_, x_);
+  }
+
+  void moe_ffn(int64_t l) override {
+    const ForwardWeights::Layer& L = w_.layers[static_cast<size_t>(l)];
+    ex_.moe_ffn(L.moe, x_, rows_, L.ffn_norm, hp_.rms_eps);
   }
 
  private:

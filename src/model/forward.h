@@ -1,4 +1,4 @@
-// The transformer forward pass of llada and dream over one canvas (algorithms.md 1.4), written once on
+// The transformer forward pass of llada, dream, llada-moe and rnd1 over one canvas (algorithms.md 1.4), written once on
 // top of the Executor interface: embedding, per layer RMSNorm -> Q/K/V (+ biases) -> RoPE ->
 // bidirectional GQA -> output projection -> residual -> RMSNorm -> SwiGLU FFN -> residual, then the final
 // norm and the LM head for the requested rows only. Activations are f32; element-wise work accumulates
@@ -9,6 +9,7 @@
 #pragma once
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "model/arch.h"
@@ -22,13 +23,19 @@ struct ForwardWeights {
   struct Layer {
     VectorHandle attn_norm, ffn_norm;
     VectorHandle bq, bk, bv;  // invalid when the architecture has no Q/K/V biases
-    WeightHandle wq, wk, wv, wo, ffn_gate, ffn_up, ffn_down;
+    WeightHandle wq, wk, wv, wo, ffn_gate, ffn_up, ffn_down;  // ffn_*: dense layers only
+    VectorHandle q_norm, k_norm;  // per-head q/k norms (qk_norm architectures), else invalid
+    MoeLayer moe;                 // mixture-of-experts layers (n_expert > 0)
   };
   const gguf::TensorInfo* token_embd = nullptr;  // rows are dequantized on lookup
   VectorHandle output_norm;
   WeightHandle output;
   std::vector<Layer> layers;
 };
+
+// Expert e of a 3-D expert tensor [k, n, E] as a 2-D tensor [k, n] over the same bytes, named
+// "NAME[e]" in `name` (which must outlive the returned value's use).
+gguf::TensorInfo expert_slice(const gguf::TensorInfo& t, int64_t e, std::string& name);
 
 ForwardWeights prepare_forward_weights(const HParams& hp, const ModelTensors& tensors, Executor& executor);
 
@@ -77,11 +84,14 @@ struct ForwardRequest {
 class LayerProgram {
  public:
   virtual ~LayerProgram() = default;
-  // RMSNorm -> Q/K/V (+ biases) -> RoPE -> keys/values stored per sequence -> bidirectional attention per
+  // RMSNorm -> Q/K/V (+ biases) -> per-head q/k norms (qk_norm) -> RoPE -> keys/values stored per sequence -> bidirectional attention per
   // sequence -> output projection -> residual.
   virtual void self_attention(int64_t layer) = 0;
   // RMSNorm -> gate/up -> SwiGLU -> down projection -> residual.
   virtual void swiglu_ffn(int64_t layer) = 0;
+  // RMSNorm -> router, top-k -> per expert: gate/up -> SwiGLU -> down over its rows -> weighted sum ->
+  // residual (Executor::moe_ffn).
+  virtual void moe_ffn(int64_t layer) = 0;
 };
 
 // Throws dllm::Error for an empty canvas, a canvas longer than the context, an id outside the

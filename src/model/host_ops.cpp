@@ -1,10 +1,13 @@
 // The forward program's operations on host memory (executor.h): the element-wise work (RMSNorm, bias,
 // RoPE, SwiGLU, residuals; accumulations in double where forward.h says so) around the executor's four
 // primitives (matmul, matmul_shared, attention, lm_head). The reference and JIT CPU executors use these;
-// the GPU overrides them.
+// the GPU overrides them. Also the mixture-of-experts operations (router, grouped expert GEMMs through
+// the executor's matmul primitives, weighted scatter; per-head q/k norms), which the GPU runs on a host
+// copy of its rows.
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
 
 #include "common/error.h"
 #include "model/executor.h"
@@ -282,6 +285,112 @@ void Executor::attend(KvHandle kv, int64_t layer, int64_t n_kv, Act q, int64_t r
        shape.n_head, shape.head_dim);
   attention(shape, qd, rows, s.k[static_cast<size_t>(layer)].data(), s.v[static_cast<size_t>(layer)].data(), n_kv,
             h.at(out) + row0 * Q);
+}
+
+void Executor::head_norm(Act x, int64_t rows, int64_t n_heads, int64_t head_dim, VectorHandle w, float eps) {
+  auto& h = host();
+  head_norm_on_host(host_pool_, h.at(x), rows, n_heads, head_dim, h.vec(w)->data(), eps);
+}
+
+void Executor::moe_ffn(const MoeLayer& m, Act x, int64_t rows, VectorHandle norm, float eps) {
+  auto& h = host();
+  moe_ffn_on_host(*this, host_pool_, m, *h.vec(m.router), *h.vec(norm), eps, h.at(x), rows, h.buf(x).cols);
+}
+
+void Executor::route(const MoeLayer& m, std::span<const float> router, const float* h, int64_t rows, int64_t D,
+                     int32_t* ids, float* weights) {
+  moe_route(router, h, rows, D, m.n_expert, m.n_used, m.norm_weights, ids, weights);
+}
+
+void head_norm_on_host(ThreadPool* pool, float* x, int64_t rows, int64_t n_heads, int64_t head_dim, const float* w,
+                       float eps) {
+  // Every head of every row is one row of head_dim values.
+  rmsnorm(pool, x, rows * n_heads, head_dim, w, eps, x);
+}
+
+void moe_route(std::span<const float> router, const float* h, int64_t rows, int64_t D, int64_t E, int64_t k,
+               bool norm_weights, int32_t* ids, float* weights, float* probs) {
+  if (static_cast<int64_t>(router.size()) != E * D || k < 1 || k > E) throw Error("internal error: bad router shape");
+  std::vector<float> p(static_cast<size_t>(E));
+  std::vector<int32_t> order(static_cast<size_t>(E));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* hr = h + r * D;
+    float mx = -INFINITY;
+    for (int64_t e = 0; e < E; ++e) {
+      const float* we = router.data() + e * D;
+      double acc = 0;
+      for (int64_t c = 0; c < D; ++c) acc += static_cast<double>(hr[c]) * we[c];
+      p[static_cast<size_t>(e)] = static_cast<float>(acc);
+      mx = std::max(mx, p[static_cast<size_t>(e)]);
+    }
+    double sum = 0;
+    for (float& v : p) sum += (v = std::exp(v - mx));
+    for (float& v : p) v = static_cast<float>(v / sum);
+    if (probs) std::copy(p.begin(), p.end(), probs + r * E);
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+      return p[static_cast<size_t>(a)] > p[static_cast<size_t>(b)] ||
+             (p[static_cast<size_t>(a)] == p[static_cast<size_t>(b)] && a < b);
+    });
+    float wsum = 0;
+    for (int64_t j = 0; j < k; ++j) wsum += p[static_cast<size_t>(order[static_cast<size_t>(j)])];
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t e = order[static_cast<size_t>(j)];
+      ids[r * k + j] = e;
+      weights[r * k + j] = norm_weights ? p[static_cast<size_t>(e)] / wsum : p[static_cast<size_t>(e)];
+    }
+  }
+}
+
+void moe_ffn_on_host(Executor& ex, ThreadPool* pool, const MoeLayer& m, std::span<const float> router,
+                     std::span<const float> norm, float eps, float* x, int64_t rows, int64_t D) {
+  if (rows <= 0) return;
+  const int64_t E = m.n_expert, k = m.n_used, F = m.n_ff;
+  if (static_cast<int64_t>(m.gate.size()) != E || static_cast<int64_t>(m.up.size()) != E ||
+      static_cast<int64_t>(m.down.size()) != E || static_cast<int64_t>(norm.size()) != D) {
+    throw Error("internal error: bad mixture-of-experts layer");
+  }
+  std::vector<float> h(static_cast<size_t>(rows * D));
+  rmsnorm(pool, x, rows, D, norm.data(), eps, h.data());
+  std::vector<int32_t> ids(static_cast<size_t>(rows * k));
+  std::vector<float> wts(ids.size());
+  ex.route(m, router, h.data(), rows, D, ids.data(), wts.data());
+
+  // The (row, slot) pairs of each expert, rows in increasing order.
+  std::vector<std::vector<int64_t>> members(static_cast<size_t>(E));
+  for (int64_t i = 0; i < rows * k; ++i) members[static_cast<size_t>(ids[static_cast<size_t>(i)])].push_back(i);
+  size_t most = 0;
+  for (const auto& v : members) most = std::max(most, v.size());
+  std::vector<float> xin(most * static_cast<size_t>(D)), gate(most * static_cast<size_t>(F)), up(gate.size());
+  std::vector<float> out(static_cast<size_t>(rows * k * D));  // weighted output of each (row, slot)
+  for (int64_t e = 0; e < E; ++e) {
+    const auto& mem = members[static_cast<size_t>(e)];
+    const int64_t n = static_cast<int64_t>(mem.size());
+    if (n == 0) continue;
+    for (int64_t i = 0; i < n; ++i) std::copy_n(h.data() + mem[static_cast<size_t>(i)] / k * D, D, xin.data() + i * D);
+    const WeightHandle ws[2] = {m.gate[static_cast<size_t>(e)], m.up[static_cast<size_t>(e)]};
+    float* const ys[2] = {gate.data(), up.data()};
+    ex.matmul_shared(ws, ys, 2, xin.data(), n);
+    for_rows(pool, n, [&](int64_t i) { swiglu_row(gate.data() + i * F, up.data() + i * F, F); });
+    ex.matmul(m.down[static_cast<size_t>(e)], gate.data(), n, xin.data());  // xin is free again: [n, D]
+    for_rows(pool, n, [&](int64_t i) {
+      const int64_t pair = mem[static_cast<size_t>(i)];
+      const float w = wts[static_cast<size_t>(pair)];
+      const float* y = xin.data() + i * D;
+      float* o = out.data() + pair * D;
+      for (int64_t c = 0; c < D; ++c) o[c] = y[c] * w;
+    });
+  }
+  // Per row: the weighted outputs in top-k order, then the residual.
+  for_rows(pool, rows, [&](int64_t r) {
+    float* xr = x + r * D;
+    const float* o = out.data() + r * k * D;
+    for (int64_t c = 0; c < D; ++c) {
+      float acc = o[c];
+      for (int64_t j = 1; j < k; ++j) acc += o[j * D + c];
+      xr[c] += acc;
+    }
+  });
 }
 
 void Executor::final_logits(WeightHandle output, Act x, int64_t rows, VectorHandle norm, float eps, float* logits) {

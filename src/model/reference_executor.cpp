@@ -40,7 +40,9 @@ WeightHandle ReferenceExecutor::prepare_weight(const gguf::TensorInfo& t) {
   if (!quant::can_dequantize(t.type())) {
     throw Error("unsupported GGUF tensor type: " + ggml_type_name(t.type_id) + " (tensor " + std::string(t.name) + ")");
   }
-  weights_.push_back(Weight{&t, t.ne[1], t.ne[0]});
+  Weight w{t, t.ne[1], t.ne[0]};
+  w.tensor.name = {};
+  weights_.push_back(w);
   return WeightHandle{static_cast<int32_t>(weights_.size() - 1)};
 }
 
@@ -55,7 +57,7 @@ void ReferenceExecutor::matmul(WeightHandle h, const float* x, int64_t rows, flo
   const Weight& w = weight(h);
   if (rows <= 0) return;
   const int64_t n = w.n, k = w.k;
-  const gguf::TensorInfo& t = *w.tensor;
+  const gguf::TensorInfo& t = w.tensor;
   const uint64_t row_bytes = t.row_bytes();
   const int64_t n_tiles = (n + kRowTile - 1) / kRowTile;
   pool_.parallel_for(n_tiles, [&](int64_t tile, int thread) {

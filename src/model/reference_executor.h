@@ -23,7 +23,7 @@ class ReferenceExecutor : public Executor {
 
  private:
   struct Weight {
-    const gguf::TensorInfo* tensor;  // points into the file's tensor table
+    gguf::TensorInfo tensor;  // a copy (an expert's slice is a temporary); data points into the mapping; no name
     int64_t n, k;                    // rows, values per row
   };
   const Weight& weight(WeightHandle h) const;

@@ -1,5 +1,6 @@
-// Synthetic model writer: metadata and vocabulary as the llama.cpp converters write them for LLaDA / Dream,
-// and random quantized blocks (Q4_K, Q6_K, Q8_0) streamed tensor by tensor through gguf::Writer.
+// Synthetic model writer: metadata and vocabulary as the llama.cpp converters write them for LLaDA / Dream /
+// LLaDA-MoE / RND1, and random quantized blocks (Q4_K, Q5_K, Q6_K, Q8_0) streamed tensor by tensor through
+// gguf::Writer.
 #include "model/synth.h"
 
 #include <algorithm>
@@ -79,6 +80,15 @@ void q4_k_block(Rng& rng, float sigma, uint8_t* b) {
   rng.fill(b + 16, 128);
 }
 
+// One Q5_K super-block (176 bytes) with weights d*S*(q - 15.5), q in 0..31: mins = scales, dmin = 15.5 d.
+void q5_k_block(Rng& rng, float sigma, uint8_t* b) {
+  q4_k_block(rng, sigma, b);  // d, dmin, the 12 scale bytes and 128 random bytes (rewritten below)
+  const float d = sigma / (51.5f * 9.23f);  // std of (q - 15.5) over 0..31 ~ 9.23
+  put_half(b, d);
+  put_half(b + 2, 15.5f * d);
+  rng.fill(b + 16, 32 + 128);  // qh, qs
+}
+
 // One Q6_K super-block (210 bytes): ql, qh random, 16 int8 scales, d.
 void q6_k_block(Rng& rng, float sigma, uint8_t* b) {
   rng.fill(b, 128 + 64);
@@ -150,8 +160,8 @@ Vocab make_vocab(const Shape& shape, uint64_t seed) {
   v.types.assign(V, 1);
   std::vector<std::pair<int32_t, std::string>> specials;
   int32_t first_special = 0;
-  if (shape.arch == "llada") {
-    const bool real = V == 126464;
+  if (shape.arch == "llada" || shape.arch == "llada-moe") {
+    const bool real = V == 126464 && shape.arch == "llada";
     specials = {{sp.bos, "<|startoftext|>"}, {sp.eos, "<|endoftext|>"}, {sp.mask, "<|mdm_mask|>"},
                 {sp.eot - 2, "<|start_header_id|>"}, {sp.eot - 1, "<|end_header_id|>"}, {sp.eot, "<|eot_id|>"}};
     first_special = real ? 126080 : sp.bos;
@@ -196,23 +206,44 @@ Shape real_shape(const std::string& arch) {
     s.n_layer = 28, s.n_embd = 3584, s.n_head = 28, s.n_head_kv = 4, s.n_ff = 18944, s.n_vocab = 152064;
     return s;
   }
-  throw usage_error("flag --arch must be one of llada|dream, got '" + arch + "'");
+  if (arch == "llada-moe") {  // LLaDA-MoE-7B-A1B (inclusionAI's config.json)
+    s.n_layer = 16, s.n_embd = 2048, s.n_head = 16, s.n_head_kv = 16, s.n_ff = 8192, s.n_vocab = 157184;
+    s.n_expert = 64, s.n_expert_used = 8, s.n_ff_exp = 1024;
+    return s;
+  }
+  if (arch == "rnd1") {  // RND1-30B-A3B (Qwen3-30B-A3B's layout), 24 of its 48 layers
+    s.n_layer = 24, s.n_embd = 2048, s.n_head = 32, s.n_head_kv = 4, s.n_ff = 6144, s.n_vocab = 151936;
+    s.head_dim = 128, s.n_expert = 128, s.n_expert_used = 8, s.n_ff_exp = 768;
+    return s;
+  }
+  throw usage_error("flag --arch must be one of llada|dream|llada-moe|rnd1, got '" + arch + "'");
 }
 
 SpecialIds special_ids(const Shape& shape) {
   const int32_t V = static_cast<int32_t>(shape.n_vocab);
-  if (shape.arch == "llada") {
+  if (shape.arch == "llada" || shape.arch == "llada-moe") {
     if (V == 126464) return {126080, 126081, 126348, 126336, 126081, 126349};
     return {V - 12, V - 11, V - 7, V - 10, V - 11, V - 6};
   }
-  if (V == 152064) return {151643, 151643, 151645, 151666, 151643, 151667};
+  if (V == 152064 && shape.arch == "dream") return {151643, 151643, 151645, 151666, 151643, 151667};
   return {V - 8, V - 8, V - 6, V - 5, V - 8, V - 4};
 }
 
-uint64_t write_model(const std::string& path, const Options& o, const Progress& progress) {
+uint64_t write_model(const std::string& path, const Options& opt, const Progress& progress) {
+  if (opt.shape.arch != "llada" && opt.shape.arch != "dream" && opt.shape.arch != "llada-moe" && opt.shape.arch != "rnd1")
+    throw usage_error("flag --arch must be one of llada|dream|llada-moe|rnd1, got '" + opt.shape.arch + "'");
+  Options o = opt;
+  const bool moe_types = o.shape.n_expert > 0;  // attention types of a mixture of experts (also its twin's)
+  if (o.dense) {
+    if (!moe_types) throw usage_error("flag --dense needs a mixture-of-experts --arch (llada-moe or rnd1)");
+    if (o.shape.head_dim != 0 && o.shape.head_dim * o.shape.n_head != o.shape.n_embd)
+      throw usage_error("flag --dense: the twin is a llada, whose heads must span the width");
+    o.shape.arch = "llada";
+    o.shape.n_ff = o.shape.n_expert_used * o.shape.n_ff_exp;
+    o.shape.n_expert = o.shape.n_expert_used = o.shape.n_ff_exp = 0;
+  }
   const Shape& sh = o.shape;
-  if (sh.arch != "llada" && sh.arch != "dream")
-    throw usage_error("flag --arch must be one of llada|dream, got '" + sh.arch + "'");
+  const bool moe = sh.n_expert > 0, llada_like = sh.arch == "llada" || sh.arch == "llada-moe";
   if (o.quant != "Q4_K_M" && o.quant != "Q8_0")
     throw usage_error("flag --quant must be one of Q4_K_M|Q8_0, got '" + o.quant + "'");
   if (sh.n_layer < 1 || sh.n_head < 1 || sh.n_head_kv < 1 || sh.n_head % sh.n_head_kv || sh.n_embd % sh.n_head ||
@@ -220,24 +251,35 @@ uint64_t write_model(const std::string& path, const Options& o, const Progress& 
     throw Error("synthetic model shape is not valid (widths must be multiples of 256, heads must divide evenly)");
   const bool q8 = o.quant == "Q8_0";
   const std::string a = sh.arch;
-  const int64_t head_dim = sh.n_embd / sh.n_head, kv_dim = head_dim * sh.n_head_kv;
+  const int64_t head_dim = sh.head_dim > 0 ? sh.head_dim : sh.n_embd / sh.n_head, kv_dim = head_dim * sh.n_head_kv;
+  const int64_t q_dim = head_dim * sh.n_head;
   const SpecialIds sp = special_ids(sh);
 
   gguf::Writer w;
   w.add_string("general.architecture", a);
-  w.add_string("general.name", "synthetic-" + a + (sh.n_vocab == real_shape(a).n_vocab ? "" : "-small"));
+  w.add_string("general.name", "synthetic-" + (o.dense ? opt.shape.arch + "-dense-twin" : a) +
+                                   (sh.n_vocab == real_shape(opt.shape.arch).n_vocab ? "" : "-small"));
   w.add_string("general.description", "dllm synth: random weights with the real shapes (not a trained model)");
   w.add_u32("general.file_type", q8 ? 7 : 15);
   w.add_u32("general.quantization_version", 2);
   w.add_u32(a + ".block_count", static_cast<uint32_t>(sh.n_layer));
-  w.add_u32(a + ".context_length", a == "llada" ? 4096 : 131072);
+  w.add_u32(a + ".context_length", llada_like ? 4096 : 131072);
   w.add_u32(a + ".embedding_length", static_cast<uint32_t>(sh.n_embd));
   w.add_u32(a + ".feed_forward_length", static_cast<uint32_t>(sh.n_ff));
   w.add_u32(a + ".attention.head_count", static_cast<uint32_t>(sh.n_head));
   w.add_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(sh.n_head_kv));
-  w.add_f32(a + ".rope.freq_base", a == "llada" ? 500000.0f : 1000000.0f);
-  w.add_f32(a + ".attention.layer_norm_rms_epsilon", a == "llada" ? 1e-5f : 1e-6f);
+  w.add_f32(a + ".rope.freq_base", a == "llada" ? 500000.0f : a == "llada-moe" ? 50000.0f : 1000000.0f);
+  w.add_f32(a + ".attention.layer_norm_rms_epsilon", llada_like ? 1e-5f : 1e-6f);
   w.add_bool(a + ".attention.causal", false);
+  if (moe) {
+    w.add_u32(a + ".expert_count", static_cast<uint32_t>(sh.n_expert));
+    w.add_u32(a + ".expert_used_count", static_cast<uint32_t>(sh.n_expert_used));
+    w.add_u32(a + ".expert_feed_forward_length", static_cast<uint32_t>(sh.n_ff_exp));
+    w.add_u32(a + ".attention.key_length", static_cast<uint32_t>(head_dim));
+    w.add_u32(a + ".attention.value_length", static_cast<uint32_t>(head_dim));
+    w.add_u32(a + ".rope.dimension_count", static_cast<uint32_t>(head_dim));
+  }
+  if (a == "llada-moe") w.add_bool("diffusion.shift_logits", false);
   if (a == "llada") {
     w.add_u32("llada.vocab_size", static_cast<uint32_t>(sh.n_vocab));
     w.add_u32("llada.rope.dimension_count", static_cast<uint32_t>(head_dim));
@@ -245,7 +287,7 @@ uint64_t write_model(const std::string& path, const Options& o, const Progress& 
   }
   Vocab vocab = make_vocab(sh, o.seed);
   w.add_string("tokenizer.ggml.model", "gpt2");
-  w.add_string("tokenizer.ggml.pre", a == "llada" ? "bailingmoe" : "qwen2");
+  w.add_string("tokenizer.ggml.pre", llada_like ? "bailingmoe" : "qwen2");
   w.add_string_array("tokenizer.ggml.tokens", vocab.tokens);
   w.add_i32_array("tokenizer.ggml.token_type", vocab.types);
   w.add_string_array("tokenizer.ggml.merges", vocab.merges);
@@ -254,9 +296,9 @@ uint64_t write_model(const std::string& path, const Options& o, const Progress& 
   w.add_u32("tokenizer.ggml.padding_token_id", static_cast<uint32_t>(sp.pad));
   w.add_u32("tokenizer.ggml.eot_token_id", static_cast<uint32_t>(sp.eot));
   w.add_u32("tokenizer.ggml.mask_token_id", static_cast<uint32_t>(sp.mask));
-  w.add_bool("tokenizer.ggml.add_bos_token", a == "llada");
+  w.add_bool("tokenizer.ggml.add_bos_token", llada_like);
   w.add_bool("tokenizer.ggml.add_eos_token", false);
-  w.add_string("tokenizer.chat_template", a == "llada" ? kLladaTemplate : kDreamTemplate);
+  w.add_string("tokenizer.chat_template", llada_like ? kLladaTemplate : kDreamTemplate);
   vocab = Vocab{};  // written into the header; free it before the weights
 
   // Tensors, with the standard deviation each one's values get.
@@ -267,30 +309,51 @@ uint64_t write_model(const std::string& path, const Options& o, const Progress& 
     float sigma;  // 0 = a 1-D F32 tensor of ones (norm weights); < 0: F32 uniform(-|sigma|, |sigma|)
   };
   std::vector<Spec> specs;
-  auto mat = [&](const std::string& name, int64_t k, int64_t n, bool more_bits) {
+  // Q4_K_M as llama-quantize chooses it: Q6_K for the "more bits" layers' down projections (and V of a
+  // dense model), Q4_K elsewhere; a mixture of experts' attention keeps K/V in Q8_0 and its output in Q5_K.
+  auto mat = [&](const std::string& name, int64_t k, int64_t n, bool more_bits, int64_t experts = 0,
+                 GgmlType moe_type = GgmlType::Q4_K) {
     GgmlType t = q8 ? GgmlType::Q8_0 : (more_bits ? GgmlType::Q6_K : GgmlType::Q4_K);
-    specs.push_back({name, t, {k, n}, 1.0f / std::sqrt(static_cast<float>(k))});
+    if (!q8 && moe_type != GgmlType::Q4_K) t = moe_type;
+    std::vector<int64_t> ne{k, n};
+    if (experts > 0) ne.push_back(experts);
+    specs.push_back({name, t, ne, 1.0f / std::sqrt(static_cast<float>(k))});
   };
   specs.push_back({"token_embd.weight", q8 ? GgmlType::Q8_0 : GgmlType::Q4_K, {sh.n_embd, sh.n_vocab}, 1.0f});
   specs.push_back({"output_norm.weight", GgmlType::F32, {sh.n_embd}, 0.0f});
   mat("output.weight", sh.n_embd, sh.n_vocab, true);
+  const GgmlType kv_type = moe_types ? GgmlType::Q8_0 : GgmlType::Q4_K;
+  const GgmlType out_type = moe_types ? GgmlType::Q5_K : GgmlType::Q4_K;
   for (int64_t i = 0; i < sh.n_layer; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
     const bool more = use_more_bits(i, sh.n_layer);
     specs.push_back({p + "attn_norm.weight", GgmlType::F32, {sh.n_embd}, 0.0f});
-    mat(p + "attn_q.weight", sh.n_embd, sh.n_embd, false);
-    mat(p + "attn_k.weight", sh.n_embd, kv_dim, false);
-    mat(p + "attn_v.weight", sh.n_embd, kv_dim, more);
+    mat(p + "attn_q.weight", sh.n_embd, q_dim, false);
+    mat(p + "attn_k.weight", sh.n_embd, kv_dim, false, 0, kv_type);
+    mat(p + "attn_v.weight", sh.n_embd, kv_dim, more, 0, kv_type);
     if (a == "dream") {
       specs.push_back({p + "attn_q.bias", GgmlType::F32, {sh.n_embd}, -0.1f});
       specs.push_back({p + "attn_k.bias", GgmlType::F32, {kv_dim}, -0.1f});
       specs.push_back({p + "attn_v.bias", GgmlType::F32, {kv_dim}, -0.1f});
     }
-    mat(p + "attn_output.weight", sh.n_embd, sh.n_embd, false);
+    mat(p + "attn_output.weight", q_dim, sh.n_embd, false, 0, out_type);
+    if (moe) {
+      specs.push_back({p + "attn_q_norm.weight", GgmlType::F32, {head_dim}, 0.0f});
+      specs.push_back({p + "attn_k_norm.weight", GgmlType::F32, {head_dim}, 0.0f});
+    }
     specs.push_back({p + "ffn_norm.weight", GgmlType::F32, {sh.n_embd}, 0.0f});
-    mat(p + "ffn_gate.weight", sh.n_embd, sh.n_ff, false);
-    mat(p + "ffn_up.weight", sh.n_embd, sh.n_ff, false);
-    mat(p + "ffn_down.weight", sh.n_ff, sh.n_embd, more);
+    if (!moe) {
+      mat(p + "ffn_gate.weight", sh.n_embd, sh.n_ff, false);
+      mat(p + "ffn_up.weight", sh.n_embd, sh.n_ff, false);
+      mat(p + "ffn_down.weight", sh.n_ff, sh.n_embd, more);
+      continue;
+    }
+    // The router (F32 in every file; wide enough that experts are chosen apart), then the experts.
+    specs.push_back({p + "ffn_gate_inp.weight", GgmlType::F32, {sh.n_embd, sh.n_expert},
+                     -4.0f / std::sqrt(static_cast<float>(sh.n_embd))});
+    mat(p + "ffn_gate_exps.weight", sh.n_embd, sh.n_ff_exp, false, sh.n_expert);
+    mat(p + "ffn_up_exps.weight", sh.n_embd, sh.n_ff_exp, false, sh.n_expert);
+    mat(p + "ffn_down_exps.weight", sh.n_ff_exp, sh.n_embd, more, sh.n_expert);
   }
   for (const auto& s : specs) w.add_tensor(s.name, s.type, s.ne);
 
@@ -305,7 +368,9 @@ uint64_t write_model(const std::string& path, const Options& o, const Progress& 
     const Spec& s = specs[i];
     Rng rng(o.seed * 0x2545F4914F6CDD1Dull ^ name_hash(s.name));
     if (s.type == GgmlType::F32) {
-      std::vector<float> v(static_cast<size_t>(s.ne[0]));
+      int64_t count = 1;
+      for (int64_t n : s.ne) count *= n;
+      std::vector<float> v(static_cast<size_t>(count));
       for (auto& x : v) x = s.sigma == 0.0f ? 1.0f : rng.uniform_f(-std::fabs(s.sigma), std::fabs(s.sigma));
       sink.write(v.data(), v.size() * 4);
       done += v.size() * 4;
@@ -315,13 +380,15 @@ uint64_t write_model(const std::string& path, const Options& o, const Progress& 
     const uint64_t row_blocks = static_cast<uint64_t>(s.ne[0]) / info.block_size;
     const uint64_t row_bytes = row_blocks * info.type_size;
     const int64_t rows_per_chunk = std::max<int64_t>(1, static_cast<int64_t>((4u << 20) / row_bytes));
-    for (int64_t r0 = 0; r0 < s.ne[1]; r0 += rows_per_chunk) {
-      const int64_t nr = std::min<int64_t>(rows_per_chunk, s.ne[1] - r0);
+    const int64_t n_rows = s.ne[1] * (s.ne.size() > 2 ? s.ne[2] : 1);
+    for (int64_t r0 = 0; r0 < n_rows; r0 += rows_per_chunk) {
+      const int64_t nr = std::min<int64_t>(rows_per_chunk, n_rows - r0);
       buf.resize(static_cast<size_t>(nr * row_bytes));
       for (uint64_t b = 0; b < static_cast<uint64_t>(nr) * row_blocks; ++b) {
         uint8_t* p = buf.data() + b * info.type_size;
         if (s.type == GgmlType::Q4_K) q4_k_block(rng, s.sigma, p);
         else if (s.type == GgmlType::Q6_K) q6_k_block(rng, s.sigma, p);
+        else if (s.type == GgmlType::Q5_K) q5_k_block(rng, s.sigma, p);
         else q8_0_block(rng, s.sigma, p);
       }
       sink.write(buf.data(), buf.size());

@@ -1,4 +1,5 @@
-// Synthetic models: random-weight GGUF files with the real LLaDA-8B-Instruct / Dream-7B-Instruct shapes,
+// Synthetic models: random-weight GGUF files with the real LLaDA-8B-Instruct / Dream-7B-Instruct /
+// LLaDA-MoE-7B-A1B / RND1-30B-A3B (fewer layers) shapes,
 // metadata, special tokens, a tokenizer-sized vocabulary and the tensor-type mix of a real Q4_K_M (or Q8_0)
 // download, valid for dllm and llama.cpp alike. Used for benchmarks (real weights cannot be downloaded here)
 // and, at tiny sizes, for end-to-end tests. Weights are random quantized blocks scaled so that every
@@ -11,22 +12,30 @@
 namespace dllm::synth {
 
 struct Shape {
-  std::string arch = "llada";  // "llada" or "dream"
+  std::string arch = "llada";  // "llada", "dream", "llada-moe" or "rnd1"
   int64_t n_layer = 32;
   int64_t n_embd = 4096;
   int64_t n_head = 32;
   int64_t n_head_kv = 32;
   int64_t n_ff = 12288;
   int64_t n_vocab = 126464;
+  int64_t head_dim = 0;       // 0: n_embd / n_head (rnd1: 128, attention.key_length)
+  int64_t n_expert = 0;       // mixture of experts (llada-moe, rnd1): experts, used per token, expert FFN width
+  int64_t n_expert_used = 0;
+  int64_t n_ff_exp = 0;
 };
 
-// The real shapes: LLaDA-8B-Instruct and Dream-v0-Instruct-7B. Throws a usage error for another arch.
+// The real shapes: LLaDA-8B-Instruct, Dream-v0-Instruct-7B, LLaDA-MoE-7B-A1B, and RND1-30B-A3B with 24 of
+// its 48 layers (so that a Q4_K_M file fits a 24 GiB machine). Throws a usage error for another arch.
 Shape real_shape(const std::string& arch);
 
 struct Options {
   Shape shape;
   std::string quant = "Q4_K_M";  // "Q4_K_M" or "Q8_0"
   uint64_t seed = 1;
+  // For a mixture-of-experts shape: write instead its dense twin, a llada model with the same active
+  // parameters (FFN width = experts used x expert width) and the same attention weight types.
+  bool dense = false;
 };
 
 // Progress: bytes written so far and the total.

@@ -138,13 +138,15 @@ uint64_t gpu_memory_needed(const model::HParams& hp, const model::ModelTensors& 
     if (!t) return;
     WeightFormat f = WeightFormat::Q8_0;
     if (weight_format_of(t->type(), &f) && t->ne[1] % 8 == 0) {
-      bytes += packed_layout(*t).device_bytes();
+      gguf::TensorInfo one = *t;  // a 3-D expert tensor: one expert's matrix, times the experts
+      one.n_dims = 2, one.ne[2] = 1;
+      bytes += packed_layout(one).device_bytes() * static_cast<uint64_t>(t->ne[2]);
     } else {
       bytes += t->nbytes;  // no kernel for it: counted as stored (the choice reports the type anyway)
     }
   };
   for (const model::LayerTensors& l : tensors.layers) {
-    for (const gguf::TensorInfo* m : {l.wq, l.wk, l.wv, l.wo, l.ffn_gate, l.ffn_up, l.ffn_down}) add(m);
+    for (const gguf::TensorInfo* m : l.matrices()) add(m);
     bytes += static_cast<uint64_t>(hp.n_embd * 2 + 3 * hp.q_dim()) * sizeof(float);  // norms, biases
   }
   add(tensors.output);

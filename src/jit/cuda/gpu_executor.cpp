@@ -310,6 +310,29 @@ void GpuExecutor::swiglu_matmul_add(model::WeightHandle h, model::Act gate, mode
   });
 }
 
+void GpuExecutor::head_norm(model::Act x, int64_t rows, int64_t n_heads, int64_t head_dim, model::VectorHandle w,
+                            float eps) {
+  if (rows <= 0) return;
+  const size_t bytes = static_cast<size_t>(rows * n_heads * head_dim) * kF32;
+  if (act(x).cols != n_heads * head_dim) throw Error(internal("head_norm over an activation of another width"));
+  host_x_.resize(bytes / kF32);
+  timed(profile_.transfer_s, [&] { dev_->download(host_x_.data(), at(x), bytes); });
+  model::head_norm_on_host(&pool_, host_x_.data(), rows, n_heads, head_dim, host_vector(w).data(), eps);
+  timed(profile_.transfer_s, [&] { dev_->upload(at(x), host_x_.data(), bytes); });
+}
+
+void GpuExecutor::moe_ffn(const model::MoeLayer& m, model::Act x, int64_t rows, model::VectorHandle norm, float eps) {
+  if (rows <= 0) return;
+  const int64_t D = act(x).cols;
+  const size_t bytes = static_cast<size_t>(rows * D) * kF32;
+  std::vector<float> hx(static_cast<size_t>(rows * D));  // host_x_ is the per-call primitives' staging
+  timed(profile_.transfer_s, [&] { dev_->download(hx.data(), at(x), bytes); });
+  timed(profile_.gemm_s, [&] {
+    model::moe_ffn_on_host(*this, &pool_, m, host_vector(m.router), host_vector(norm), eps, hx.data(), rows, D);
+  });
+  timed(profile_.transfer_s, [&] { dev_->upload(at(x), hx.data(), bytes); });
+}
+
 void GpuExecutor::gather(model::Act src, std::span<const int64_t> rows, model::Act dst) {
   if (rows.empty()) return;
   const DevAct& s = act(src);

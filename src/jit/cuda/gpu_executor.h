@@ -62,6 +62,11 @@ class GpuExecutor : public model::Executor {
   void matmul_add(model::WeightHandle w, model::Act x, int64_t rows, model::Act y) override;
   void swiglu_matmul_add(model::WeightHandle w, model::Act gate, model::Act up, int64_t rows, model::Act y) override;
   void gather(model::Act src, std::span<const int64_t> rows, model::Act dst) override;
+  // Mixture-of-experts layers: the rows go to the host for the per-head norms and the router (a few values
+  // per row), the experts' GEMMs run on the device (matmul_shared / matmul per expert over its rows).
+  void head_norm(model::Act x, int64_t rows, int64_t n_heads, int64_t head_dim, model::VectorHandle w,
+                 float eps) override;
+  void moe_ffn(const model::MoeLayer& m, model::Act x, int64_t rows, model::VectorHandle norm, float eps) override;
   model::KvHandle kv_open(int64_t layers, int64_t positions, int64_t kv_dim) override;
   void kv_close(model::KvHandle kv) override;
   void kv_store(model::KvHandle kv, int64_t layer, model::Act k, model::Act v, int64_t row0, int64_t rows,

@@ -172,7 +172,7 @@ namespace {
 template <class F>
 void for_each_matrix(const model::ModelTensors& t, F&& f) {
   for (const model::LayerTensors& l : t.layers) {
-    for (const gguf::TensorInfo* m : {l.wq, l.wk, l.wv, l.wo, l.ffn_gate, l.ffn_up, l.ffn_down}) f(*m);
+    for (const gguf::TensorInfo* m : l.matrices()) f(*m);
   }
   f(*t.output);
 }
@@ -221,9 +221,15 @@ KernelSet kernels_for_model(const model::HParams& hp, const model::ModelTensors&
     set.add(QuantDesc{mode, act_format_for(f), m->ne[0]});
   };
   for (const model::LayerTensors& l : tensors.layers) {
-    for (const gguf::TensorInfo* m : {l.wq, l.wk, l.wv, l.ffn_gate, l.ffn_up}) quant(QuantMode::RmsNorm, m);
-    quant(QuantMode::Plain, l.wo);        // attention output -> output projection
-    quant(QuantMode::SwiGlu, l.ffn_down);  // gate, up -> down projection
+    for (const gguf::TensorInfo* m : {l.wq, l.wk, l.wv, l.ffn_gate, l.ffn_up}) {
+      if (m) quant(QuantMode::RmsNorm, m);
+    }
+    quant(QuantMode::Plain, l.wo);  // attention output -> output projection
+    if (l.ffn_down) quant(QuantMode::SwiGlu, l.ffn_down);  // gate, up -> down projection
+    // Experts: their rows are normed and gathered on the host, then quantised plain for gate/up and down.
+    for (const gguf::TensorInfo* m : {l.ffn_gate_exps, l.ffn_down_exps}) {
+      if (m) quant(QuantMode::Plain, m);
+    }
   }
   quant(QuantMode::RmsNorm, tensors.output);  // final norm -> LM head
   set.add(q_pack_desc(hp));
