@@ -680,12 +680,12 @@ TEST(GpuEmulated, F16ModelIsRejectedNamingATensor) {
 
 // ---------------------------------------------------------------- mixture of experts
 
-// llada-moe and rnd1 (tests/data/moe, Q8_0: every matrix has a GPU kernel; the Q4_K_M files' Q5_K
-// attention output has none yet) on the emulated device: the per-head q/k norms and the router run on a
+// llada-moe and rnd1 (tests/data/moe: Q8_0, and Q4_K_M with its Q4_K, Q6_K, Q8_0 and Q5_K matrices)
+// on the emulated device: the per-head q/k norms and the router run on a
 // host copy of the rows, each expert's GEMMs on the device over its rows. Logits within 2e-2 relative L2
 // of llama.cpp's (as the JIT's, test_moe), and two canvases batched give each exactly its logits alone.
 TEST(GpuEmulated, MixtureOfExpertsMatchesLlamaCppAndBatchesExactly) {
-  for (const char* name : {"tiny-llada-moe-Q8_0", "tiny-rnd1-Q8_0"}) {
+  for (const char* name : {"tiny-llada-moe-Q8_0", "tiny-rnd1-Q8_0", "tiny-llada-moe-Q4_K_M", "tiny-rnd1-Q4_K_M"}) {
     SCOPED_TRACE(name);
     model::LoadOptions opt;
     opt.threads = 2;
