@@ -509,7 +509,7 @@ TEST(ServePage, DenoisesInHeadlessChromium) {
   ASSERT_EQ(api.status, 200);
   const std::string answer = api.j()["choices"][0]["message"]["content"];
   // The test's output folder: the screenshot stays there for people to look at.
-  const fs::path out_dir = fs::current_path() / "test_serve_output";
+  const fs::path out_dir = fs::path(DLLM_BUILD_DIR) / "tests" / "test_serve_output";
   fs::remove(out_dir / "serve_page.png");
   const RunResult r = run_program("python3", {std::string(DLLM_SOURCE_DIR) + "/tests/serve/page_check.py", "--chromium",
                                               browser, "--url", s.url(), "--prompt", prompt, "--max-tokens", "24",
