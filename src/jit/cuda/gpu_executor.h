@@ -45,7 +45,7 @@ class GpuExecutor : public model::Executor {
   // Notes the model's attention geometry, so that one kernel unit holds everything its passes launch.
   // Throws dllm::Error for a head geometry the attention kernel cannot take.
   void prepare_model(const model::HParams& hp) override;
-  // Throws dllm::Error naming the tensor when its type has no GPU kernel (F16, F32, Q5_K, ...).
+  // Throws dllm::Error naming the tensor when its type has no GPU kernel (F16, F32, ...).
   model::WeightHandle prepare_weight(const gguf::TensorInfo& tensor) override;
   void matmul(model::WeightHandle w, const float* x, int64_t rows, float* y) override;
   // One upload and one activation quantisation for all the products of x (Q/K/V; gate/up).
