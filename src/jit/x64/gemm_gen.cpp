@@ -291,9 +291,9 @@ void GemmGenerator<Vmm>::generate() {
   }
   mov(reg_kstride_, desc_.k);
   if (masks_in_regs_) {
-    if constexpr (kZmm) {
+    if constexpr (kZmm) {  // Q5_K keeps one mask register (0x0F): vmaskf0() is then the same register
       vmovdqu32(vmask0f(), ptr[rip + l_mask0f_]);
-      vmovdqu32(vmaskf0(), ptr[rip + l_mask_f0_]);
+      if (mask_regs() == 2) vmovdqu32(vmaskf0(), ptr[rip + l_mask_f0_]);
     } else {
       vmovdqu(vmask0f(), ptr[rip + l_mask0f_]);
       if (mask_regs() == 2) vmovdqu(vmaskf0(), ptr[rip + l_mask_f0_]);
