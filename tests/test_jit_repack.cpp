@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <sstream>
 #include <random>
 #include <string>
@@ -250,6 +251,48 @@ TEST(JitKernelCache, EveryTypeGeneratesOnEveryFamily) {
       }
     }
   }
+}
+
+// A constant a kernel keeps in a register (the nibble masks) is loaded into it once: a register loaded from two
+// constants holds only the last. Checked on the disassembly of every type's kernels on every family, so a CPU
+// without the family catches it too (avx512-vnni Q5_K once loaded its single 0x0F mask register, then 0xF0
+// over it). Needs objdump (binutils).
+TEST(JitKernelCache, NoVectorRegisterIsLoadedFromTwoConstants) {
+  if (std::system("objdump --version >/dev/null 2>&1") != 0) GTEST_SKIP() << "objdump (binutils) is not installed";
+  int count = 0;
+  const WeightTypeTraits* rows = weight_table(&count);
+  const std::string bin = ::testing::TempDir() + "dllm_kernel_" + std::to_string(getpid()) + ".bin";
+  int checked = 0;
+  for (Isa isa : {Isa::Avx2, Isa::AvxVnni, Isa::Avx512Vnni}) {
+    for (int i = 0; i < count; ++i) {
+      GemmDesc d;
+      d.isa = isa, d.wtype = rows[i].type, d.n = 40, d.k = 512;
+      for (d.m = 1; d.m <= max_row_tile(isa, d.wtype, d.k); ++d.m) {
+        std::unique_ptr<JitGenerator> gen;
+        if (isa == Isa::Avx512Vnni) gen = std::make_unique<GemmGenerator<Xbyak::Zmm>>(d);
+        else gen = std::make_unique<GemmGenerator<Xbyak::Ymm>>(d);
+        ASSERT_NO_THROW(gen->create()) << d.name();
+        std::ofstream(bin, std::ios::binary).write(reinterpret_cast<const char*>(gen->code()), gen->code_size());
+        const dllm::test::RunResult r = dllm::test::run_program("objdump", {"-D", "-b", "binary", "-mi386:x86-64", "-Mintel", bin});
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+        // whole-register loads from rip-relative constants: "vmovdqu32 zmm31,ZMMWORD PTR [rip+0x...]"
+        std::map<std::string, int> loads;
+        std::istringstream lines(r.out);
+        for (std::string line; std::getline(lines, line);) {
+          const size_t op = line.find("vmovdq");
+          if (op == std::string::npos || line.find("[rip") == std::string::npos) continue;
+          const size_t reg = line.find_first_of("yz", op + 6);
+          const size_t comma = line.find(',', op);
+          if (reg == std::string::npos || comma == std::string::npos || reg > comma) continue;
+          ++loads[line.substr(reg, comma - reg)];
+        }
+        for (const auto& [reg, n] : loads) EXPECT_EQ(n, 1) << d.name() << ": " << reg << " loaded from " << n << " constants";
+        ++checked;
+      }
+    }
+  }
+  std::remove(bin.c_str());
+  EXPECT_GT(checked, 20);
 }
 
 TEST(JitRepack, ErrorsNameTheMatrix) {
