@@ -43,25 +43,21 @@ std::string Metrics::render() const {
   auto head = [&](const char* name, const char* type, const char* help) {
     line("# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
   };
+  auto scalar = [&](const char* name, const char* type, const char* help, int64_t value) {
+    head(name, type, help);
+    line("%s %lld\n", name, static_cast<long long>(value));
+  };
   head("dllm_requests_total", "counter", "HTTP requests answered, by endpoint and status code.");
   for (const auto& [k, v] : requests_)
     line("dllm_requests_total{endpoint=\"%s\",code=\"%d\"} %lld\n", k.first.c_str(), k.second, static_cast<long long>(v));
-  head("dllm_prompt_tokens_total", "counter", "Prompt tokens of finished sequences.");
-  line("dllm_prompt_tokens_total %lld\n", static_cast<long long>(prompt_tokens_));
-  head("dllm_completion_tokens_total", "counter", "Answer tokens of finished sequences.");
-  line("dllm_completion_tokens_total %lld\n", static_cast<long long>(completion_tokens_));
-  head("dllm_steps_total", "counter", "Batched denoising steps (one forward pass over every sequence in flight).");
-  line("dllm_steps_total %lld\n", static_cast<long long>(steps_));
-  head("dllm_step_rows_total", "counter", "Canvas rows computed over all steps.");
-  line("dllm_step_rows_total %lld\n", static_cast<long long>(rows_));
-  head("dllm_step_sequences_total", "counter", "Sequences stepped, summed over steps (divide by steps: mean batch).");
-  line("dllm_step_sequences_total %lld\n", static_cast<long long>(step_sequences_));
-  head("dllm_sequences_cancelled_total", "counter", "Sequences cancelled (client gone, stop string, shutdown).");
-  line("dllm_sequences_cancelled_total %lld\n", static_cast<long long>(cancelled_));
-  head("dllm_queue_length", "gauge", "Sequences waiting for a place in the batch.");
-  line("dllm_queue_length %lld\n", static_cast<long long>(queued_));
-  head("dllm_batch_sequences", "gauge", "Sequences in flight.");
-  line("dllm_batch_sequences %lld\n", static_cast<long long>(in_flight_));
+  scalar("dllm_prompt_tokens_total", "counter", "Prompt tokens of finished sequences.", prompt_tokens_);
+  scalar("dllm_completion_tokens_total", "counter", "Answer tokens of finished sequences.", completion_tokens_);
+  scalar("dllm_steps_total", "counter", "Batched denoising steps (one forward pass over every sequence in flight).", steps_);
+  scalar("dllm_step_rows_total", "counter", "Canvas rows computed over all steps.", rows_);
+  scalar("dllm_step_sequences_total", "counter", "Sequences stepped, summed over steps (divide by steps: mean batch).", step_sequences_);
+  scalar("dllm_sequences_cancelled_total", "counter", "Sequences cancelled (client gone, stop string, shutdown).", cancelled_);
+  scalar("dllm_queue_length", "gauge", "Sequences waiting for a place in the batch.", queued_);
+  scalar("dllm_batch_sequences", "gauge", "Sequences in flight.", in_flight_);
   head("dllm_batch_occupancy", "gauge", "Sequences in flight over the batch size.");
   line("dllm_batch_occupancy %g\n", static_cast<double>(in_flight_) / static_cast<double>(capacity_));
   head("dllm_step_seconds", "histogram", "Wall time of one batched step.");
