@@ -147,3 +147,52 @@ TEST(Chat, UnknownArchitectureIsAnError) {
     EXPECT_STREQ(e.what(), "unsupported model architecture: qwen2 (supported: llada, dream, llada-moe, rnd1)");
   }
 }
+
+// The template a file declares (tokenizer.chat_template) decides the chat format, whatever the
+// architecture: the real LLaDA and Dream templates (tests/data/chat_templates, also carried by the tiny
+// llada-moe and rnd1 files), a ChatML template without a default system turn (Qwen3's kind), and the
+// architecture's template, with a note, for one dllm does not render or none at all.
+TEST(Chat, TheFilesTemplateDecides) {
+  using dllm::model::chat_template_of;
+  const std::string llada = dllm::test::read_file(dllm::test::data_path("chat_templates/llada.jinja"));
+  const std::string dream = dllm::test::read_file(dllm::test::data_path("chat_templates/dream.jinja"));
+  std::string note = "stale";
+  EXPECT_EQ(chat_template_of("llada", llada, &note), ChatTemplate::LLaDA);
+  EXPECT_EQ(note, "");
+  EXPECT_EQ(chat_template_of("dream", dream, &note), ChatTemplate::Dream);
+  EXPECT_EQ(chat_template_of("rnd1", llada, &note), ChatTemplate::LLaDA);  // the file, not the architecture
+  EXPECT_EQ(chat_template_of("llada-moe", dream, &note), ChatTemplate::Dream);
+  EXPECT_EQ(note, "");
+  // The MoE fixture files carry the real templates.
+  for (const auto& [file, want] : {std::pair{"tiny-llada-moe-Q8_0.gguf", ChatTemplate::LLaDA},
+                                   std::pair{"tiny-rnd1-Q8_0.gguf", ChatTemplate::Dream}}) {
+    const Loaded l(dllm::test::data_path(std::string("moe/gguf/") + file));
+    ASSERT_FALSE(l.tok->chat_template().empty()) << file;
+    EXPECT_EQ(chat_template_of(std::string(l.file->get_string("general.architecture")), l.tok->chat_template()), want)
+        << file;
+  }
+  // ChatML without a default system turn: the caller's system message only.
+  const std::string qwen3 =
+      "{%- if messages[0].role == 'system' %}{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}"
+      "{%- endif %}{%- for message in messages %}{%- if message.role != 'system' %}{{- '<|im_start|>' + "
+      "message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}{%- endif %}{%- endfor %}"
+      "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
+  EXPECT_EQ(chat_template_of("rnd1", qwen3, &note), ChatTemplate::ChatML);
+  EXPECT_EQ(note, "");
+  EXPECT_EQ(dllm::model::render_chat(ChatTemplate::ChatML, "hi", ""), "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(dllm::model::render_chat(ChatTemplate::ChatML, "hi", "", "Be brief."),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+  // A default system turn other than Dream's, and a template of another family: the architecture's, said.
+  const std::string qwen25 =
+      "{%- if messages[0]['role'] != 'system' %}{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. "
+      "You are a helpful assistant.<|im_end|>\\n' }}{%- endif %}";
+  EXPECT_EQ(chat_template_of("rnd1", qwen25, &note), ChatTemplate::Dream);
+  EXPECT_NE(note.find("tokenizer.chat_template is not one dllm renders"), std::string::npos) << note;
+  EXPECT_NE(note.find("Dream (ChatML) template of architecture rnd1"), std::string::npos) << note;
+  EXPECT_EQ(chat_template_of("llada-moe", "{{ bos_token }}[INST] {{ messages[0]['content'] }} [/INST]", &note),
+            ChatTemplate::LLaDA);
+  EXPECT_NE(note.find("LLaDA template of architecture llada-moe"), std::string::npos) << note;
+  EXPECT_EQ(chat_template_of("llada-moe", "", &note), ChatTemplate::LLaDA);  // no template: the architecture's
+  EXPECT_EQ(note, "");
+  EXPECT_THROW(chat_template_of("qwen2", llada), dllm::Error);
+}

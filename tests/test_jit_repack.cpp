@@ -16,7 +16,9 @@
 #include <thread>
 #include <unistd.h>
 
+#include "jit/cpu_features.h"
 #include "jit/gemm.h"
+#include "jit/quant_act_simd.h"
 #include "jit/weight_types.h"
 #include "jit/x64/gemm_gen.h"
 #include "common/error.h"
@@ -117,6 +119,30 @@ TEST(JitActs, QuantisationEqualsReferenceQuantizers) {
       EXPECT_EQ(std::memcmp(a.blocks.data() + r * row_bytes, ref.data() + r * row_bytes, row_bytes), 0)
           << (fmt == ActFormat::Q8_K ? "Q8_K" : "Q8_0") << " row " << r;
     }
+    // Each vectorised twin the CPU runs, called directly (quantize_acts takes only the widest).
+    using Q8K = void (*)(const float*, quant::BlockQ8_K*, int64_t);
+    using Q80 = void (*)(const float*, quant::BlockQ8_0*, int64_t);
+    struct Twin {
+      const char* name;
+      bool runs;
+      Q8K q8_k;
+      Q80 q8_0;
+    };
+    const Twin twins[] = {{"avx2", cpu_features().avx2, quantize_row_q8_K_avx2, quantize_row_q8_0_avx2},
+                          {"avx512", cpu_features().avx512bw, quantize_row_q8_K_avx512, quantize_row_q8_0_avx512}};
+    int ran = 0;
+    for (const Twin& t : twins) {
+      if (!t.runs) continue;
+      ++ran;
+      std::vector<uint8_t> got(ref.size());
+      for (int64_t r = 0; r < rows; ++r) {
+        uint8_t* dst = got.data() + r * a.blocks_per_row() * a.block_bytes();
+        if (fmt == ActFormat::Q8_K) t.q8_k(x.data() + r * k, reinterpret_cast<quant::BlockQ8_K*>(dst), k);
+        else t.q8_0(x.data() + r * k, reinterpret_cast<quant::BlockQ8_0*>(dst), k);
+      }
+      EXPECT_EQ(got, ref) << t.name << " " << (fmt == ActFormat::Q8_K ? "Q8_K" : "Q8_0");
+    }
+    std::printf("%s: %d vectorised quantizers checked\n", fmt == ActFormat::Q8_K ? "Q8_K" : "Q8_0", ran);
   }
 }
 

@@ -7,7 +7,9 @@
 //   probabilities differ by less than what activation quantisation moves them (measured: the same row's
 //   router probabilities with f32 activations, the reference executor, against int8 ones, the JIT), and
 //   forcing that decision the other way brings the row and the case within 2e-2.
-// - greedy generation: the same tokens on every JIT family as on the reference executor, or where they
+// - greedy generation: the same tokens, pass by pass, on every JIT family as on the reference executor with
+//   int8 activations (llama.cpp's arithmetic; the dense tiny models too: the same final tokens); against
+//   the f32-activation reference the same tokens, or where they
 //   part (quantised files: int8 against f32 activations), the first differing step is a near tie of the
 //   sampler's decision that the activations' rounding moves across.
 // Plus the tensor and metadata checks of the two architectures, and the routing itself (softmax, top-k,
@@ -142,7 +144,11 @@ struct Choice {
   std::string label;
   bool reference = false;
   jit::Isa isa = jit::Isa::Portable;
+  model::ReferenceExecutor::Activations acts = model::ReferenceExecutor::Activations::F32;
 };
+
+// The reference executor with llama.cpp's (and the JIT's) int8 activations.
+const Choice kInt8Reference{"reference-int8", true, jit::Isa::Portable, model::ReferenceExecutor::Activations::Quantized};
 
 std::vector<Choice> executors() {
   std::vector<Choice> out{{"reference", true}};
@@ -172,8 +178,9 @@ Loaded& load(const std::string& file, const Choice& ex) {
   model::LoadOptions o;
   o.threads = 2;
   if (ex.reference) {
-    o.make_executor = [l](ThreadPool& pool) {
-      auto e = std::make_unique<Probe<model::ReferenceExecutor>>(pool);
+    const auto acts = ex.acts;
+    o.make_executor = [l, acts](ThreadPool& pool) {
+      auto e = std::make_unique<Probe<model::ReferenceExecutor>>(pool, acts);
       l->ref = e.get();
       return e;
     };
@@ -185,7 +192,9 @@ Loaded& load(const std::string& file, const Choice& ex) {
       return e;
     };
   }
-  l->model = model::Model::load(moe_path("gguf/" + file + ".gguf"), o);
+  // The dense tiny models (tests/data/models) run through the same checks where a test names them.
+  const bool moe = file.rfind("tiny-llada-moe", 0) == 0 || file.rfind("tiny-rnd1", 0) == 0;
+  l->model = model::Model::load(moe ? moe_path("gguf/" + file + ".gguf") : test::data_path("models/" + file + ".gguf"), o);
   return *l;
 }
 
@@ -469,8 +478,10 @@ model::GenerateConfig greedy_config(const model::Model& m) {
   return c;
 }
 
+// The prompt of a file's first case (a dense model: the llada-moe one's; the tiny vocabularies are alike).
 std::vector<int32_t> prompt_of(const std::string& file) {
-  const Case c = load_case(file, kCases[0]);
+  const bool moe = file.rfind("tiny-llada-moe", 0) == 0 || file.rfind("tiny-rnd1", 0) == 0;
+  const Case c = load_case(moe ? file : "tiny-llada-moe-Q8_0", kCases[0]);
   return std::vector<int32_t>(c.ids.begin(), c.ids.begin() + 12);  // the case's prompt tokens
 }
 
@@ -518,9 +529,66 @@ Top top_of(const float* l, int64_t V) {
 
 }  // namespace
 
-// Greedy generation on the tiny models: the same tokens on every JIT family as on the reference executor
-// (F32 files: always). Where a quantised file's tokens part (the JIT quantises activations to int8, the
-// reference keeps f32: the dense tiny models part the same way), the first step that decides differently
+// Greedy generation of `file` on `reference` and on every JIT family this CPU runs, each pass recorded;
+// check(family, reference model, reference passes, reference result, family passes, family result).
+template <class Check>
+void for_each_greedy_pair(const std::string& file, const Choice& reference, Check check) {
+  Loaded& ref = load(file, reference);
+  const model::GenerateConfig cfg = greedy_config(*ref.model);
+  const std::vector<int32_t> prompt = prompt_of(file);
+  Recorder want_src(*ref.model);
+  const model::GenerateResult want = model::generate(want_src, cfg, prompt);
+  for (const Choice& ex : executors()) {
+    if (ex.reference) continue;
+    Loaded& l = load(file, ex);
+    Recorder got_src(*l.model);
+    const model::GenerateResult got = model::generate(got_src, cfg, prompt);
+    check(ex, ref, want_src, want, got_src, got);
+  }
+}
+
+// Greedy generation on the tiny models equals the reference executor's token for token on every JIT
+// family: the reference with the JIT's arithmetic (int8 activations, as llama.cpp), which differs from the
+// JIT's only in the float rounding of sums (and so, rarely, in an activation's int8 rounding). Every pass's
+// logits are compared too. The dense tiny models as well.
+TEST(MoeGenerate, GreedyTokensEqualTheInt8ReferenceTokenForToken) {
+  for (const std::string m : {"tiny-llada-moe", "tiny-rnd1", "tiny-llada", "tiny-dream"}) {
+    for (const char* quant : {"F32", "Q8_0", "Q4_K_M"}) {
+      const std::string file = m + "-" + quant;
+      for_each_greedy_pair(file, kInt8Reference, [&](const Choice& ex, Loaded&, const Recorder& want_src,
+                                                     const model::GenerateResult& want, const Recorder& got_src,
+                                                     const model::GenerateResult& got) {
+        EXPECT_EQ(got.canvas, want.canvas) << ex.label << " " << file;
+        ASSERT_EQ(got_src.passes.size(), want_src.passes.size()) << ex.label << " " << file;
+        double worst = 0;
+        int parted = 0;  // passes that saw different canvases (an order of commits that parted and met again)
+        for (size_t i = 0; i < want_src.passes.size(); ++i) {
+          const auto& a = want_src.passes[i];
+          const auto& b = got_src.passes[i];
+          if (a.canvas != b.canvas || a.rows != b.rows) {
+            ++parted;
+            continue;
+          }
+          worst = std::max(worst, rel_l2(b.logits.data(), a.logits.data(), a.logits.size()));
+        }
+        // Same arithmetic: the order and precision of float sums differ, and where that moves an activation
+        // across an int8 rounding boundary, the logits move by up to about 1e-2 on these tiny random models
+        // (a relative 1e-7 nudge of the reference's own activations moves them as much: docs/correctness.md).
+        EXPECT_LE(worst, kQuantTolerance) << ex.label << " " << file;
+        // The mixtures of experts: the same canvas at every pass, not only at the end.
+        if (m == "tiny-llada-moe" || m == "tiny-rnd1") {
+          EXPECT_EQ(parted, 0) << ex.label << " " << file;
+        }
+        std::printf("%-10s %-22s greedy tokens %s the int8 reference's; %d of %zu passes parted; worst pass logits %.2e\n",
+                    ex.label.c_str(), file.c_str(), got.canvas == want.canvas ? "equal" : "DIFFER from", parted,
+                    want_src.passes.size(), worst);
+      });
+    }
+  }
+}
+
+// Against the f32-activation reference: the same tokens on every JIT family (F32 files: always). Where a
+// quantised file's tokens part (the JIT quantises activations to int8, the reference keeps f32: the dense tiny models part the same way), the first step that decides differently
 // got identical canvases and logits within 2e-2, and decided differently for a near tie: at a position
 // both commit, the reference's top-1/top-2 logit margin is below that row's largest logit difference
 // between the executors; for positions only one commits, their confidences (top-1 probabilities) differ
@@ -530,20 +598,13 @@ TEST(MoeGenerate, GreedyTokensEqualTheReferenceOrPartAtANearTie) {
   for (const std::string& m : models()) {
     for (const char* quant : {"F32", "Q8_0", "Q4_K_M"}) {
       const std::string file = m + "-" + quant;
-      Loaded& ref = load(file, all[0]);
-      const model::GenerateConfig cfg = greedy_config(*ref.model);
-      const std::vector<int32_t> prompt = prompt_of(file);
-      const int64_t V = ref.model->n_vocab(), shift = ref.model->shift_logits() ? 1 : 0;
-      Recorder want_src(*ref.model);
-      const model::GenerateResult want = model::generate(want_src, cfg, prompt);
-      for (const Choice& ex : all) {
-        if (ex.reference) continue;
-        Loaded& l = load(file, ex);
-        Recorder got_src(*l.model);
-        const model::GenerateResult got = model::generate(got_src, cfg, prompt);
+      for_each_greedy_pair(file, all[0], [&](const Choice& ex, Loaded& ref, const Recorder& want_src,
+                                             const model::GenerateResult& want, const Recorder& got_src,
+                                             const model::GenerateResult& got) {
+        const int64_t V = ref.model->n_vocab(), shift = ref.model->shift_logits() ? 1 : 0;
         if (got.canvas == want.canvas) {
           std::printf("%-10s %-22s greedy tokens equal the reference's\n", ex.label.c_str(), file.c_str());
-          continue;
+          return;
         }
         EXPECT_NE(std::string(quant), "F32") << ex.label << " " << file << ": F32 tokens differ";
         // The first pass after which the canvases part: both saw the same canvas.
@@ -602,7 +663,7 @@ TEST(MoeGenerate, GreedyTokensEqualTheReferenceOrPartAtANearTie) {
           }
         }
         EXPECT_GT(explained, 0) << ex.label << " " << file << ": the canvases part without a differing decision";
-      }
+      });
     }
   }
 }
@@ -645,6 +706,41 @@ TEST(MoeCli, InspectTokenizeLogitsRunKernels) {
                       "--verbose"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("sampler: entropy"), std::string::npos) << r.err;
+
+  // DLLM_EXECUTOR=reference-int8: the reference executor with int8 activations; its logits of a quantised file
+  // are the JIT's up to float rounding, while the f32-activation reference's are 1e-2 away. An unknown
+  // DLLM_EXECUTOR is a usage error naming the variable.
+  {
+    const std::string q8 = moe_path("gguf/tiny-llada-moe-Q8_0.gguf");
+    const Case cq = load_case("tiny-llada-moe-Q8_0", kCases[0]);
+    std::string qids, qrows;
+    for (int32_t t : cq.ids) qids += (qids.empty() ? "" : ",") + std::to_string(t);
+    for (int64_t p : cq.rows) qrows += (qrows.empty() ? "" : ",") + std::to_string(p);
+    auto logits_with = [&](const char* executor) {
+      if (executor) setenv("DLLM_EXECUTOR", executor, 1);
+      const std::string o = testing::TempDir() + "moe_q8_logits.f32";
+      const test::RunResult rr = test::run_dllm({"logits", "--model", q8, "--tokens", qids, "--rows", qrows, "--out", o});
+      unsetenv("DLLM_EXECUTOR");
+      EXPECT_EQ(rr.exit_code, 0) << rr.err;
+      const std::string raw = test::read_file(o);
+      std::vector<float> v(raw.size() / sizeof(float));
+      std::memcpy(v.data(), raw.data(), v.size() * sizeof(float));
+      return v;
+    };
+    const std::vector<float> jit = logits_with(nullptr), int8 = logits_with("reference-int8"), f32 = logits_with("reference");
+    ASSERT_EQ(jit.size(), cq.logits.size());
+    ASSERT_EQ(int8.size(), jit.size());
+    ASSERT_EQ(f32.size(), jit.size());
+    EXPECT_LT(rel_l2(jit.data(), int8.data(), jit.size()), 1e-5);
+    EXPECT_GT(rel_l2(jit.data(), f32.data(), jit.size()), 1e-3);
+    setenv("DLLM_EXECUTOR", "reference-nonsense", 1);
+    const test::RunResult bad =
+        test::run_dllm({"logits", "--model", q8, "--tokens", qids, "--rows", qrows, "--out", testing::TempDir() + "x.f32"});
+    unsetenv("DLLM_EXECUTOR");
+    EXPECT_EQ(bad.exit_code, 2);
+    EXPECT_NE(bad.err.find("DLLM_EXECUTOR must be jit, reference or reference-int8, got 'reference-nonsense'"),
+              std::string::npos) << bad.err;
+  }
 
   // kernels: the expert tensors' GEMMs are generated (one shape for all experts); routers are not matrices.
   const std::string dir = testing::TempDir() + "moe_kernels";

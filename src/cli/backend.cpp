@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "engine/engine.h"
+
 namespace dllm::cli {
 
 engine::BackendRequest backend_request(const Settings& s) {
@@ -17,6 +19,12 @@ engine::BackendRequest backend_request(const Settings& s) {
 
 void print_backend_warning(const Backend& b) {
   if (!b.warning.empty()) std::fprintf(stderr, "dllm: warning: %s\n", b.warning.c_str());
+}
+
+void print_chat_template_note(const engine::Engine& e, bool chat) {
+  if (!chat) return;
+  const std::string note = e.chat_template_note();
+  if (!note.empty()) std::fprintf(stderr, "dllm: warning: %s\n", note.c_str());
 }
 
 void print_load_warning(const model::Executor& executor) {

@@ -8,6 +8,10 @@
 #include "engine/backend.h"
 #include "model/model.h"
 
+namespace dllm::engine {
+class Engine;
+}
+
 namespace dllm::cli {
 
 using Backend = engine::Backend;
@@ -20,5 +24,7 @@ engine::BackendRequest backend_request(const Settings& s);
 void print_backend_warning(const Backend& b);
 // After load: the executor's load_warning() (matrices without kernels on the slow path), the same way.
 void print_load_warning(const model::Executor& executor);
+// The engine's chat_template_note, when prompts are chat-formatted (chat: not --no-chat).
+void print_chat_template_note(const engine::Engine& e, bool chat);
 
 }  // namespace dllm::cli

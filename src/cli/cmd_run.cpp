@@ -34,6 +34,7 @@ int run_one(engine::Engine& e, const Settings& s, const Backend& backend, const 
   // --- weights ---
   e.load(opt);
   print_load_warning(e.model().executor());
+  print_chat_template_note(e, !s.no_chat && !s.has_prompt_tokens);
   const double load_ms = ms_between(t_start, Clock::now()) - p.prompt_ms;
 
   // --- generation ---

@@ -96,6 +96,7 @@ int cmd_run_file(const Settings& s, Clock::time_point t_start) {
   print_backend_warning(backend);
   e.load(opt);
   print_load_warning(e.model().executor());
+  print_chat_template_note(e, !s.no_chat);
   const double load_ms = ms_since(t_start);
 
   // --- generation: every request queued, --batch-size of them in flight ---

@@ -29,6 +29,7 @@ int cmd_serve(const Settings& s) {
   const Backend backend = e.choose_backend(br, opt);
   print_backend_warning(backend);
   e.load(opt);
+  print_chat_template_note(e, true);  // /v1/chat/completions renders the template
 
   server::ServerOptions o;
   o.host = s.host;

@@ -3,6 +3,7 @@
 // add_eos_token say). Plain output is the ids separated by spaces on one line; --json prints
 // {"ids": [...], "pieces": [...]} where a piece that is not valid UTF-8 on its own (part of a multi-byte
 // character) has its bad bytes replaced by U+FFFD.
+#include <cstdio>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -27,6 +28,11 @@ int cmd_tokenize(const Settings& s) {
     model::chat_template_for_arch(arch);
   }
   const model::Tokenizer tok(*file);
+  if (!s.no_chat) {
+    std::string note;
+    model::chat_template_of(arch, tok.chat_template(), &note);
+    if (!note.empty()) std::fprintf(stderr, "dllm: warning: %s\n", note.c_str());
+  }
   const std::vector<int32_t> ids = model::prompt_ids(tok, arch, s.prompt, s.no_chat);
 
   if (s.json) {

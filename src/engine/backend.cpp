@@ -1,7 +1,8 @@
 // choose_backend: cpu -> the JIT CPU executor (kernel family from DLLM_ISA, else the best the CPU has);
 // gpu / auto -> a usable NVIDIA GPU (compute capability 8.0+, enough free memory, every weight type
 // supported) runs the GpuExecutor, else gpu is an error and auto falls back to the CPU, saying why;
-// DLLM_EXECUTOR=reference -> the portable reference executor (the oracle), for comparisons.
+// DLLM_EXECUTOR=reference -> the portable reference executor (the oracle), for comparisons;
+// DLLM_EXECUTOR=reference-int8 -> the same with llama.cpp's (and the JIT's) int8 activations.
 #include "engine/backend.h"
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "jit/cuda/gpu_executor.h"
 #include "jit/cuda/kernel_set.h"
 #include "model/arch.h"
+#include "model/reference_executor.h"
 #include "common/error.h"
 #include "common/thread_pool.h"
 
@@ -39,9 +41,20 @@ Backend choose_backend(const BackendRequest& r, const model::ModelFile* file, mo
               " hardware threads: using " + std::to_string(hw);
   }
   const char* which = std::getenv("DLLM_EXECUTOR");
-  if (which && *which && std::strcmp(which, "jit") != 0 && std::strcmp(which, "reference") != 0)
-    throw usage_error(std::string("DLLM_EXECUTOR must be jit or reference, got '") + which + "'");
-  const bool reference = which && std::strcmp(which, "reference") == 0;
+  const std::string exec = which ? which : "";
+  if (!exec.empty() && exec != "jit" && exec != "reference" && exec != "reference-int8")
+    throw usage_error("DLLM_EXECUTOR must be jit, reference or reference-int8, got '" + exec + "'");
+  const bool reference = exec == "reference" || exec == "reference-int8";
+  // The reference executor: the model's own (f32 activations), or one with quantized activations.
+  const auto use_reference = [&options, &exec] {
+    if (exec == "reference") {
+      options.make_executor = nullptr;
+      return;
+    }
+    options.make_executor = [](ThreadPool& pool) {
+      return std::make_unique<model::ReferenceExecutor>(pool, model::ReferenceExecutor::Activations::Quantized);
+    };
+  };
 
   Backend b;
   if (r.device == "gpu" || r.device == "auto") {
@@ -57,14 +70,14 @@ Backend choose_backend(const BackendRequest& r, const model::ModelFile* file, mo
       options.make_executor = [ordinal](ThreadPool& pool) { return jit::cuda::GpuExecutor::open(pool, ordinal); };
       b = {"gpu", choice.reason, ""};
     } else if (reference) {
-      options.make_executor = nullptr;
-      b = {"cpu", "DLLM_EXECUTOR=reference (" + choice.reason + ")", ""};
+      use_reference();
+      b = {"cpu", "DLLM_EXECUTOR=" + exec + " (" + choice.reason + ")", ""};
     } else {
       b = cpu_backend(options, choice.reason);
     }
   } else if (reference) {
-    options.make_executor = nullptr;  // the model's reference executor
-    b = {"cpu", "DLLM_EXECUTOR=reference", ""};
+    use_reference();
+    b = {"cpu", "DLLM_EXECUTOR=" + exec, ""};
   } else {
     b = cpu_backend(options, "--device cpu");
   }

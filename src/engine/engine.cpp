@@ -62,10 +62,10 @@ std::vector<int32_t> prompt_ids(const Request& r, const model::HParams& hp, cons
   }
   if (!r.chat) return model::raw_prompt_ids(tok, r.prompt);
   if (!r.messages.empty())
-    return model::chat_messages_ids(tok, model::chat_template_for_arch(hp.arch_name), r.messages);
+    return model::chat_messages_ids(tok, model::chat_template_of(hp.arch_name, tok.chat_template()), r.messages);
   std::optional<std::string_view> system;
   if (r.system) system = *r.system;
-  return model::chat_prompt_ids(tok, model::chat_template_for_arch(hp.arch_name), r.prompt, system);
+  return model::chat_prompt_ids(tok, model::chat_template_of(hp.arch_name, tok.chat_template()), r.prompt, system);
 }
 
 // --- Engine ---
@@ -80,6 +80,12 @@ Engine::~Engine() = default;
 std::string Engine::model_name() const {
   const gguf::Value* name = file_.file().find("general.name");
   return name && name->type == gguf::ValueType::STRING ? std::string(name->s) : std::string();
+}
+
+std::string Engine::chat_template_note() const {
+  std::string note;
+  model::chat_template_of(hparams().arch_name, tok_->chat_template(), &note);
+  return note;
 }
 
 Prepared Engine::prepare(const Request& r) const {

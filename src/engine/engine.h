@@ -65,6 +65,9 @@ class Engine {
   const model::Tokenizer& tokenizer() const { return *tok_; }
   const std::vector<int32_t>& stops() const { return stops_; }
   std::string model_name() const;  // general.name, "" when absent
+  // A line for stderr when the file's tokenizer.chat_template is not one dllm renders and chat prompts
+  // use the architecture's template instead (model::chat_template_of); "" otherwise.
+  std::string chat_template_note() const;
 
   // Checks a request (check_sampling, make_config, prompt_ids, model::check_settings) and builds its
   // prompt ids. RequestError names the field at fault. No model work: callable before load().

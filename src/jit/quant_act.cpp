@@ -102,16 +102,18 @@ void derive_row(QuantizedActs& a, int64_t r) {
 void quantize_acts(ActFormat fmt, const float* x, int64_t rows, int64_t k, QuantizedActs& out, ThreadPool& pool) {
   check(fmt, rows, k);
   shape(fmt, rows, k, out);
-  const bool simd = cpu_features().avx512bw;
+  const bool avx512 = cpu_features().avx512bw, avx2 = cpu_features().avx2;
   pool.parallel_for(rows, [&](int64_t r, int) {
     void* blocks = out.blocks.data() + r * out.blocks_per_row() * out.block_bytes();
     if (fmt == ActFormat::Q8_K) {
       auto* y = static_cast<quant::BlockQ8_K*>(blocks);
-      if (simd) quantize_row_q8_K_avx512(x + r * k, y, k);
+      if (avx512) quantize_row_q8_K_avx512(x + r * k, y, k);
+      else if (avx2) quantize_row_q8_K_avx2(x + r * k, y, k);
       else quant::quantize_row_q8_K(x + r * k, y, k);
     } else {
       auto* y = static_cast<quant::BlockQ8_0*>(blocks);
-      if (simd) quantize_row_q8_0_avx512(x + r * k, y, k);
+      if (avx512) quantize_row_q8_0_avx512(x + r * k, y, k);
+      else if (avx2) quantize_row_q8_0_avx2(x + r * k, y, k);
       else quant::quantize_row_q8_0(x + r * k, y, k);
     }
     derive_row(out, r);

@@ -47,11 +47,63 @@ std::string python_strip(std::string_view text) {
 }
 
 ChatTemplate chat_template_for_arch(std::string_view arch) {
-  // llada-moe files declare LLaDA's Llama-3 style template, rnd1 files Qwen3's ChatML with the default
-  // system turn (tokenizer.chat_template), which is what llama.cpp's chat path renders for them.
+  // For files without a tokenizer.chat_template: llada-moe's are LLaDA's Llama-3 style template, rnd1's
+  // ChatML with the default system turn, as the fixture files declare.
   if (arch == "llada" || arch == "llada-moe") return ChatTemplate::LLaDA;
   if (arch == "dream" || arch == "rnd1") return ChatTemplate::Dream;
   throw Error("unsupported model architecture: " + shown(arch) + " (supported: llada, dream, llada-moe, rnd1)");
+}
+
+namespace {
+
+// The literal default system turn of a ChatML template: the text after "<|im_start|>system" and a newline
+// (the character, or Jinja's \n escape inside a string literal) up to the next "<|im_end|>", when it
+// begins with text rather than the string literal's end (a template that renders the caller's system
+// message has '<|im_start|>system\n' + message... there). Empty when there is none.
+std::string default_system_turn(std::string_view t) {
+  const std::string_view head = "<|im_start|>system";
+  for (size_t at = t.find(head); at != std::string_view::npos; at = t.find(head, at + 1)) {
+    size_t p = at + head.size();
+    if (t.compare(p, 1, "\n") == 0) p += 1;
+    else if (t.compare(p, 2, "\\n") == 0) p += 2;
+    else continue;
+    if (p >= t.size() || t[p] == '\'' || t[p] == '"') continue;
+    const size_t end = t.find("<|im_end|>", p);
+    if (end == std::string_view::npos) continue;
+    return std::string(t.substr(p, end - p));
+  }
+  return {};
+}
+
+}  // namespace
+
+ChatTemplate chat_template_of(std::string_view arch, std::string_view file_template, std::string* note) {
+  const ChatTemplate by_arch = chat_template_for_arch(arch);
+  if (note) note->clear();
+  if (file_template.empty()) return by_arch;
+  if (file_template.find("<|start_header_id|>") != std::string_view::npos &&
+      file_template.find("<|end_header_id|>") != std::string_view::npos)
+    return ChatTemplate::LLaDA;
+  if (file_template.find("<|im_start|>") != std::string_view::npos) {
+    const std::string sys = default_system_turn(file_template);
+    if (sys.empty()) return ChatTemplate::ChatML;
+    if (sys == "You are a helpful assistant.") return ChatTemplate::Dream;
+  }
+  if (note) {
+    *note = "the file's tokenizer.chat_template is not one dllm renders (Llama-3 headers as LLaDA's, ChatML with "
+            "or without Dream's default system turn): prompts use the " + std::string(chat_template_name(by_arch)) +
+            " template of architecture " + std::string(arch) + "; --no-chat sends the prompt as it is";
+  }
+  return by_arch;
+}
+
+const char* chat_template_name(ChatTemplate t) {
+  switch (t) {
+    case ChatTemplate::LLaDA: return "LLaDA";
+    case ChatTemplate::Dream: return "Dream (ChatML)";
+    case ChatTemplate::ChatML: return "ChatML";
+  }
+  throw Error("internal error: unknown chat template");
 }
 
 std::string render_chat_messages(ChatTemplate tmpl, const std::vector<ChatMessage>& messages,
@@ -70,6 +122,8 @@ std::string render_chat_messages(ChatTemplate tmpl, const std::vector<ChatMessag
     case ChatTemplate::Dream:
       if (messages.empty() || messages.front().role != "system")
         out += "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n";
+      [[fallthrough]];
+    case ChatTemplate::ChatML:
       for (const ChatMessage& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
       out += "<|im_start|>assistant\n";
       break;
@@ -116,7 +170,7 @@ std::vector<int32_t> raw_prompt_ids(const Tokenizer& tok, std::string_view text)
 
 std::vector<int32_t> prompt_ids(const Tokenizer& tok, std::string_view arch, std::string_view prompt, bool no_chat) {
   if (no_chat) return raw_prompt_ids(tok, prompt);
-  return chat_prompt_ids(tok, chat_template_for_arch(arch), prompt);
+  return chat_prompt_ids(tok, chat_template_of(arch, tok.chat_template()), prompt);
 }
 
 }  // namespace dllm::model

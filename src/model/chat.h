@@ -13,8 +13,9 @@
 namespace dllm::model {
 
 enum class ChatTemplate {
-  LLaDA,  // Llama-3 style headers, BOS first, the message trimmed, no system turn
-  Dream,  // ChatML with the default system turn "You are a helpful assistant."
+  LLaDA,   // Llama-3 style headers, BOS first, the message trimmed, no system turn
+  Dream,   // ChatML with the default system turn "You are a helpful assistant."
+  ChatML,  // ChatML with no default system turn (Qwen3's template)
 };
 
 // One turn of a conversation: role is "system", "user" or "assistant".
@@ -27,6 +28,16 @@ struct ChatMessage {
 // "unsupported model architecture: X (supported: llada, dream, llada-moe, rnd1)".
 // llada-moe renders as LLaDA, rnd1 as Dream (ChatML), as their files' tokenizer.chat_template declare.
 ChatTemplate chat_template_for_arch(std::string_view arch);
+
+// The template a model file declares: its tokenizer.chat_template recognised as one of the above
+// (Llama-3 style headers: LLaDA; ChatML whose default system turn is "You are a helpful assistant.":
+// Dream; ChatML without a default system turn: ChatML). A file without one gets its architecture's. A
+// template that is none of these also gets its architecture's, and `note` (when given) receives a line
+// saying so; otherwise `note` is cleared. Throws for an unsupported architecture, as chat_template_for_arch.
+ChatTemplate chat_template_of(std::string_view arch, std::string_view file_template, std::string* note = nullptr);
+
+// The template's name as the notes and --verbose show it: "LLaDA", "Dream (ChatML)", "ChatML".
+const char* chat_template_name(ChatTemplate t);
 
 // The exact text the tokenizer sees for one user message with the generation prompt. bos_text is the
 // BOS token's text (LLaDA's template starts with it; Dream's ignores it). system, when given, is a
@@ -55,8 +66,8 @@ std::vector<int32_t> chat_messages_ids(const Tokenizer& tok, ChatTemplate tmpl, 
 // add_bos_token / add_eos_token say (as llama.cpp's diffusion CLI does), no template.
 std::vector<int32_t> raw_prompt_ids(const Tokenizer& tok, std::string_view text);
 
-// The ids `run` feeds the model for a prompt: chat_prompt_ids with the template of `arch`
-// (general.architecture), or raw_prompt_ids when no_chat (arch is then not looked at).
+// The ids `run` feeds the model for a prompt: chat_prompt_ids with the template the file declares
+// (chat_template_of(arch, tok.chat_template())), or raw_prompt_ids when no_chat (arch is then not looked at).
 std::vector<int32_t> prompt_ids(const Tokenizer& tok, std::string_view arch, std::string_view prompt, bool no_chat);
 
 // Python's str.strip(): removes leading and trailing characters for which str.isspace() is true

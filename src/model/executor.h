@@ -196,12 +196,16 @@ class Executor {
 
 // --- the mixture-of-experts pieces on host memory (host_ops.cpp), shared by every executor ---
 
-// Router of `rows` rows h [rows, D]: logits l[r][e] = h[r] . router[e] (accumulated in double, rounded to
-// f32), softmax over the experts (f32 probabilities), the k most probable experts (ties: lower index)
-// most probable first into ids[r*k + j], their probabilities (renormalised to sum 1 when norm_weights)
-// into weights[r*k + j]. probs (optional, [rows, E]) receives every probability.
+// sum a[i]*b[i] over i < n in double, in four interleaved partial sums combined in a fixed order.
+double dot_f64(const float* a, const float* b, int64_t n);
+
+// Router of `rows` rows h [rows, D]: logits l[r][e] = h[r] . router[e] (accumulated in double in four
+// interleaved partial sums, rounded to f32), softmax over the experts (f32 probabilities), the k most
+// probable experts (ties: lower index) most probable first into ids[r*k + j], their probabilities
+// (renormalised to sum 1 when norm_weights) into weights[r*k + j]. probs (optional, [rows, E]) receives
+// every probability. Rows are split over pool (when given); each row's values do not depend on it.
 void moe_route(std::span<const float> router, const float* h, int64_t rows, int64_t D, int64_t n_expert, int64_t k,
-               bool norm_weights, int32_t* ids, float* weights, float* probs = nullptr);
+               bool norm_weights, int32_t* ids, float* weights, float* probs = nullptr, ThreadPool* pool = nullptr);
 
 // Executor::moe_ffn on host rows x [rows, D] (in place): RMSNorm, moe_route, rows grouped per expert, one
 // ex.matmul_shared (gate, up) and one ex.matmul (down) per expert over exactly its rows, the weighted

@@ -299,7 +299,7 @@ void Executor::moe_ffn(const MoeLayer& m, Act x, int64_t rows, VectorHandle norm
 
 void Executor::route(const MoeLayer& m, std::span<const float> router, const float* h, int64_t rows, int64_t D,
                      int32_t* ids, float* weights) {
-  moe_route(router, h, rows, D, m.n_expert, m.n_used, m.norm_weights, ids, weights);
+  moe_route(router, h, rows, D, m.n_expert, m.n_used, m.norm_weights, ids, weights, nullptr, host_pool_);
 }
 
 void head_norm_on_host(ThreadPool* pool, float* x, int64_t rows, int64_t n_heads, int64_t head_dim, const float* w,
@@ -308,19 +308,29 @@ void head_norm_on_host(ThreadPool* pool, float* x, int64_t rows, int64_t n_heads
   rmsnorm(pool, x, rows * n_heads, head_dim, w, eps, x);
 }
 
+double dot_f64(const float* a, const float* b, int64_t n) {
+  double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    s0 += static_cast<double>(a[i]) * b[i];
+    s1 += static_cast<double>(a[i + 1]) * b[i + 1];
+    s2 += static_cast<double>(a[i + 2]) * b[i + 2];
+    s3 += static_cast<double>(a[i + 3]) * b[i + 3];
+  }
+  for (; i < n; ++i) s0 += static_cast<double>(a[i]) * b[i];
+  return (s0 + s1) + (s2 + s3);
+}
+
 void moe_route(std::span<const float> router, const float* h, int64_t rows, int64_t D, int64_t E, int64_t k,
-               bool norm_weights, int32_t* ids, float* weights, float* probs) {
+               bool norm_weights, int32_t* ids, float* weights, float* probs, ThreadPool* pool) {
   if (static_cast<int64_t>(router.size()) != E * D || k < 1 || k > E) throw Error("internal error: bad router shape");
-  std::vector<float> p(static_cast<size_t>(E));
-  std::vector<int32_t> order(static_cast<size_t>(E));
-  for (int64_t r = 0; r < rows; ++r) {
+  for_rows(pool, rows, [&](int64_t r) {
+    std::vector<float> p(static_cast<size_t>(E));
+    std::vector<int32_t> order(static_cast<size_t>(E));
     const float* hr = h + r * D;
     float mx = -INFINITY;
     for (int64_t e = 0; e < E; ++e) {
-      const float* we = router.data() + e * D;
-      double acc = 0;
-      for (int64_t c = 0; c < D; ++c) acc += static_cast<double>(hr[c]) * we[c];
-      p[static_cast<size_t>(e)] = static_cast<float>(acc);
+      p[static_cast<size_t>(e)] = static_cast<float>(dot_f64(hr, router.data() + e * D, D));
       mx = std::max(mx, p[static_cast<size_t>(e)]);
     }
     double sum = 0;
@@ -339,7 +349,7 @@ void moe_route(std::span<const float> router, const float* h, int64_t rows, int6
       ids[r * k + j] = e;
       weights[r * k + j] = norm_weights ? p[static_cast<size_t>(e)] / wsum : p[static_cast<size_t>(e)];
     }
-  }
+  });
 }
 
 void moe_ffn_on_host(Executor& ex, ThreadPool* pool, const MoeLayer& m, std::span<const float> router,

@@ -1,7 +1,9 @@
 // The reference executor: matrix products that dequantize a few weight rows at a time into a per-thread
 // buffer and take double-precision dot products with every activation row, and exact bidirectional
 // grouped-query attention (double scores, max-subtracted softmax). Work is split over output columns
-// (matmul) or (query row, head) pairs (attention); no value depends on the split.
+// (matmul) or (query row, head) pairs (attention); no value depends on the split. In the quantized-
+// activations arithmetic, matrices of the types with an integer dot take the activation rows quantized as
+// ggml does and sum each block's exact integer product, scaled in double.
 #include "model/reference_executor.h"
 
 #include <algorithm>
@@ -9,6 +11,7 @@
 
 #include "common/error.h"
 #include "model/quant.h"
+#include "model/quant_ref_dot.h"
 
 namespace dllm::model {
 
@@ -16,24 +19,39 @@ namespace {
 
 constexpr int64_t kRowTile = 8;  // weight rows dequantized together (reused across all activation rows)
 
-// sum a[i]*b[i] in double with four partial sums in a fixed order.
-double dot(const float* a, const float* b, int64_t n) {
-  double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    s0 += static_cast<double>(a[i]) * b[i];
-    s1 += static_cast<double>(a[i + 1]) * b[i + 1];
-    s2 += static_cast<double>(a[i + 2]) * b[i + 2];
-    s3 += static_cast<double>(a[i + 3]) * b[i + 3];
+// Whether the JIT (and ggml) multiplies weights of this type with int8 activations, and with which
+// activation format: Q8_K rows for the K-quants, Q8_0 rows for Q8_0.
+bool has_integer_dot(GgmlType t) {
+  return t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K || t == GgmlType::Q8_0;
+}
+bool q8_0_activations(GgmlType t) { return t == GgmlType::Q8_0; }
+
+// One weight row against one quantized activation row: the blocks' exact values summed in double.
+double quantized_dot(GgmlType t, const uint8_t* w, const uint8_t* a, int64_t k) {
+  double s = 0;
+  if (t == GgmlType::Q8_0) {
+    const auto* wb = reinterpret_cast<const quant::BlockQ8_0*>(w);
+    const auto* ab = reinterpret_cast<const quant::BlockQ8_0*>(a);
+    for (int64_t b = 0; b < k / quant::kQK; ++b) {
+      int32_t sum = 0;
+      for (int i = 0; i < quant::kQK; ++i) sum += int32_t(wb[b].qs[i]) * ab[b].qs[i];
+      s += double(quant::fp16_to_f32(wb[b].d)) * quant::fp16_to_f32(ab[b].d) * sum;
+    }
+    return s;
   }
-  for (; i < n; ++i) s0 += static_cast<double>(a[i]) * b[i];
-  return (s0 + s1) + (s2 + s3);
+  const auto* ab = reinterpret_cast<const quant::BlockQ8_K*>(a);
+  for (int64_t b = 0; b < k / quant::kQK_K; ++b) {
+    if (t == GgmlType::Q4_K) s += quant::dot_parts_q4_K_q8_K(reinterpret_cast<const quant::BlockQ4_K*>(w)[b], ab[b]).exact_f64();
+    else if (t == GgmlType::Q5_K) s += quant::dot_parts_q5_K_q8_K(reinterpret_cast<const quant::BlockQ5_K*>(w)[b], ab[b]).exact_f64();
+    else s += quant::dot_parts_q6_K_q8_K(reinterpret_cast<const quant::BlockQ6_K*>(w)[b], ab[b]).exact_f64();
+  }
+  return s;
 }
 
 }  // namespace
 
-ReferenceExecutor::ReferenceExecutor(ThreadPool& pool)
-    : Executor(&pool), pool_(pool), rows_scratch_(static_cast<size_t>(pool.size())), attn_scratch_(static_cast<size_t>(pool.size())) {}
+ReferenceExecutor::ReferenceExecutor(ThreadPool& pool, Activations acts)
+    : Executor(&pool), pool_(pool), acts_(acts), rows_scratch_(static_cast<size_t>(pool.size())), attn_scratch_(static_cast<size_t>(pool.size())) {}
 
 WeightHandle ReferenceExecutor::prepare_weight(const gguf::TensorInfo& t) {
   if (t.n_dims != 2) throw Error("tensor " + std::string(t.name) + " is not a matrix");
@@ -56,6 +74,7 @@ const ReferenceExecutor::Weight& ReferenceExecutor::weight(WeightHandle h) const
 void ReferenceExecutor::matmul(WeightHandle h, const float* x, int64_t rows, float* y) {
   const Weight& w = weight(h);
   if (rows <= 0) return;
+  if (acts_ == Activations::Quantized && has_integer_dot(w.tensor.type())) return matmul_quantized(w, x, rows, y);
   const int64_t n = w.n, k = w.k;
   const gguf::TensorInfo& t = w.tensor;
   const uint64_t row_bytes = t.row_bytes();
@@ -70,7 +89,28 @@ void ReferenceExecutor::matmul(WeightHandle h, const float* x, int64_t rows, flo
     for (int64_t r = 0; r < rows; ++r) {
       const float* xr = x + r * k;
       float* yr = y + r * n;
-      for (int64_t j = j0; j < j1; ++j) yr[j] = static_cast<float>(dot(xr, buf.data() + (j - j0) * k, k));
+      for (int64_t j = j0; j < j1; ++j) yr[j] = static_cast<float>(dot_f64(xr, buf.data() + (j - j0) * k, k));
+    }
+  });
+}
+
+void ReferenceExecutor::matmul_quantized(const Weight& w, const float* x, int64_t rows, float* y) {
+  const int64_t n = w.n, k = w.k;
+  const GgmlType t = w.tensor.type();
+  const bool q8_0 = q8_0_activations(t);
+  const uint64_t act_bytes = q8_0 ? static_cast<uint64_t>(k / quant::kQK) * sizeof(quant::BlockQ8_0)
+                                  : static_cast<uint64_t>(k / quant::kQK_K) * sizeof(quant::BlockQ8_K);
+  acts_scratch_.resize(static_cast<size_t>(act_bytes * static_cast<uint64_t>(rows)));
+  pool_.parallel_for(rows, [&](int64_t r, int) {
+    uint8_t* dst = acts_scratch_.data() + static_cast<uint64_t>(r) * act_bytes;
+    if (q8_0) quant::quantize_row_q8_0(x + r * k, reinterpret_cast<quant::BlockQ8_0*>(dst), k);
+    else quant::quantize_row_q8_K(x + r * k, reinterpret_cast<quant::BlockQ8_K*>(dst), k);
+  });
+  const uint64_t row_bytes = w.tensor.row_bytes();
+  pool_.parallel_for(n, [&](int64_t j, int) {
+    const uint8_t* wr = w.tensor.data + static_cast<uint64_t>(j) * row_bytes;
+    for (int64_t r = 0; r < rows; ++r) {
+      y[r * n + j] = static_cast<float>(quantized_dot(t, wr, acts_scratch_.data() + static_cast<uint64_t>(r) * act_bytes, k));
     }
   });
 }
@@ -92,7 +132,7 @@ void ReferenceExecutor::attention(const AttentionShape& sh, const float* q, int6
     const float* qi = q + i * q_stride + h * d;
     double max_s = -INFINITY;
     for (int64_t j = 0; j < n_kv; ++j) {
-      score[j] = dot(qi, k + j * kv_stride + g * d, d) * sh.scale;
+      score[j] = dot_f64(qi, k + j * kv_stride + g * d, d) * sh.scale;
       max_s = std::max(max_s, score[j]);
     }
     double sum = 0;

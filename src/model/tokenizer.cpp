@@ -317,6 +317,7 @@ void Tokenizer::load_specials(const gguf::File& file) {
   if (eot_ < 0) eot_ = token_id("<|eot_id|>");
   if (eot_ < 0) eot_ = token_id("<|im_end|>");
 
+  if (file.find("tokenizer.chat_template")) chat_template_ = std::string(file.get_string("tokenizer.chat_template"));
   if (file.find("tokenizer.ggml.add_bos_token")) add_bos_ = file.get_bool("tokenizer.ggml.add_bos_token");
   if (file.find("tokenizer.ggml.add_eos_token")) add_eos_ = file.get_bool("tokenizer.ggml.add_eos_token");
   if (add_bos_ && bos_ < 0)

@@ -82,6 +82,8 @@ class Tokenizer {
   bool ignore_merges() const { return ignore_merges_; }
   bool clean_spaces() const { return clean_spaces_; }
   const std::string& pre() const { return pre_name_; }
+  // The file's tokenizer.chat_template (a Jinja template; empty when the file has none).
+  const std::string& chat_template() const { return chat_template_; }
 
  private:
   struct Token {
@@ -100,6 +102,7 @@ class Tokenizer {
 
   std::vector<Token> tokens_;
   std::string pre_name_;
+  std::string chat_template_;
   int32_t bos_ = -1, eos_ = -1, eot_ = -1, mask_ = -1, pad_ = -1, unk_ = -1;
   bool add_bos_ = false, add_eos_ = false, ignore_merges_ = false, clean_spaces_ = false;
   std::unique_ptr<Impl> impl_;
