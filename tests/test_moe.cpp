@@ -274,6 +274,51 @@ TEST(MoeArch, ExpertSliceIsTheExpertsBytes) {
   EXPECT_THROW(model::expert_slice(t, 8, name), Error);
 }
 
+// The expert GEMMs in one pass (CpuExecutor::matmul_grouped: one quantisation of every expert's rows, one
+// gemm_ranges over all groups) give bit for bit what the group-by-group path gives (the executor
+// interface's default: matmul_shared per group), on every family, with empty groups, one-row groups and
+// groups of several row tiles, for the gate/up pair (Q4_K) and the down matrices (Q6_K in layer 1).
+TEST(MoeArch, GroupedExpertGemmsEqualGroupByGroup) {
+  const model::ModelFile f = model::ModelFile::open(moe_path("gguf/tiny-llada-moe-Q4_K_M.gguf"));
+  const auto& layer = f.tensors().layers[1];
+  const int64_t E = 8;
+  const std::vector<int64_t> n = {3, 0, 1, 9, 0, 4, 2, 13};  // rows per expert
+  std::vector<int64_t> row0(E, 0);
+  for (int64_t e = 1; e < E; ++e) row0[e] = row0[e - 1] + n[e - 1];
+  const int64_t R = row0[E - 1] + n[E - 1];
+  for (const Choice& ex : executors()) {
+    if (ex.reference) continue;
+    ThreadPool pool(2);
+    jit::CpuExecutor cpu(pool, ex.isa);
+    for (const auto& [m, tensors] : {std::pair{2, std::vector{layer.ffn_gate_exps, layer.ffn_up_exps}},
+                                     std::pair{1, std::vector{layer.ffn_down_exps}}}) {
+      const int64_t k = tensors[0]->ne[0], cols = tensors[0]->ne[1];
+      std::vector<model::WeightHandle> ws;
+      std::vector<std::string> names(static_cast<size_t>(E * m));
+      for (int64_t e = 0; e < E; ++e) {
+        for (int j = 0; j < m; ++j) {
+          ws.push_back(cpu.prepare_weight(model::expert_slice(*tensors[static_cast<size_t>(j)], e, names[ws.size()])));
+        }
+      }
+      std::vector<float> x(static_cast<size_t>(R * k));
+      uint32_t s = 7;
+      for (float& v : x) s = s * 1664525u + 1013904223u, v = static_cast<float>(static_cast<int32_t>(s >> 9) % 2001 - 1000) / 400.f;
+      std::vector<float> one(static_cast<size_t>(R * cols * m), 1e30f), each(one.size(), -1e30f);
+      std::vector<float*> y1, y2;
+      for (int64_t e = 0; e < E; ++e) {
+        for (int j = 0; j < m; ++j) {
+          y1.push_back(one.data() + (j * R + row0[e]) * cols);
+          y2.push_back(each.data() + (j * R + row0[e]) * cols);
+        }
+      }
+      cpu.matmul_grouped(ws.data(), y1.data(), m, row0.data(), n.data(), static_cast<int>(E), x.data(), k);
+      cpu.model::Executor::matmul_grouped(ws.data(), y2.data(), m, row0.data(), n.data(), static_cast<int>(E), x.data(), k);
+      EXPECT_EQ(std::memcmp(one.data(), each.data(), one.size() * sizeof(float)), 0)
+          << ex.label << " " << ggml_type_name(tensors[0]->type_id) << " matrices per group " << m;
+    }
+  }
+}
+
 TEST(MoeRoute, SoftmaxTopKAndRenormalisation) {
   // Three rows over four experts of D = 2, against a direct computation.
   const std::vector<float> router = {1, 0, 0, 1, -1, 0, 0.5f, 0.5f};

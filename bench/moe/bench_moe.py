@@ -64,7 +64,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dllm", default=e2e.DLLM)
     ap.add_argument("--llama-diffusion-cli", help="a llama.cpp build of llama-diffusion-cli, run side by side")
-    ap.add_argument("--models", required=True)
+    ap.add_argument("--models", help="folder of the synthetic files (written when missing); not needed with --plot-only")
     ap.add_argument("--out", required=True)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
@@ -76,6 +76,8 @@ def main():
             saved = json.load(f)
         plot(saved["rows"], a.out, bool(saved["summary"].get("llama_diffusion_cli")))
         return
+    if not a.models:
+        ap.error("--models is required (except with --plot-only)")
     os.makedirs(a.out, exist_ok=True)
     models = [("llada-moe-7B-A1B Q4_K_M", os.path.join(a.models, "synth-llada-moe-Q4_K_M.gguf"), "llada-moe", False),
               ("dense twin Q4_K_M", os.path.join(a.models, "synth-llada-moe-dense-Q4_K_M.gguf"), "llada-moe", True)]

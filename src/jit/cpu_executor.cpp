@@ -99,6 +99,33 @@ void CpuExecutor::matmul_shared(const model::WeightHandle* ws, float* const* ys,
   flush();
 }
 
+void CpuExecutor::matmul_grouped(const model::WeightHandle* ws, float* const* ys, int m, const int64_t* row0,
+                                 const int64_t* n, int groups, const float* x, int64_t k) {
+  std::vector<GemmRange> ranges;
+  int64_t total = 0;
+  ActFormat fmt{};
+  bool one_pass = true;
+  for (int g = 0; g < groups && one_pass; ++g) {
+    if (n[g] <= 0) continue;
+    total = std::max(total, row0[g] + n[g]);
+    for (int j = 0; j < m; ++j) {
+      const model::WeightHandle h = ws[g * m + j];
+      if (h.index < 0 || static_cast<size_t>(h.index) >= slots_.size()) throw Error("internal error: bad weight handle");
+      const Slot& s = slots_[static_cast<size_t>(h.index)];
+      if (!s.jit || s.jit->isa == Isa::Amx || s.jit->k != k || (!ranges.empty() && act_format_for(s.jit->type) != fmt)) {
+        one_pass = false;
+        break;
+      }
+      fmt = act_format_for(s.jit->type);
+      ranges.push_back({s.jit.get(), ys[g * m + j], row0[g], n[g]});
+    }
+  }
+  if (!one_pass) return model::Executor::matmul_grouped(ws, ys, m, row0, n, groups, x, k);
+  if (ranges.empty()) return;
+  quantize_acts(fmt, x, total, k, acts_, pool_);
+  gemm_ranges(ranges.data(), static_cast<int>(ranges.size()), acts_, pool_);
+}
+
 void CpuExecutor::attention(const model::AttentionShape& shape, const float* q, int64_t n_q, const float* k,
                             const float* v, int64_t n_kv, float* out) {
   flash_attention(shape, q, n_q, k, v, n_kv, out, pool_, isa_);

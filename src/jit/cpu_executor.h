@@ -27,6 +27,10 @@ class CpuExecutor : public model::Executor {
   void matmul(model::WeightHandle w, const float* x, int64_t rows, float* y) override;
   void matmul_shared(const model::WeightHandle* ws, float* const* ys, int n, const float* x,
                      int64_t rows) override;
+  // The mixture-of-experts groups: one activation quantisation and one gemm_ranges pass for every group
+  // when all are JIT matrices of one format and row length (not AMX); otherwise group by group.
+  void matmul_grouped(const model::WeightHandle* ws, float* const* ys, int m, const int64_t* row0, const int64_t* n,
+                      int groups, const float* x, int64_t k) override;
   void attention(const model::AttentionShape& shape, const float* q, int64_t n_q, const float* k,
                  const float* v, int64_t n_kv, float* out) override;
 

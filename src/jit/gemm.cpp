@@ -20,15 +20,16 @@ void check_operands(const QuantMatrix& w, const QuantizedActs& a) {
 }
 
 // The portable family: the kernels' float contract (kernel_order.h) in plain C++, one output at a time.
-void gemm_portable(const QuantMatrix& w, const QuantizedActs& a, float* y, ThreadPool& pool) {
+void gemm_portable(const QuantMatrix& w, const QuantizedActs& a, int64_t row0, int64_t rows, float* y,
+                   ThreadPool& pool) {
   // The dot of one weight row with one activation row (the weight table's portable twin).
   float (*dot)(int64_t, const void*, const void*) = require_weight_traits(w.type, "gemm: weights").portable_dot;
   const size_t row_bytes = w.src_row_bytes();
   const int64_t chunk = 16;
   const int64_t n_chunks = (w.n + chunk - 1) / chunk;
-  pool.parallel_for(n_chunks * a.rows, [&](int64_t item, int) {
+  pool.parallel_for(n_chunks * rows, [&](int64_t item, int) {
     const int64_t r = item / n_chunks, c = item % n_chunks;
-    const void* act = a.row_blocks(r);
+    const void* act = a.row_blocks(row0 + r);
     for (int64_t n = c * chunk; n < std::min(w.n, (c + 1) * chunk); ++n)
       y[r * w.n + n] = dot(w.k, w.src + n * row_bytes, act);
   });
@@ -87,18 +88,20 @@ namespace {
 struct GemmPlan {
   const QuantMatrix* w = nullptr;
   float* y = nullptr;
+  int64_t row0 = 0;  // the first activation row (y's row 0)
   std::vector<RowTile> tiles;
   std::vector<GemmKernelFn> fns;
   int64_t run = 1, n_runs = 1, tiles_per_group = 1, n_groups = 1;
   int64_t items() const { return n_runs * n_groups; }
 };
 
-GemmPlan plan_gemm(const QuantMatrix& w, const QuantizedActs& a, float* y, int64_t threads, KernelCache& cache) {
+GemmPlan plan_gemm(const QuantMatrix& w, int64_t row0, int64_t rows, float* y, int64_t threads, KernelCache& cache) {
   GemmPlan g;
   g.w = &w;
   g.y = y;
+  g.row0 = row0;
   const PackedLayout& L = w.layout;
-  g.tiles = plan_row_tiles(w.isa, w.type, w.n, w.k, a.rows);
+  g.tiles = plan_row_tiles(w.isa, w.type, w.n, w.k, rows);
   for (const RowTile& t : g.tiles) g.fns.push_back(cache.get(t.desc)->fn());
   // Runs: at most max_run panels (512 KB), at least 4 per thread, and a multiple of the thread count of
   // equal length, so that the last items do not leave threads idle.
@@ -127,7 +130,7 @@ void run_item(const GemmPlan& g, const QuantizedActs& a, int64_t item) {
   args.tail_cols = p0 + np == L.n_panels ? last_cols : L.p;
   for (int64_t t = grp * g.tiles_per_group; t < std::min(n_tiles, (grp + 1) * g.tiles_per_group); ++t) {
     const RowTile& tile = g.tiles[static_cast<size_t>(t)];
-    point_at_rows(args, a, tile.desc.isa, tile.r0);
+    point_at_rows(args, a, tile.desc.isa, g.row0 + tile.r0);
     args.y = g.y + tile.r0 * w.n + p0 * L.p;
     g.fns[static_cast<size_t>(t)](&args);
   }
@@ -135,20 +138,26 @@ void run_item(const GemmPlan& g, const QuantizedActs& a, int64_t item) {
 
 }  // namespace
 
-void gemm_many(const QuantMatrix* const* ws, float* const* ys, int n, const QuantizedActs& a, ThreadPool& pool,
-               KernelCache& cache) {
+void gemm_ranges(const GemmRange* rs, int n, const QuantizedActs& a, ThreadPool& pool, KernelCache& cache) {
   std::vector<GemmPlan> plans;
   bool amx = false;  // AMX kernels read the quants as 16-row tiles (quant_act.h)
   for (int i = 0; i < n; ++i) {
-    const QuantMatrix& w = *ws[i];
+    const GemmRange& r = rs[i];
+    const QuantMatrix& w = *r.w;
     check_operands(w, a);
-    if (a.rows == 0) continue;
+    if (r.row0 < 0 || r.rows < 0 || r.row0 + r.rows > a.rows)
+      throw Error("internal error: gemm rows " + std::to_string(r.row0) + " + " + std::to_string(r.rows) +
+                  " past the " + std::to_string(a.rows) + " activation rows");
+    if (r.rows == 0) continue;
     if (w.isa == Isa::Portable) {
-      gemm_portable(w, a, ys[i], pool);
+      gemm_portable(w, a, r.row0, r.rows, r.y, pool);
       continue;
     }
-    plans.push_back(plan_gemm(w, a, ys[i], pool.size(), cache));
-    for (const RowTile& t : plans.back().tiles) amx = amx || t.desc.isa == Isa::Amx;
+    plans.push_back(plan_gemm(w, r.row0, r.rows, r.y, pool.size(), cache));
+    bool tiles_amx = false;
+    for (const RowTile& t : plans.back().tiles) tiles_amx = tiles_amx || t.desc.isa == Isa::Amx;
+    if (tiles_amx && r.row0 % 16 != 0) throw Error("internal error: AMX GEMM rows must start at a multiple of 16");
+    amx = amx || tiles_amx;
   }
   if (plans.empty()) return;
   if (amx) build_amx_tiles(a, pool);
@@ -160,6 +169,13 @@ void gemm_many(const QuantMatrix* const* ws, float* const* ys, int n, const Quan
     const size_t i = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), item) - first.begin() - 1);
     run_item(plans[i], a, item - first[i]);
   });
+}
+
+void gemm_many(const QuantMatrix* const* ws, float* const* ys, int n, const QuantizedActs& a, ThreadPool& pool,
+               KernelCache& cache) {
+  std::vector<GemmRange> rs;
+  for (int i = 0; i < n; ++i) rs.push_back({ws[i], ys[i], 0, a.rows});
+  gemm_ranges(rs.data(), n, a, pool, cache);
 }
 
 void gemm(const QuantMatrix& w, const QuantizedActs& a, float* y, ThreadPool& pool, KernelCache& cache) {

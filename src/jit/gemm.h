@@ -32,6 +32,21 @@ void gemm(const QuantMatrix& w, const QuantizedActs& a, float* y, ThreadPool& po
 void gemm_many(const QuantMatrix* const* ws, float* const* ys, int n, const QuantizedActs& a, ThreadPool& pool,
                KernelCache& cache = KernelCache::global());
 
+// One matrix over a contiguous range of the activation rows: y (rows x w->n) = activation rows
+// [row0, row0 + rows) times w transposed.
+struct GemmRange {
+  const QuantMatrix* w = nullptr;
+  float* y = nullptr;
+  int64_t row0 = 0, rows = 0;
+};
+
+// Every range's product in one pass of the pool over all their work items: the expert GEMMs of a
+// mixture-of-experts layer, each expert's rows one range of a single quantised buffer. Each output row
+// is what gemm() computes for it (a row's value does not depend on the other rows). The AMX family needs
+// row0 to be a multiple of 16 (its activation tiles are 16-row groups); dllm::Error otherwise.
+void gemm_ranges(const GemmRange* rs, int n, const QuantizedActs& a, ThreadPool& pool,
+                 KernelCache& cache = KernelCache::global());
+
 // Quantises x (rows x w.k) first, then gemm(). For callers that do not share the quantisation.
 void gemm(const QuantMatrix& w, const float* x, int64_t rows, float* y, ThreadPool& pool,
           KernelCache& cache = KernelCache::global());

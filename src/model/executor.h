@@ -118,6 +118,18 @@ class Executor {
     for (int i = 0; i < n; ++i) matmul(ws[i], x, rows, ys[i]);
   }
 
+  // Products over groups of rows (a mixture-of-experts layer: one group per expert): x [.., k] holds each
+  // group's rows contiguously, group g's n[g] rows from row row0[g]; for j < m, ys[g*m + j] (n[g] rows) =
+  // those rows times ws[g*m + j] (each as matmul). Groups with n[g] = 0 are skipped (their handles are
+  // not read). Backends that quantise activations do it once for all groups and run every group's
+  // products in one pass.
+  virtual void matmul_grouped(const WeightHandle* ws, float* const* ys, int m, const int64_t* row0, const int64_t* n,
+                              int groups, const float* x, int64_t k) {
+    for (int g = 0; g < groups; ++g) {
+      if (n[g] > 0) matmul_shared(ws + g * m, ys + g * m, m, x + row0[g] * k, n[g]);
+    }
+  }
+
   // Bidirectional (non-causal, unmasked) grouped-query attention.
   // q: [n_q, H*d] (already RoPE'd), k and v: [n_kv, Hkv*d] (k RoPE'd), out: [n_q, H*d].
   // out[i][h] = sum_j softmax_j(scale * q[i][h] . k[j][g]) * v[j][g], g = h / (H / Hkv), heads

@@ -366,31 +366,42 @@ void moe_ffn_on_host(Executor& ex, ThreadPool* pool, const MoeLayer& m, std::spa
   std::vector<float> wts(ids.size());
   ex.route(m, router, h.data(), rows, D, ids.data(), wts.data());
 
-  // The (row, slot) pairs of each expert, rows in increasing order.
-  std::vector<std::vector<int64_t>> members(static_cast<size_t>(E));
-  for (int64_t i = 0; i < rows * k; ++i) members[static_cast<size_t>(ids[static_cast<size_t>(i)])].push_back(i);
-  size_t most = 0;
-  for (const auto& v : members) most = std::max(most, v.size());
-  std::vector<float> xin(most * static_cast<size_t>(D)), gate(most * static_cast<size_t>(F)), up(gate.size());
-  std::vector<float> out(static_cast<size_t>(rows * k * D));  // weighted output of each (row, slot)
-  for (int64_t e = 0; e < E; ++e) {
-    const auto& mem = members[static_cast<size_t>(e)];
-    const int64_t n = static_cast<int64_t>(mem.size());
-    if (n == 0) continue;
-    for (int64_t i = 0; i < n; ++i) std::copy_n(h.data() + mem[static_cast<size_t>(i)] / k * D, D, xin.data() + i * D);
-    const WeightHandle ws[2] = {m.gate[static_cast<size_t>(e)], m.up[static_cast<size_t>(e)]};
-    float* const ys[2] = {gate.data(), up.data()};
-    ex.matmul_shared(ws, ys, 2, xin.data(), n);
-    for_rows(pool, n, [&](int64_t i) { swiglu_row(gate.data() + i * F, up.data() + i * F, F); });
-    ex.matmul(m.down[static_cast<size_t>(e)], gate.data(), n, xin.data());  // xin is free again: [n, D]
-    for_rows(pool, n, [&](int64_t i) {
-      const int64_t pair = mem[static_cast<size_t>(i)];
-      const float w = wts[static_cast<size_t>(pair)];
-      const float* y = xin.data() + i * D;
-      float* o = out.data() + pair * D;
-      for (int64_t c = 0; c < D; ++c) o[c] = y[c] * w;
-    });
+  // The (row, slot) pairs grouped by expert (expert order, rows in increasing order within an expert):
+  // expert e's pairs are order[row0[e] .. row0[e] + n[e]).
+  const int64_t R = rows * k;
+  std::vector<int64_t> n(static_cast<size_t>(E), 0), row0(static_cast<size_t>(E), 0), order(static_cast<size_t>(R));
+  for (int64_t i = 0; i < R; ++i) ++n[static_cast<size_t>(ids[static_cast<size_t>(i)])];
+  for (int64_t e = 1; e < E; ++e) row0[static_cast<size_t>(e)] = row0[static_cast<size_t>(e - 1)] + n[static_cast<size_t>(e - 1)];
+  {
+    std::vector<int64_t> next = row0;
+    for (int64_t i = 0; i < R; ++i) order[static_cast<size_t>(next[static_cast<size_t>(ids[static_cast<size_t>(i)])]++)] = i;
   }
+  std::vector<float> xin(static_cast<size_t>(R * D)), gate(static_cast<size_t>(R * F)), up(gate.size());
+  for_rows(pool, R, [&](int64_t i) { std::copy_n(h.data() + order[static_cast<size_t>(i)] / k * D, D, xin.data() + i * D); });
+  // Every expert's gate and up over its rows, then SwiGLU, then every expert's down: one call each.
+  std::vector<WeightHandle> ws(static_cast<size_t>(2 * E));
+  std::vector<float*> ys(ws.size());
+  for (int64_t e = 0; e < E; ++e) {
+    const size_t s = static_cast<size_t>(e);
+    ws[2 * s] = m.gate[s], ws[2 * s + 1] = m.up[s];
+    ys[2 * s] = gate.data() + row0[s] * F, ys[2 * s + 1] = up.data() + row0[s] * F;
+  }
+  const int groups = static_cast<int>(E);
+  ex.matmul_grouped(ws.data(), ys.data(), 2, row0.data(), n.data(), groups, xin.data(), D);
+  for_rows(pool, R, [&](int64_t i) { swiglu_row(gate.data() + i * F, up.data() + i * F, F); });
+  for (int64_t e = 0; e < E; ++e) {
+    const size_t s = static_cast<size_t>(e);
+    ws[s] = m.down[s], ys[s] = xin.data() + row0[s] * D;  // xin is free again: [R, D]
+  }
+  ex.matmul_grouped(ws.data(), ys.data(), 1, row0.data(), n.data(), groups, gate.data(), F);
+  std::vector<float> out(static_cast<size_t>(R * D));  // weighted output of each (row, slot)
+  for_rows(pool, R, [&](int64_t i) {
+    const int64_t pair = order[static_cast<size_t>(i)];
+    const float w = wts[static_cast<size_t>(pair)];
+    const float* y = xin.data() + i * D;
+    float* o = out.data() + pair * D;
+    for (int64_t c = 0; c < D; ++c) o[c] = y[c] * w;
+  });
   // Per row: the weighted outputs in top-k order, then the residual.
   for_rows(pool, rows, [&](int64_t r) {
     float* xr = x + r * D;
