@@ -8,7 +8,11 @@ same files and canvas, its runs alternating with dllm's (bench/e2e/bench.py's he
 steps, block length, greedy). Writes results.csv, results.json, machine.txt and time_per_step.png into the
 output folder.
 
+With --arch rnd1 [--layers N]: a synthetic RND1-30B-A3B (N layers) alone, llama.cpp run with the timestep
+schedule its README documents for RND1.
+
 usage: bench_moe.py --models DIR --out bench/results/moe-DATE [--runs N] [--llama-diffusion-cli PATH]
+                    [--arch llada-moe|rnd1] [--layers N]
        bench_moe.py --out DIR --plot-only   (redraws the plot, e.g. with build/venv/bin/python)
 """
 import argparse, csv, json, os, platform, statistics, subprocess, sys, datetime
@@ -21,10 +25,11 @@ def sh(cmd):
     return subprocess.run(cmd, capture_output=True, text=True, errors="replace")
 
 
-def synth(dllm, path, arch, dense):
+def synth(dllm, path, arch, dense, layers=None):
     if os.path.exists(path):
         return
     cmd = [dllm, "synth", "--arch", arch, "--out", path] + (["--dense"] if dense else [])
+    cmd += ["--layers", str(layers)] if layers else []
     r = sh(cmd)
     if r.returncode:
         raise SystemExit(r.stderr)
@@ -47,8 +52,8 @@ def plot(rows, out, llama):
         ax[0].set_xticks(list(xs), [r["model"] for r in rows])
         ax[0].legend()
         ax[0].set_ylabel("ms per step")
-        ax[0].set_title("Time per step (canvas 64, block 32, 8 steps, 2 threads)", fontsize=8)
-        ax[1].bar([r["model"] for r in rows], [r["rss_over_file"] for r in rows], color=["tab:orange", "tab:blue"])
+        ax[0].set_title(f"Time per step (canvas {rows[0]['prompt_tokens'] + 32}, 8 steps, 2 threads)", fontsize=8)
+        ax[1].bar([r["model"] for r in rows], [r["rss_over_file"] for r in rows], color=["tab:orange", "tab:blue"][:len(rows)])
         ax[1].axhline(1.1, color="red", linestyle="--", label="target 1.1x")
         ax[1].set_ylabel("peak RSS / file size")
         ax[1].legend()
@@ -68,6 +73,9 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--arch", choices=["llada-moe", "rnd1"], default="llada-moe",
+                    help="llada-moe (with its dense twin) or rnd1 (alone: it has no dense twin)")
+    ap.add_argument("--layers", type=int, help="rnd1: fewer layers of the real widths (synth --layers)")
     ap.add_argument("--plot-only", action="store_true", help="redraw the plot from --out's results.json")
     a = ap.parse_args()
     e2e.DLLM = a.dllm
@@ -79,13 +87,20 @@ def main():
     if not a.models:
         ap.error("--models is required (except with --plot-only)")
     os.makedirs(a.out, exist_ok=True)
-    models = [("llada-moe-7B-A1B Q4_K_M", os.path.join(a.models, "synth-llada-moe-Q4_K_M.gguf"), "llada-moe", False),
-              ("dense twin Q4_K_M", os.path.join(a.models, "synth-llada-moe-dense-Q4_K_M.gguf"), "llada-moe", True)]
+    if a.arch == "llada-moe":
+        models = [("llada-moe-7B-A1B Q4_K_M", os.path.join(a.models, "synth-llada-moe-Q4_K_M.gguf"), "llada-moe", False),
+                  ("dense twin Q4_K_M", os.path.join(a.models, "synth-llada-moe-dense-Q4_K_M.gguf"), "llada-moe", True)]
+    else:
+        tag = f"-{a.layers}L" if a.layers else ""
+        models = [(f"RND1-30B-A3B{tag} Q4_K_M", os.path.join(a.models, f"synth-rnd1{tag}-Q4_K_M.gguf"), "rnd1", False)]
     rows = []
     for name, path, arch, dense in models:
-        synth(a.dllm, path, arch, dense)
+        synth(a.dllm, path, arch, dense, a.layers)
         text, ids = e2e.prompt_for(path, 32)
-        cfg = dict(model=path, arch="llada", gen=32, block=32, steps=8, threads=a.threads)
+        # llama.cpp: LLaDA-MoE block by block; RND1 with the timestep schedule and entropy order its README
+        # documents (bench/e2e/bench.py's run_llama for a non-llada arch).
+        cfg = dict(model=path, arch="llada" if arch == "llada-moe" else "dream", gen=32, block=32, steps=8,
+                   threads=a.threads)
         fns = [lambda: e2e.run_dllm(cfg, ids)]
         if a.llama_diffusion_cli:
             fns.append(lambda: e2e.run_llama(cfg, text, a.llama_diffusion_cli, len(ids)))
@@ -107,10 +122,12 @@ def main():
             row["speedup_vs_llama"] = row["llama_ms_per_step"] / row["ms_per_step"]
         rows.append(row)
         print(rows[-1], flush=True)
-    moe, dense = rows
-    summary = dict(moe_over_dense_time=moe["ms_per_step"] / dense["ms_per_step"], moe_rss_over_file=moe["rss_over_file"],
-                   threads=a.threads, canvas=64, block=32, steps=8, runs=a.runs,
-                   llama_diffusion_cli=a.llama_diffusion_cli)
+    moe = rows[0]
+    summary = dict(arch=a.arch, moe_rss_over_file=moe["rss_over_file"], threads=a.threads,
+                   canvas=moe["prompt_tokens"] + 32, block=32,
+                   steps=8, runs=a.runs, llama_diffusion_cli=a.llama_diffusion_cli)
+    if len(rows) == 2:
+        summary["moe_over_dense_time"] = moe["ms_per_step"] / rows[1]["ms_per_step"]
     if a.llama_diffusion_cli:
         summary["moe_speedup_vs_llama"] = moe["speedup_vs_llama"]
     print(summary)
