@@ -26,7 +26,8 @@ struct ChatMessage {
 
 // The template of an architecture name (general.architecture). Throws dllm::Error
 // "unsupported model architecture: X (supported: llada, dream, llada-moe, rnd1)".
-// llada-moe renders as LLaDA, rnd1 as Dream (ChatML), as their files' tokenizer.chat_template declare.
+// The fallback for a file without a recognised tokenizer.chat_template (chat_template_of): llada and
+// llada-moe render as LLaDA, dream and rnd1 as Dream (ChatML), as the real files' templates do.
 ChatTemplate chat_template_for_arch(std::string_view arch);
 
 // The template a model file declares: its tokenizer.chat_template recognised as one of the above

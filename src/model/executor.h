@@ -219,9 +219,10 @@ double dot_f64(const float* a, const float* b, int64_t n);
 void moe_route(std::span<const float> router, const float* h, int64_t rows, int64_t D, int64_t n_expert, int64_t k,
                bool norm_weights, int32_t* ids, float* weights, float* probs = nullptr, ThreadPool* pool = nullptr);
 
-// Executor::moe_ffn on host rows x [rows, D] (in place): RMSNorm, moe_route, rows grouped per expert, one
-// ex.matmul_shared (gate, up) and one ex.matmul (down) per expert over exactly its rows, the weighted
-// outputs summed per row in top-k order and added to x. router and norm are the host values of the
+// Executor::moe_ffn on host rows x [rows, D] (in place): RMSNorm, moe_route, the (row, expert) pairs
+// gathered into one buffer grouped by expert, one ex.matmul_grouped for every expert's gate and up and one
+// for every expert's down (each expert over exactly its rows), the weighted outputs summed per row in
+// top-k order and added to x. router and norm are the host values of the
 // layer's vectors. A device executor calls it on a downloaded copy of its residual stream.
 void moe_ffn_on_host(Executor& ex, ThreadPool* pool, const MoeLayer& m, std::span<const float> router,
                      std::span<const float> norm, float eps, float* x, int64_t rows, int64_t D);
