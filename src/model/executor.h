@@ -198,6 +198,9 @@ class Executor {
  private:
   struct HostState;
   HostState& host();
+  // Keeps its buffers in the executor's host state from layer to layer.
+  friend void moe_ffn_on_host(Executor& ex, ThreadPool* pool, const MoeLayer& m, std::span<const float> router,
+                              std::span<const float> norm, float eps, float* x, int64_t rows, int64_t D);
   ThreadPool* host_pool_ = nullptr;
   std::unique_ptr<HostState> host_;
 
@@ -208,11 +211,11 @@ class Executor {
 
 // --- the mixture-of-experts pieces on host memory (host_ops.cpp), shared by every executor ---
 
-// sum a[i]*b[i] over i < n in double, in four interleaved partial sums combined in a fixed order.
+// sum a[i]*b[i] over i < n in double, in eight interleaved partial sums (element i into sum i % 8) combined
+// in a fixed order, so that the clone that runs (AVX-512, AVX2, baseline) never changes the result.
 double dot_f64(const float* a, const float* b, int64_t n);
 
-// Router of `rows` rows h [rows, D]: logits l[r][e] = h[r] . router[e] (accumulated in double in four
-// interleaved partial sums, rounded to f32), softmax over the experts (f32 probabilities), the k most
+// Router of `rows` rows h [rows, D]: logits l[r][e] = h[r] . router[e] (dot_f64, rounded to f32), softmax over the experts (f32 probabilities), the k most
 // probable experts (ties: lower index) most probable first into ids[r*k + j], their probabilities
 // (renormalised to sum 1 when norm_weights) into weights[r*k + j]. probs (optional, [rows, E]) receives
 // every probability. Rows are split over pool (when given); each row's values do not depend on it.

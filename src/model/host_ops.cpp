@@ -59,6 +59,7 @@ void add_rows(ThreadPool* pool, float* x, const float* y, int64_t rows, int64_t 
 // and picked at run time.
 __attribute__((target_clones("avx512f", "avx2", "default"))) void swiglu_row(float* gate, const float* up,
                                                                             int64_t n) {
+#pragma omp simd
   for (int64_t c = 0; c < n; ++c) {
     const float g = gate[c];
     gate[c] = g / (1.0f + exp_f32(-g)) * up[c];
@@ -133,6 +134,14 @@ struct Executor::HostState {
   std::vector<std::unique_ptr<Kv>> kv;  // null = closed (index reused)
   std::vector<float> scratch, normed;
   RopeTable rope;
+  // moe_ffn_on_host's buffers, kept so that a layer neither allocates nor zeroes them again.
+  struct Moe {
+    std::vector<float> h, xin, gate, up, wts;
+    std::vector<int32_t> ids;
+    std::vector<int64_t> n, row0, next, order, slot;
+    std::vector<WeightHandle> ws;
+    std::vector<float*> ys;
+  } moe;
 
   Buffer& buf(Act a) {
     auto it = buffers.find(a.slot);
@@ -308,17 +317,17 @@ void head_norm_on_host(ThreadPool* pool, float* x, int64_t rows, int64_t n_heads
   rmsnorm(pool, x, rows * n_heads, head_dim, w, eps, x);
 }
 
-double dot_f64(const float* a, const float* b, int64_t n) {
-  double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+__attribute__((target_clones("avx512f", "avx2", "default"))) double dot_f64(const float* a, const float* b,
+                                                                           int64_t n) {
+  constexpr int L = 8;
+  double lane[L] = {};
   int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    s0 += static_cast<double>(a[i]) * b[i];
-    s1 += static_cast<double>(a[i + 1]) * b[i + 1];
-    s2 += static_cast<double>(a[i + 2]) * b[i + 2];
-    s3 += static_cast<double>(a[i + 3]) * b[i + 3];
+  for (; i + L <= n; i += L) {
+#pragma omp simd
+    for (int l = 0; l < L; ++l) lane[l] += static_cast<double>(a[i + l]) * b[i + l];
   }
-  for (; i < n; ++i) s0 += static_cast<double>(a[i]) * b[i];
-  return (s0 + s1) + (s2 + s3);
+  for (int l = 0; i + l < n; ++l) lane[l] += static_cast<double>(a[i + l]) * b[i + l];
+  return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
 }
 
 void moe_route(std::span<const float> router, const float* h, int64_t rows, int64_t D, int64_t E, int64_t k,
@@ -360,57 +369,63 @@ void moe_ffn_on_host(Executor& ex, ThreadPool* pool, const MoeLayer& m, std::spa
       static_cast<int64_t>(m.down.size()) != E || static_cast<int64_t>(norm.size()) != D) {
     throw Error("internal error: bad mixture-of-experts layer");
   }
-  std::vector<float> h(static_cast<size_t>(rows * D));
-  rmsnorm(pool, x, rows, D, norm.data(), eps, h.data());
-  std::vector<int32_t> ids(static_cast<size_t>(rows * k));
-  std::vector<float> wts(ids.size());
-  ex.route(m, router, h.data(), rows, D, ids.data(), wts.data());
+  auto& s = ex.host().moe;  // resized, not reallocated or zeroed, from one layer to the next
+  const auto sz = [](int64_t v) { return static_cast<size_t>(v); };
+  const int64_t R = rows * k;
+  s.h.resize(sz(rows * D));
+  s.ids.resize(sz(R));
+  s.wts.resize(sz(R));
+  rmsnorm(pool, x, rows, D, norm.data(), eps, s.h.data());
+  ex.route(m, router, s.h.data(), rows, D, s.ids.data(), s.wts.data());
 
   // The (row, slot) pairs grouped by expert (expert order, rows in increasing order within an expert):
-  // expert e's pairs are order[row0[e] .. row0[e] + n[e]).
-  const int64_t R = rows * k;
-  std::vector<int64_t> n(static_cast<size_t>(E), 0), row0(static_cast<size_t>(E), 0), order(static_cast<size_t>(R));
-  for (int64_t i = 0; i < R; ++i) ++n[static_cast<size_t>(ids[static_cast<size_t>(i)])];
-  for (int64_t e = 1; e < E; ++e) row0[static_cast<size_t>(e)] = row0[static_cast<size_t>(e - 1)] + n[static_cast<size_t>(e - 1)];
-  {
-    std::vector<int64_t> next = row0;
-    for (int64_t i = 0; i < R; ++i) order[static_cast<size_t>(next[static_cast<size_t>(ids[static_cast<size_t>(i)])]++)] = i;
+  // expert e's pairs are order[row0[e] .. row0[e] + n[e]); pair i sits at position slot[i] of that order.
+  s.n.assign(sz(E), 0);
+  s.row0.assign(sz(E), 0);
+  s.order.resize(sz(R));
+  s.slot.resize(sz(R));
+  for (int64_t i = 0; i < R; ++i) ++s.n[sz(s.ids[sz(i)])];
+  for (int64_t e = 1; e < E; ++e) s.row0[sz(e)] = s.row0[sz(e - 1)] + s.n[sz(e - 1)];
+  s.next = s.row0;
+  for (int64_t i = 0; i < R; ++i) {
+    const int64_t at = s.next[sz(s.ids[sz(i)])]++;
+    s.order[sz(at)] = i;
+    s.slot[sz(i)] = at;
   }
-  std::vector<float> xin(static_cast<size_t>(R * D)), gate(static_cast<size_t>(R * F)), up(gate.size());
-  for_rows(pool, R, [&](int64_t i) { std::copy_n(h.data() + order[static_cast<size_t>(i)] / k * D, D, xin.data() + i * D); });
+  s.xin.resize(sz(R * D));
+  s.gate.resize(sz(R * F));
+  s.up.resize(sz(R * F));
+  float *xin = s.xin.data(), *gate = s.gate.data(), *up = s.up.data();
+  const float* h = s.h.data();
+  for_rows(pool, R, [&](int64_t i) { std::copy_n(h + s.order[sz(i)] / k * D, D, xin + i * D); });
   // Every expert's gate and up over its rows, then SwiGLU, then every expert's down: one call each.
-  std::vector<WeightHandle> ws(static_cast<size_t>(2 * E));
-  std::vector<float*> ys(ws.size());
+  s.ws.resize(sz(2 * E));
+  s.ys.resize(sz(2 * E));
   for (int64_t e = 0; e < E; ++e) {
-    const size_t s = static_cast<size_t>(e);
-    ws[2 * s] = m.gate[s], ws[2 * s + 1] = m.up[s];
-    ys[2 * s] = gate.data() + row0[s] * F, ys[2 * s + 1] = up.data() + row0[s] * F;
+    s.ws[sz(2 * e)] = m.gate[sz(e)], s.ws[sz(2 * e + 1)] = m.up[sz(e)];
+    s.ys[sz(2 * e)] = gate + s.row0[sz(e)] * F, s.ys[sz(2 * e + 1)] = up + s.row0[sz(e)] * F;
   }
   const int groups = static_cast<int>(E);
-  ex.matmul_grouped(ws.data(), ys.data(), 2, row0.data(), n.data(), groups, xin.data(), D);
-  for_rows(pool, R, [&](int64_t i) { swiglu_row(gate.data() + i * F, up.data() + i * F, F); });
+  ex.matmul_grouped(s.ws.data(), s.ys.data(), 2, s.row0.data(), s.n.data(), groups, xin, D);
+  for_rows(pool, R, [&](int64_t i) { swiglu_row(gate + i * F, up + i * F, F); });
   for (int64_t e = 0; e < E; ++e) {
-    const size_t s = static_cast<size_t>(e);
-    ws[s] = m.down[s], ys[s] = xin.data() + row0[s] * D;  // xin is free again: [R, D]
+    s.ws[sz(e)] = m.down[sz(e)], s.ys[sz(e)] = xin + s.row0[sz(e)] * D;  // xin is free again: [R, D]
   }
-  ex.matmul_grouped(ws.data(), ys.data(), 1, row0.data(), n.data(), groups, gate.data(), F);
-  std::vector<float> out(static_cast<size_t>(R * D));  // weighted output of each (row, slot)
-  for_rows(pool, R, [&](int64_t i) {
-    const int64_t pair = order[static_cast<size_t>(i)];
-    const float w = wts[static_cast<size_t>(pair)];
-    const float* y = xin.data() + i * D;
-    float* o = out.data() + pair * D;
-    for (int64_t c = 0; c < D; ++c) o[c] = y[c] * w;
-  });
-  // Per row: the weighted outputs in top-k order, then the residual.
+  ex.matmul_grouped(s.ws.data(), s.ys.data(), 1, s.row0.data(), s.n.data(), groups, gate, F);
+  // Per row: the expert outputs times their weights (each product rounded to f32), summed in top-k order,
+  // then added to the residual. The sum builds up in the row's first pair's output, which only this row reads.
+  const float* wts = s.wts.data();
   for_rows(pool, rows, [&](int64_t r) {
-    float* xr = x + r * D;
-    const float* o = out.data() + r * k * D;
-    for (int64_t c = 0; c < D; ++c) {
-      float acc = o[c];
-      for (int64_t j = 1; j < k; ++j) acc += o[j * D + c];
-      xr[c] += acc;
+    float* acc = xin + s.slot[sz(r * k)] * D;
+    const float w0 = wts[sz(r * k)];
+    for (int64_t c = 0; c < D; ++c) acc[c] *= w0;
+    for (int64_t j = 1; j < k; ++j) {
+      const float* y = xin + s.slot[sz(r * k + j)] * D;
+      const float w = wts[sz(r * k + j)];
+      for (int64_t c = 0; c < D; ++c) acc[c] += y[c] * w;
     }
+    float* xr = x + r * D;
+    for (int64_t c = 0; c < D; ++c) xr[c] += acc[c];
   });
 }
 
