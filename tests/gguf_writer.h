@@ -1,6 +1,6 @@
 // A small GGUF v3 writer for tests (header-only): metadata of the common value types and tensors of any
 // type given as raw bytes, so tests can build model files with exactly one thing wrong. Plus a tiny
-// llada/dream model in that writer (random F32 weights) that the loader accepts as it is.
+// llada/dream/llada-moe/rnd1 model in that writer (random F32 weights) that the loader accepts as it is.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -117,8 +117,9 @@ class GgufWriter {
 
 // Shape of a tiny test model. D must be a multiple of 256 for tests that store a K-quant/IQ tensor.
 struct TinyModelSpec {
-  std::string arch = "llada";  // "llada" or "dream"
+  std::string arch = "llada";  // "llada", "dream", "llada-moe" or "rnd1"
   int64_t n_layer = 1, n_embd = 256, n_head = 4, n_head_kv = 4, n_ff = 64, n_vocab = 48;
+  int64_t n_expert = 4, n_expert_used = 2;  // llada-moe and rnd1: n_ff is each expert's width
   uint32_t mask_token_id = 47;
   uint32_t seed = 7;
 };
@@ -138,6 +139,12 @@ inline GgufWriter tiny_model(const TinyModelSpec& s) {
   w.add_f32(a + "rope.freq_base", s.arch == "dream" ? 1000000.0f : 500000.0f);
   w.add_f32(a + "attention.layer_norm_rms_epsilon", s.arch == "dream" ? 1e-6f : 1e-5f);
   w.add_bool(a + "attention.causal", false);
+  const bool moe = s.arch == "llada-moe" || s.arch == "rnd1";
+  if (moe) {
+    w.add_u32(a + "expert_count", static_cast<uint32_t>(s.n_expert));
+    w.add_u32(a + "expert_used_count", static_cast<uint32_t>(s.n_expert_used));
+    w.add_u32(a + "expert_feed_forward_length", static_cast<uint32_t>(s.n_ff));
+  }
   w.add_string("tokenizer.ggml.model", "gpt2");
   std::vector<std::string> tokens;
   for (int64_t i = 0; i < s.n_vocab; ++i) tokens.push_back("t" + std::to_string(i));
@@ -166,6 +173,16 @@ inline GgufWriter tiny_model(const TinyModelSpec& s) {
     }
     w.add_f32_tensor(p + "attn_output.weight", {D, D}, random(D * D, 0, 0.1f));
     w.add_f32_tensor(p + "ffn_norm.weight", {D}, random(D, 1, 0.1f));
+    if (moe) {
+      const int64_t E = s.n_expert;
+      w.add_f32_tensor(p + "attn_q_norm.weight", {d}, random(d, 1, 0.1f));
+      w.add_f32_tensor(p + "attn_k_norm.weight", {d}, random(d, 1, 0.1f));
+      w.add_f32_tensor(p + "ffn_gate_inp.weight", {D, E}, random(D * E, 0, 0.25f));
+      w.add_f32_tensor(p + "ffn_gate_exps.weight", {D, F, E}, random(D * F * E, 0, 0.0625f));
+      w.add_f32_tensor(p + "ffn_up_exps.weight", {D, F, E}, random(D * F * E, 0, 0.0625f));
+      w.add_f32_tensor(p + "ffn_down_exps.weight", {F, D, E}, random(F * D * E, 0, 0.036f));
+      continue;
+    }
     w.add_f32_tensor(p + "ffn_gate.weight", {D, F}, random(D * F, 0, 0.0625f));
     w.add_f32_tensor(p + "ffn_up.weight", {D, F}, random(D * F, 0, 0.0625f));
     w.add_f32_tensor(p + "ffn_down.weight", {F, D}, random(F * D, 0, 0.036f));

@@ -125,6 +125,99 @@ TEST_F(ArchTest, WriterModelsLoadAndRun) {
   }
 }
 
+// Writer-built llada-moe and rnd1 files (random F32 weights, 4 experts, 2 used) load with the expert keys they
+// declare and give finite logits that differ between rows.
+TEST_F(ArchTest, WriterMoeModelsLoadAndRun) {
+  for (std::string arch : {"llada-moe", "rnd1"}) {
+    TinyModelSpec spec;
+    spec.arch = arch;
+    spec.n_head_kv = 2;
+    auto m = load(write(tiny_model(spec), arch + ".gguf"));
+    const HParams& hp = m->hparams();
+    EXPECT_TRUE(hp.moe()) << arch;
+    EXPECT_EQ(hp.n_expert, 4);
+    EXPECT_EQ(hp.n_expert_used, 2);
+    EXPECT_EQ(hp.n_ff_exp, 64);
+    EXPECT_EQ(hp.expert_weights_norm, arch == "rnd1");
+    const std::vector<int32_t> tokens{1, 2, 47, 47, 5};
+    const std::vector<int64_t> rows{4, 0};
+    std::vector<float> logits = m->forward(tokens, rows);
+    ASSERT_EQ(logits.size(), 2u * 48u);
+    for (float x : logits) ASSERT_TRUE(std::isfinite(x)) << arch;
+    EXPECT_NE(logits[0], logits[48]) << arch;
+  }
+}
+
+// Each mixture-of-experts key missing or out of range in turn (a file could say anything): loading stops
+// before anything is sized by it, with an error that names the key and its value.
+TEST_F(ArchTest, BadMixtureOfExpertsKeysAreNamed) {
+  TinyModelSpec spec;
+  spec.arch = "rnd1";
+  struct Case {
+    std::string key;
+    int64_t value;  // -1: the key is removed
+    std::string error;
+  };
+  const std::vector<Case> cases{
+      {"rnd1.expert_count", -1, "required metadata key missing: rnd1.expert_count"},
+      {"rnd1.expert_used_count", -1, "required metadata key missing: rnd1.expert_used_count"},
+      {"rnd1.expert_count", 0, "invalid metadata: rnd1.expert_count = 0"},
+      {"rnd1.expert_count", 5000, "invalid metadata: rnd1.expert_count = 5000 is more than 4096"},
+      {"rnd1.expert_count", 4294967295, "invalid metadata: rnd1.expert_count = 4294967295 is more than 4096"},
+      {"rnd1.expert_used_count", 0, "invalid metadata: rnd1.expert_used_count = 0"},
+      {"rnd1.expert_used_count", 5,
+       "invalid metadata: rnd1.expert_used_count = 5 is more than rnd1.expert_count = 4"},
+      {"rnd1.expert_feed_forward_length", 0, "invalid metadata: rnd1.expert_feed_forward_length = 0"},
+      // The tensors say 4 experts of width 64: a key that disagrees is caught by the tensor table check.
+      {"rnd1.expert_count", 8,
+       "tensor shape mismatch for blk.0.ffn_gate_inp.weight: [256, 4], expected [256, 8]"},
+      {"rnd1.expert_feed_forward_length", 32,
+       "tensor shape mismatch for blk.0.ffn_gate_exps.weight: [256, 64, 4], expected [256, 32, 4]"},
+  };
+  for (const Case& c : cases) {
+    GgufWriter w = tiny_model(spec);
+    if (c.value < 0) {
+      w.remove_key(c.key);
+    } else {
+      w.add_u32(c.key, static_cast<uint32_t>(c.value));
+    }
+    EXPECT_EQ(load_error(w), c.error) << c.key << " = " << c.value;
+  }
+  // Without expert_feed_forward_length the experts' width is feed_forward_length / expert_used_count (as
+  // llama.cpp): here 64 / 2 = 32, which the tensors contradict; and 1 / 2 leaves no width at all.
+  {
+    GgufWriter w = tiny_model(spec);
+    w.remove_key("rnd1.expert_feed_forward_length");
+    EXPECT_EQ(load_error(w),
+              "tensor shape mismatch for blk.0.ffn_gate_exps.weight: [256, 64, 4], expected [256, 32, 4]");
+    w.add_u32("rnd1.feed_forward_length", 128);
+    auto m = load(write(w, "ff128.gguf"));
+    EXPECT_EQ(m->hparams().n_ff_exp, 64);
+    w.add_u32("rnd1.feed_forward_length", 1);
+    EXPECT_EQ(load_error(w), "invalid metadata: rnd1.feed_forward_length = 1 (no expert width)");
+  }
+  // An expert tensor of the wrong rank, or a dense FFN tensor in place of the experts, is named.
+  {
+    GgufWriter w = tiny_model(spec);
+    w.add_f32_tensor("blk.0.ffn_up_exps.weight", {256, 64}, std::vector<float>(256 * 64, 0.01f));
+    EXPECT_EQ(load_error(w), "tensor shape mismatch for blk.0.ffn_up_exps.weight: [256, 64], expected [256, 64, 4]");
+  }
+  {
+    GgufWriter w = tiny_model(spec);
+    w.remove_tensor("blk.0.ffn_down_exps.weight");
+    w.add_f32_tensor("blk.0.ffn_down.weight", {64, 256}, std::vector<float>(64 * 256, 0.01f));
+    EXPECT_EQ(load_error(w), "required tensor missing: blk.0.ffn_down_exps.weight");
+  }
+  // Through the binary: exit code 1 and the message, no output file.
+  GgufWriter w = tiny_model(spec);
+  w.add_u32("rnd1.expert_used_count", 9);
+  RunResult r = run_dllm({"logits", "--model", write(w, "bad.gguf"), "--tokens", "1,2", "--rows", "0", "--out",
+                          dir_ + "/o.f32"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err, "ERROR: invalid metadata: rnd1.expert_used_count = 9 is more than rnd1.expert_count = 4\n");
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/o.f32"));
+}
+
 TEST_F(ArchTest, UnsupportedArchitecture) {
   GgufWriter w = tiny_model({});
   w.add_string("general.architecture", "qwen2");
