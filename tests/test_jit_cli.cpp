@@ -78,7 +78,10 @@ TEST_P(JitCliFamily, BenchGemmJsonReportsEveryRowCount) {
       const int mmax = dllm::jit::max_row_tile(kisa, dllm::GgmlType::Q4_K, 512);
       const std::string tile = std::to_string(i == 0 ? 1 : std::min(9, mmax)) + "x" +
                                std::to_string(dllm::jit::panel_rows(kisa, dllm::GgmlType::Q4_K, 512));
-      EXPECT_EQ(res["kernel"], "q4k_q8k_gemm_" + tile + "__" + dllm::jit::isa_short_name(kisa) + "_k512_n40");
+      // The first tile's kernel: on avx2 (tiles of at most 3 rows) the prefetching one (first_tile_prefetches).
+      const int m = i == 0 ? 1 : std::min(9, mmax);
+      const std::string pf = dllm::jit::first_tile_prefetches(kisa, m) ? "_pf" : "";
+      EXPECT_EQ(res["kernel"], "q4k_q8k_gemm_" + tile + "__" + dllm::jit::isa_short_name(kisa) + "_k512_n40" + pf);
     }
   }
 }

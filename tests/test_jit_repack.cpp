@@ -279,6 +279,42 @@ TEST(JitKernelCache, EveryTypeGeneratesOnEveryFamily) {
   }
 }
 
+// The avx2 family's first row tile (the one that streams the weights from memory) is the prefetching variant,
+// the tiles after it are not; other families keep their kernels (4+ rows prefetch anyway). The generated code
+// has prefetcht0 exactly when it should (objdump), and prefetching changes no value (GemmFamily runs these plans
+// against the reference dots).
+TEST(JitKernelCache, OnlyTheAvx2FirstRowTilePrefetchesBelowFourRows) {
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0}) {
+    const std::vector<RowTile> tiles = plan_row_tiles(Isa::Avx2, t, 1024, 2048, 8);
+    ASSERT_GE(tiles.size(), 2u);
+    EXPECT_EQ(tiles[0].desc.prefetch, tiles[0].desc.m < 4) << tiles[0].desc.name();
+    for (size_t i = 1; i < tiles.size(); ++i) EXPECT_FALSE(tiles[i].desc.prefetch) << tiles[i].desc.name();
+    for (Isa isa : {Isa::AvxVnni, Isa::Avx512Vnni, Isa::Amx})
+      for (const RowTile& tile : plan_row_tiles(isa, t, 1024, 2048, 8)) EXPECT_FALSE(tile.desc.prefetch) << tile.desc.name();
+  }
+  if (std::system("objdump --version >/dev/null 2>&1") != 0) GTEST_SKIP() << "objdump (binutils) is not installed";
+  const std::string bin = ::testing::TempDir() + "dllm_kernel_pf_" + std::to_string(getpid()) + ".bin";
+  auto prefetches = [&](const GemmDesc& d) {
+    GemmGenerator<Xbyak::Ymm> gen(d);
+    gen.create();
+    std::ofstream(bin, std::ios::binary).write(reinterpret_cast<const char*>(gen.code()), gen.code_size());
+    const dllm::test::RunResult r = dllm::test::run_program("objdump", {"-D", "-b", "binary", "-mi386:x86-64", bin});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.out.find("prefetcht0") != std::string::npos;
+  };
+  GemmDesc d;
+  d.isa = Isa::Avx2, d.wtype = GgmlType::Q4_K, d.n = 40, d.k = 512;
+  for (d.m = 1; d.m <= 3; ++d.m) {
+    d.prefetch = false;
+    EXPECT_FALSE(prefetches(d)) << d.name();
+    d.prefetch = true;
+    EXPECT_TRUE(prefetches(d)) << d.name();
+  }
+  d.wtype = GgmlType::Q8_0, d.m = 5, d.prefetch = false;
+  EXPECT_TRUE(prefetches(d)) << d.name();  // 4+ rows: always
+  std::remove(bin.c_str());
+}
+
 // A constant a kernel keeps in a register (the nibble masks) is loaded into it once: a register loaded from two
 // constants holds only the last. Checked on the disassembly of every type's kernels on every family, so a CPU
 // without the family catches it too (avx512-vnni Q5_K once loaded its single 0x0F mask register, then 0xF0
@@ -370,6 +406,9 @@ TEST(JitDesc, NamesAndTiles) {
   d.wtype = GgmlType::Q6_K;
   d.m = 3;
   EXPECT_EQ(d.name(), "q6k_q8k_gemm_3x8__avx2_k4096_n12288");
+  d.prefetch = true;  // the first row tile's prefetching variant is a kernel of its own
+  EXPECT_EQ(d.name(), "q6k_q8k_gemm_3x8__avx2_k4096_n12288_pf");
+  d.prefetch = false;
   // Register budgets (reg_plan.h): 32 zmm allow 8 rows (Q6_K: 4 rows of two-vector panels, accumulators on
   // the stack); 16 ymm allow 3 (Q8_0: 5, accumulators on the stack).
   for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0}) {

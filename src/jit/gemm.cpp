@@ -53,13 +53,15 @@ std::vector<RowTile> plan_row_tiles(Isa isa, GgmlType t, int64_t n, int64_t k, i
   const int mmax = max_row_tile(isa, t, k);
   int64_t r = 0;
   for (; r + mmax <= rows; r += mmax) add(isa, r, mmax);
-  if (r == rows) return tiles;
-  if (isa == Isa::Amx && t == GgmlType::Q4_K) {
-    const int vmax = max_row_tile(Isa::Avx512Vnni, t, k);
-    for (; r < rows; r += vmax) add(Isa::Avx512Vnni, r, std::min<int64_t>(vmax, rows - r));
-  } else {
-    add(isa, r, rows - r);
+  if (r < rows) {
+    if (isa == Isa::Amx && t == GgmlType::Q4_K) {
+      const int vmax = max_row_tile(Isa::Avx512Vnni, t, k);
+      for (; r < rows; r += vmax) add(Isa::Avx512Vnni, r, std::min<int64_t>(vmax, rows - r));
+    } else {
+      add(isa, r, rows - r);
+    }
   }
+  if (!tiles.empty() && first_tile_prefetches(tiles[0].desc.isa, tiles[0].desc.m)) tiles[0].desc.prefetch = true;
   return tiles;
 }
 

@@ -10,8 +10,10 @@ namespace dllm::jit {
 std::string GemmDesc::name() const {
   const WeightTypeTraits* w = weight_traits(wtype);
   return std::string(w ? w->cpu_tag : "unsupported") + "_gemm_" + std::to_string(m) + "x" + std::to_string(p()) + "__" +
-         isa_short_name(isa) + "_k" + std::to_string(k) + "_n" + std::to_string(n);
+         isa_short_name(isa) + "_k" + std::to_string(k) + "_n" + std::to_string(n) + (prefetch ? "_pf" : "");
 }
+
+bool first_tile_prefetches(Isa isa, int m) { return isa == Isa::Avx2 && m < 4; }
 
 size_t GemmDescHash::operator()(const GemmDesc& d) const {
   size_t h = std::hash<int64_t>()(d.n);
@@ -20,6 +22,7 @@ size_t GemmDescHash::operator()(const GemmDesc& d) const {
   mix(static_cast<uint64_t>(d.m));
   mix(static_cast<uint64_t>(d.isa));
   mix(static_cast<uint64_t>(d.wtype));
+  mix(static_cast<uint64_t>(d.prefetch));
   return h;
 }
 

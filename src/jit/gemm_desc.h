@@ -38,14 +38,17 @@ struct GemmDesc {
   int64_t n = 0;                    // weight rows (outputs): the row stride of y
   int64_t k = 0;                    // row length (inputs), a multiple of the block size
   int m = 1;                        // activation rows per call (the row tile)
+  // Software-prefetch the weight stream (the type's prefetch_bytes ahead) although m < 4 (kernels of 4+ rows
+  // always do): the first row tile over a run of panels, whose weights come from memory (first_tile_prefetches).
+  bool prefetch = false;
 
   int p() const { return panel_rows(isa, wtype, k); }
   bool operator==(const GemmDesc& o) const {
-    return isa == o.isa && wtype == o.wtype && n == o.n && k == o.k && m == o.m;
+    return isa == o.isa && wtype == o.wtype && n == o.n && k == o.k && m == o.m && prefetch == o.prefetch;
   }
 
   // XNNPACK-style: types, op, tile (rows x weight rows per panel), ISA, then the specialised shape, e.g.
-  // "q4k_q8k_gemm_8x16__avx512vnni_k4096_n12288".
+  // "q4k_q8k_gemm_8x16__avx512vnni_k4096_n12288"; "_pf" at the end when `prefetch`.
   std::string name() const;
 };
 
@@ -55,6 +58,14 @@ struct GemmDescHash {
 
 // The largest row tile whose registers fit the family's register file (checked again by the generator).
 int max_row_tile(Isa isa, GgmlType wtype, int64_t k);
+
+// Whether the first row tile of a GEMM, which streams the weights from memory for the tiles after it, gets
+// a prefetching kernel although it has fewer than 4 rows. The avx2 family only, where every K-quant tile has
+// at most 3 rows: on a Zen 3 the 1- to 3-row kernels stream their weights 10-30% faster with it (dllm bench
+// gemm), while the tiles after the first, which read the weights from cache, lose about 3% to the extra
+// instructions and so do without. Expert GEMMs (a few rows per expert, every expert's weights from memory)
+// are where it counts.
+bool first_tile_prefetches(Isa isa, int m);
 
 // What a generated kernel reads and writes. Row strides are compile-time constants of the kernel.
 struct GemmKernelArgs {

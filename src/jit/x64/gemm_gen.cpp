@@ -114,8 +114,9 @@ void GemmGenerator<Vmm>::load_weights(const Vmm& v, const RegExp& e) {
   // Measured: with 4+ rows (weights read from L2 by many row tiles) a software prefetch 4 KB ahead (8 KB
   // for Q8_0) gains 5-15% over 1 KB on a Zen 5 (the first row tile over a run of panels streams the
   // weights from memory, and the longer distance keeps enough lines in flight); with fewer rows the
-  // hardware prefetcher does as well alone.
-  if (m_ >= 4) prefetcht0(ptr[e + require_weight_traits(desc_.wtype, kernel_name()).prefetch_bytes]);
+  // hardware prefetcher does as well alone there; the avx2 family's first tiles prefetch at any row count
+  // (desc.prefetch, first_tile_prefetches).
+  if (m_ >= 4 || desc_.prefetch) prefetcht0(ptr[e + require_weight_traits(desc_.wtype, kernel_name()).prefetch_bytes]);
 }
 
 template <class Vmm>
