@@ -215,18 +215,19 @@ class Executor {
 // in a fixed order, so that the clone that runs (AVX-512, AVX2, baseline) never changes the result.
 double dot_f64(const float* a, const float* b, int64_t n);
 
-// Router of `rows` rows h [rows, D]: logits l[r][e] = h[r] . router[e] (dot_f64, rounded to f32), softmax over the experts (f32 probabilities), the k most
-// probable experts (ties: lower index) most probable first into ids[r*k + j], their probabilities
-// (renormalised to sum 1 when norm_weights) into weights[r*k + j]. probs (optional, [rows, E]) receives
-// every probability. Rows are split over pool (when given); each row's values do not depend on it.
+// Router of `rows` rows h [rows, D]: logits l[r][e] = h[r] . router[e] (dot_f64, rounded to f32), softmax
+// over the experts (f32 probabilities), the k most probable experts (ties: lower index) most probable first
+// into ids[r*k + j], their probabilities (renormalised to sum 1 when norm_weights) into weights[r*k + j].
+// probs (optional, [rows, E]) receives every probability. Rows are split over pool (when given); each
+// row's values do not depend on it.
 void moe_route(std::span<const float> router, const float* h, int64_t rows, int64_t D, int64_t n_expert, int64_t k,
                bool norm_weights, int32_t* ids, float* weights, float* probs = nullptr, ThreadPool* pool = nullptr);
 
 // Executor::moe_ffn on host rows x [rows, D] (in place): RMSNorm, moe_route, the (row, expert) pairs
 // gathered into one buffer grouped by expert, one ex.matmul_grouped for every expert's gate and up and one
 // for every expert's down (each expert over exactly its rows), the weighted outputs summed per row in
-// top-k order and added to x. router and norm are the host values of the
-// layer's vectors. A device executor calls it on a downloaded copy of its residual stream.
+// top-k order and added to x. router and norm are the host values of the layer's vectors. A device
+// executor calls it on a downloaded copy of its residual stream.
 void moe_ffn_on_host(Executor& ex, ThreadPool* pool, const MoeLayer& m, std::span<const float> router,
                      std::span<const float> norm, float eps, float* x, int64_t rows, int64_t D);
 

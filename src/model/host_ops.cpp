@@ -29,13 +29,13 @@ void for_rows(ThreadPool* pool, int64_t rows, F&& fn) {
   }
 }
 
-// out[r] = w * x[r] / sqrt(mean(x[r]^2) + eps), in double.
 // y[c] = x[c] * scale * w[c] in double, rounded to f32; compiled for AVX-512, AVX2 and baseline x86-64.
 __attribute__((target_clones("avx512f", "avx2", "default"))) void scale_row(const float* x, double scale,
                                                                            const float* w, int64_t n, float* y) {
   for (int64_t c = 0; c < n; ++c) y[c] = static_cast<float>(static_cast<double>(x[c]) * scale * w[c]);
 }
 
+// out[r] = w * x[r] / sqrt(mean(x[r]^2) + eps), in double.
 void rmsnorm(ThreadPool* pool, const float* x, int64_t rows, int64_t n, const float* w, float eps, float* out) {
   for_rows(pool, rows, [&](int64_t r) {
     const float* xr = x + r * n;
@@ -63,7 +63,6 @@ void add_rows(ThreadPool* pool, float* x, const float* y, int64_t rows, int64_t 
 // and picked at run time.
 __attribute__((target_clones("avx512f", "avx2", "default"))) void swiglu_row(float* gate, const float* up,
                                                                             int64_t n) {
-#pragma omp simd
   for (int64_t c = 0; c < n; ++c) {
     const float g = gate[c];
     gate[c] = g / (1.0f + exp_f32(-g)) * up[c];
