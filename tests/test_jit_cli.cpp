@@ -247,6 +247,39 @@ TEST(JitCli, KernelsHonoursIsaAndReportsErrors) {
   EXPECT_NE(r.err.find("/nonexistent/model.gguf"), std::string::npos) << r.err;
 }
 
+// Every family's kernels can be dumped on any CPU, also one it lacks (written, never run): the listings
+// carry the family's instructions (objdump), and the manifest names the family the tiles use.
+TEST(JitCli, KernelsDumpsEveryFamilyOnAnyCpu) {
+  const std::string model = dllm::test::data_path("moe/gguf/tiny-llada-moe-Q4_K_M.gguf");
+  const bool objdump = std::system("objdump --version > /dev/null 2>&1") == 0;
+  const struct {
+    const char* isa;
+    const char* tag;      // in every kernel name of the family (amx: its remainder tiles are avx512vnni)
+    const char* listing;  // an instruction of the family (objdump)
+  } families[] = {{"avx2", "__avx2_", "vpmaddubsw"},
+                  {"avx-vnni", "__avxvnni_", "{vex} vpdpbusd"},
+                  {"avx512-vnni", "__avx512vnni_", "zmm"},
+                  {"amx", "__amx_", "tdpb"}};
+  for (const auto& f : families) {
+    SCOPED_TRACE(f.isa);
+    const std::string out = temp_dir(std::string("kernels_any_") + f.isa);
+    const auto r = run_dllm({"kernels", "--model", model, "--out", out, "--isa", f.isa, "--rows", "19"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const json m = json::parse(dllm::test::read_file(out + "/manifest.json"));
+    EXPECT_EQ(m["isa"], f.isa);
+    ASSERT_FALSE(m["kernels"].empty());
+    bool tagged = false, listed = false;
+    for (const json& k : m["kernels"]) {
+      tagged = tagged || k["name"].get<std::string>().find(f.tag) != std::string::npos;
+      if (objdump)
+        listed = listed || dllm::test::read_file(out + "/" + k["listing"].get<std::string>()).find(f.listing) != std::string::npos;
+    }
+    EXPECT_TRUE(tagged) << "no kernel named " << f.tag;
+    if (objdump) EXPECT_TRUE(listed) << "no listing has " << f.listing;
+    fs::remove_all(out);
+  }
+}
+
 // A Q5_K model's kernels: the dump lists Q5_K kernels for its Q5_K matrices (every matrix covered).
 TEST(JitCli, KernelsDumpOfAQ5KModel) {
   if (!dllm::jit::cpu_features().supports(dllm::jit::Isa::Avx2)) GTEST_SKIP() << "this CPU lacks avx2";

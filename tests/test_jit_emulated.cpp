@@ -7,17 +7,24 @@
 // experts included), so the families this CPU cannot run are checked on real model files too.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "common/error.h"
 #include "common/thread_pool.h"
+#include "jit/cpu_executor.h"
 #include "jit/gemm.h"
+#include "jit/kernel_cache.h"
 #include "jit/x64/amx_gemm.h"
 #include "jit/x64/gemm_gen.h"
+#include "model/arch.h"
+#include "model/generate.h"
 #include "model/gguf.h"
+#include "model/model.h"
 #include "support.h"
 #include "test_jit_util.h"
 #include "x86_emu.h"
@@ -222,4 +229,80 @@ TEST(JitEmulated, MixtureOfExpertsFixtureMatricesOnEveryFamily) {
     }
   }
   EXPECT_GE(checked, 40);
+}
+
+namespace {
+
+// The kernel interpreter for the GEMM driver: one interpreter per worker thread.
+std::atomic<int64_t> g_interpreted{0};  // kernel calls so far
+void interpret(const uint8_t* code, const GemmKernelArgs* args) {
+  thread_local dllm::test::X86Emulator emu;
+  emu.call(code, args);
+  ++g_interpreted;
+}
+
+// Sets the interpreter for a scope (kernels of every family then generate and run through it).
+struct Interpreted {
+  Interpreted() { set_kernel_interpreter(interpret); }
+  ~Interpreted() { set_kernel_interpreter(nullptr); }
+};
+
+std::unique_ptr<model::Model> load_family(const std::string& file, Isa isa) {
+  model::LoadOptions o;
+  o.threads = 2;
+  o.make_executor = [isa](ThreadPool& pool) { return std::make_unique<CpuExecutor>(pool, isa); };
+  return model::Model::load(dllm::test::data_path("moe/gguf/" + file + ".gguf"), o);
+}
+
+struct LogitsCase {
+  std::vector<int32_t> ids;
+  std::vector<int64_t> rows;
+};
+
+LogitsCase logits_case(const std::string& file, const std::string& name) {
+  const nlohmann::json j =
+      nlohmann::json::parse(dllm::test::read_file(dllm::test::data_path("moe/logits/" + file + "__" + name + ".json")));
+  return {j.at("ids").get<std::vector<int32_t>>(), j.at("rows").get<std::vector<int64_t>>()};
+}
+
+}  // namespace
+
+// Whole models on every family, whatever the CPU: the tiny mixture-of-experts files (Q4_K_M: Q4_K, Q5_K,
+// Q6_K and Q8_0 matrices; Q8_0), every kernel call interpreted. The logits of a llama.cpp fixture canvas
+// (77 positions, a partial block at the end) are bit-identical to the portable family's, and greedy
+// generations (16 tokens in 8 steps; the Q4_K_M files) give the same canvas.
+TEST(JitEmulated, MixtureOfExpertsModelsBitIdenticalOnEveryFamily) {
+  const Interpreted interpreted;
+  for (const char* file : {"tiny-llada-moe-Q4_K_M", "tiny-rnd1-Q4_K_M", "tiny-llada-moe-Q8_0", "tiny-rnd1-Q8_0"}) {
+    const std::unique_ptr<model::Model> base = load_family(file, Isa::Portable);
+    model::GenerateConfig cfg;
+    cfg.arch = base->arch();
+    cfg.mask_id = base->mask_token_id();
+    cfg.context_length = base->hparams().n_ctx;
+    cfg.max_tokens = 16, cfg.steps = 8, cfg.block_length = 8, cfg.early_stop = false;
+    cfg.remasking = model::arch_spec(base->arch()).sampler == model::SamplerKind::Blocks
+                        ? model::Remasking::LowConfidence
+                        : model::Remasking::MaskgitPlus;
+    std::vector<LogitsCase> cases;
+    for (const char* name : {"m2_prompt_partial_tail_len77"}) cases.push_back(logits_case(file, name));
+    const bool generate = std::string_view(file).ends_with("Q4_K_M");
+    const std::vector<int32_t> prompt(cases[0].ids.begin(), cases[0].ids.begin() + 12);
+    std::vector<std::vector<float>> want;
+    for (const LogitsCase& c : cases) want.push_back(base->forward(c.ids, c.rows));
+    auto src = model::make_model_logit_source(*base);
+    const model::GenerateResult want_gen = generate ? model::generate(*src, cfg, prompt) : model::GenerateResult{};
+    for (Isa isa : kFamilies) {
+      SCOPED_TRACE(std::string(file) + " on " + isa_name(isa));
+      const std::unique_ptr<model::Model> m = load_family(file, isa);
+      const int64_t calls = g_interpreted.load();
+      for (size_t i = 0; i < cases.size(); ++i) {
+        const std::vector<float> got = m->forward(cases[i].ids, cases[i].rows);
+        EXPECT_EQ(first_difference(got, want[i], m->n_vocab()), "") << "case " << i;
+      }
+      EXPECT_GT(g_interpreted.load(), calls + 8) << "the kernels ran natively, not interpreted";
+      if (!generate) continue;
+      auto msrc = model::make_model_logit_source(*m);
+      EXPECT_EQ(model::generate(*msrc, cfg, prompt).canvas, want_gen.canvas);
+    }
+  }
 }

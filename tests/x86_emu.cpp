@@ -31,6 +31,7 @@ struct Decoded {
   ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
   int n = 0;   // visible operands without the EVEX write mask, in ops[0..n)
   int op[4];   // their indices in ops
+  uint8_t bytes[ZYDIS_MAX_INSTRUCTION_LENGTH];  // the encoding, to notice code that changed at this address
 };
 
 float half_to_float(uint16_t h) {
@@ -69,7 +70,9 @@ struct X86Emulator::State {
 
   const Decoded& decode(uint64_t ip) {
     auto it = cache.find(ip);
-    if (it != cache.end()) return it->second;
+    // The memory of a freed kernel may hold another kernel by the next call: the bytes must still match.
+    if (it != cache.end() && std::memcmp(it->second.bytes, reinterpret_cast<const void*>(ip), it->second.ins.length) == 0)
+      return it->second;
     Decoded d;
     if (!ZYAN_SUCCESS(ZydisDecoderDecodeFull(&dec, reinterpret_cast<const void*>(ip), 15, &d.ins, d.ops)))
       throw Error("x86 emulator: cannot decode the instruction at " + std::to_string(ip));
@@ -78,7 +81,8 @@ struct X86Emulator::State {
       if (d.n == 4) throw Error("x86 emulator: too many operands");
       d.op[d.n++] = i;
     }
-    return cache.emplace(ip, d).first->second;
+    std::memcpy(d.bytes, reinterpret_cast<const void*>(ip), d.ins.length);
+    return cache.insert_or_assign(ip, d).first->second;
   }
 
   // ---- scalar operands
@@ -178,7 +182,9 @@ struct X86Emulator::State {
   }
   // The operand's bytes (a register, memory of the operand's size, or an embedded broadcast to vl bytes), zero above.
   Vec vread(const Decoded& d, const ZydisDecodedOperand& o, int vl, uint64_t next_ip) const {
-    Vec r{};
+    Vec r;
+    if (o.type == ZYDIS_OPERAND_TYPE_REGISTER && o.size == 512 && is_vec(o)) return v[ZydisRegisterGetId(o.reg.value)];
+    std::memset(r.u8, 0, sizeof r.u8);
     if (is_vec(o)) {
       std::memcpy(r.u8, v[ZydisRegisterGetId(o.reg.value)].u8, o.size / 8);
     } else if (o.type == ZYDIS_OPERAND_TYPE_MEMORY) {
@@ -208,7 +214,11 @@ struct X86Emulator::State {
   void vwrite(const Decoded& d, const ZydisDecodedOperand& o, const Vec& res, int vl, int elem, uint64_t next_ip) {
     const int km = mask_reg(d);
     const bool zeroing = d.ins.avx.mask.mode == ZYDIS_MASK_MODE_ZEROING;
-    if (is_vec(o)) {
+    if (is_vec(o) && km == 0) {
+      Vec& dst = v[ZydisRegisterGetId(o.reg.value)];
+      std::memcpy(dst.u8, res.u8, vl);
+      std::memset(dst.u8 + vl, 0, 64 - vl);
+    } else if (is_vec(o)) {
       Vec& dst = v[ZydisRegisterGetId(o.reg.value)];
       Vec out{};
       for (int i = 0; i < vl; i += elem) {
@@ -569,7 +579,6 @@ X86Emulator::~X86Emulator() = default;
 
 void X86Emulator::call(const uint8_t* entry, const void* arg, int64_t max_instructions) {
   State& s = *s_;
-  s.cache.clear();  // the code at an address may have changed since the last call (a freed kernel's memory reused)
   for (uint64_t& r : s.gpr) r = 0xdeadbeefcafef00dULL;  // garbage in every register the code should not read
   for (Vec& x : s.v) std::memset(x.u8, 0xa5, sizeof x.u8);
   s.gpr[7] = reinterpret_cast<uint64_t>(arg);  // rdi

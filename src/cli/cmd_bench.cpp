@@ -228,13 +228,13 @@ std::string bench_usage() {
          kGemmHelp;
 }
 
-jit::Isa isa_from_flag(const std::string& flag, const char* command) {
+jit::Isa isa_from_flag(const std::string& flag, const char* command, bool any_cpu) {
   if (flag.empty()) return jit::default_isa();
   const auto isa = jit::parse_isa(flag);
   if (!isa)
     throw usage_error("--isa must be portable, avx2, avx-vnni or avx512-vnni, got '" + flag + "'",
                       std::string("see: dllm ") + command + " --help");
-  if (!jit::cpu_features().supports(*isa))
+  if (!any_cpu && !jit::cpu_features().supports(*isa))
     throw Error(std::string("--isa ") + flag + ": this CPU lacks " + jit::isa_name(*isa) + "; it supports up to " +
                 jit::isa_name(jit::cpu_features().best()));
   return *isa;

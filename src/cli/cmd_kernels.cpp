@@ -92,7 +92,8 @@ std::string kernels_usage() {
          "\n\nGenerates the GEMM kernels the model's weight matrices use and writes NAME.bin (machine code),\n"
          "NAME.txt (objdump disassembly, or hex without objdump) and manifest.json to DIR. Needs no GPU and\n"
          "does not run the model.\n"
-         "  --isa F    kernel family: avx2, avx-vnni or avx512-vnni (default: the best, capped by DLLM_ISA)\n"
+         "  --isa F    kernel family: avx2, avx-vnni, avx512-vnni or amx, also one this CPU lacks (the code\n"
+         "             is written, never run; default: the best this CPU has, capped by DLLM_ISA)\n"
          "  --rows N   only the row tiles a call with N activation rows uses (default: every tile size)\n";
 }
 
@@ -121,8 +122,9 @@ int cmd_kernels(const std::vector<std::string>& args) {
     if (!res.count(req)) throw usage_error(std::string("dllm kernels needs --") + req, "see: dllm kernels --help");
   const int64_t rows = res.count("rows") ? res["rows"].as<int64_t>() : 0;
   if (res.count("rows") && rows < 1) throw usage_error("--rows must be a positive integer");
-  const jit::Isa isa = isa_from_flag(res.count("isa") ? res["isa"].as<std::string>() : "", "kernels");
-  if (isa == jit::Isa::Portable) throw usage_error("the portable family has no generated kernels; use --isa avx2, avx-vnni or avx512-vnni");
+  // Any family, also one this CPU lacks: the kernels are generated and written, never run.
+  const jit::Isa isa = isa_from_flag(res.count("isa") ? res["isa"].as<std::string>() : "", "kernels", true);
+  if (isa == jit::Isa::Portable) throw usage_error("the portable family has no generated kernels; use --isa avx2, avx-vnni, avx512-vnni or amx");
 
   const auto file = gguf::File::open(res["model"].as<std::string>());
   const fs::path out_dir = res["out"].as<std::string>();
@@ -141,16 +143,18 @@ int cmd_kernels(const std::vector<std::string>& args) {
       skipped.push_back({{"tensor", std::string(t.name)}, {"type", ggml_type_name(t.type())}, {"reason", "no JIT kernel for this type (reference path)"}});
       continue;
     }
-    // The tiles gemm() uses for --rows rows, or every tile size a call could use.
+    // The tiles gemm() uses for --rows rows, or every tile size a call could use, in the family the executor
+    // runs this type in (under amx, the avx512-vnni kernels for a type without an AMX body).
+    const jit::Isa family = jit::matrix_family(isa, t.type());
     std::vector<int64_t> row_counts;
     if (rows > 0) {
       row_counts.push_back(rows);
     } else {
-      for (int64_t r = 1; r <= jit::max_row_tile(isa, t.type(), t.ne[0]); ++r) row_counts.push_back(r);
+      for (int64_t r = 1; r <= jit::max_row_tile(family, t.type(), t.ne[0]); ++r) row_counts.push_back(r);
     }
     std::vector<std::string> names;
     for (int64_t r : row_counts) {
-      for (const jit::RowTile& tile : jit::plan_row_tiles(isa, t.type(), t.ne[1], t.ne[0], r)) {
+      for (const jit::RowTile& tile : jit::plan_row_tiles(family, t.type(), t.ne[1], t.ne[0], r)) {
         const std::string name = tile.desc.name();
         if (std::find(names.begin(), names.end(), name) != names.end()) continue;
         names.push_back(name);
@@ -170,7 +174,7 @@ int cmd_kernels(const std::vector<std::string>& args) {
                              {"skipped", skipped}};
   size_t total = 0;
   for (const auto& [name, entry] : uses) {
-    const auto kernel = jit::KernelCache::global().get(entry.first);
+    const auto kernel = jit::generate_kernel(entry.first, /*any_cpu=*/true);
     const fs::path bin = out_dir / (name + ".bin"), txt = out_dir / (name + ".txt");
     write_file(bin, kernel->code(), kernel->code_size());
     bool listed = false;

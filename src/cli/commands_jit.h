@@ -20,7 +20,7 @@ std::string bench_usage();
 std::string kernels_usage();
 
 // --isa's value (or DLLM_ISA when the flag is empty) as a family this CPU has; usage error for an
-// unknown name, runtime error for a family the CPU lacks.
-jit::Isa isa_from_flag(const std::string& flag, const char* command);
+// unknown name, runtime error for a family the CPU lacks unless any_cpu (code that is written, never run).
+jit::Isa isa_from_flag(const std::string& flag, const char* command, bool any_cpu = false);
 
 }  // namespace dllm::cli

@@ -134,7 +134,10 @@ void run_item(const GemmPlan& g, const QuantizedActs& a, int64_t item) {
     const RowTile& tile = g.tiles[static_cast<size_t>(t)];
     point_at_rows(args, a, tile.desc.isa, g.row0 + tile.r0);
     args.y = g.y + tile.r0 * w.n + p0 * L.p;
-    g.fns[static_cast<size_t>(t)](&args);
+    if (const KernelInterpreter run = kernel_interpreter())
+      run(reinterpret_cast<const uint8_t*>(g.fns[static_cast<size_t>(t)]), &args);
+    else
+      g.fns[static_cast<size_t>(t)](&args);
   }
 }
 

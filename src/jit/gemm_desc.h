@@ -32,6 +32,13 @@ inline int panel_rows(Isa isa, GgmlType wtype, int64_t k) {
   return isa == Isa::Avx512Vnni && w && w->two_vector_panels && k <= kTwoVectorMaxK ? 32 : vector_rows(isa);
 }
 
+// The family whose kernels a matrix of type t runs when the executor's family is isa: a type without an AMX
+// body (the weight table's `amx`) runs the avx512-vnni kernels under amx (the AMX machine has them).
+inline Isa matrix_family(Isa isa, GgmlType t) {
+  const WeightTypeTraits* w = weight_traits(t);
+  return isa == Isa::Amx && w && !w->amx ? Isa::Avx512Vnni : isa;
+}
+
 struct GemmDesc {
   Isa isa = Isa::Avx512Vnni;
   GgmlType wtype = GgmlType::Q4_K;  // a type of the weight table (weight_types.h)

@@ -2,6 +2,7 @@
 #include "jit/kernel_cache.h"
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 
 #include "jit/x64/amx_gemm.h"
@@ -17,9 +18,16 @@ Kernel::Kernel(const GemmDesc& desc, std::shared_ptr<JitGenerator> gen)
   fn_ = reinterpret_cast<GemmKernelFn>(const_cast<uint8_t*>(code_));
 }
 
-std::shared_ptr<const Kernel> generate_kernel(const GemmDesc& desc) {
+namespace {
+std::atomic<KernelInterpreter> g_interpreter{nullptr};
+}  // namespace
+
+void set_kernel_interpreter(KernelInterpreter run) { g_interpreter.store(run); }
+KernelInterpreter kernel_interpreter() { return g_interpreter.load(std::memory_order_relaxed); }
+
+std::shared_ptr<const Kernel> generate_kernel(const GemmDesc& desc, bool any_cpu) {
   if (desc.isa == Isa::Portable) throw Error("cannot generate kernel " + desc.name() + ": the portable family has no JIT");
-  if (!cpu_features().supports(desc.isa))
+  if (!any_cpu && !kernel_interpreter() && !cpu_features().supports(desc.isa))
     throw Error("cannot generate kernel " + desc.name() + ": this CPU lacks " + isa_name(desc.isa));
   std::shared_ptr<JitGenerator> gen;
   if (desc.isa == Isa::Amx)

@@ -36,8 +36,17 @@ class Kernel {
   size_t size_ = 0;
 };
 
-// Generates a kernel now (no cache). Throws dllm::Error("cannot generate kernel NAME: ...").
-std::shared_ptr<const Kernel> generate_kernel(const GemmDesc& desc);
+// Generates a kernel now (no cache). Throws dllm::Error("cannot generate kernel NAME: ..."), also for a family
+// this CPU lacks unless any_cpu (code to write out or interpret, never to call: `dllm kernels --isa`).
+std::shared_ptr<const Kernel> generate_kernel(const GemmDesc& desc, bool any_cpu = false);
+
+// For the tests: a software x86-64 interpreter of generated kernels (tests/x86_emu.h), so that a CPU runs the
+// kernel families it lacks. While one is set, kernels of every family are generated (generate_kernel no
+// longer asks the CPU) and the GEMM driver runs every kernel call through it instead of calling the code.
+// Process-wide; set it before the kernels are generated, and back to nullptr before native calls matter.
+using KernelInterpreter = void (*)(const uint8_t* code, const GemmKernelArgs* args);
+void set_kernel_interpreter(KernelInterpreter run);
+KernelInterpreter kernel_interpreter();
 
 class KernelCache {
  public:

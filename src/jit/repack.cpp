@@ -149,9 +149,7 @@ size_t QuantMatrix::src_row_bytes() const {
 QuantMatrix prepare_matrix(GgmlType type, int64_t k, int64_t n, const void* data, Isa isa, ThreadPool& pool,
                            const std::string& what) {
   const auto t0 = std::chrono::steady_clock::now();
-  // A type without an AMX body runs the avx512-vnni kernels (the AMX machine has them).
-  const WeightTypeTraits* traits = weight_traits(type);
-  if (isa == Isa::Amx && traits && !traits->amx) isa = Isa::Avx512Vnni;
+  isa = matrix_family(isa, type);
   QuantMatrix m;
   m.type = type;
   m.isa = isa;
