@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <chrono>
 #include <csignal>
 #include <thread>
@@ -19,6 +20,8 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+
+#include "model/gguf.h"
 
 extern char** environ;
 
@@ -47,6 +50,22 @@ std::string read_file(const std::string& path) {
   std::ostringstream ss;
   ss << f.rdbuf();
   return ss.str();
+}
+
+std::string poisoned_model_copy(const std::string& rel, const std::string& tensor, float value) {
+  const auto file = gguf::File::open(data_path(rel));
+  const gguf::TensorInfo* t = file->find_tensor(tensor);
+  if (!t || t->type() != GgmlType::F32) throw std::runtime_error(rel + " has no F32 tensor " + tensor);
+  std::string bytes = read_file(data_path(rel));
+  const size_t at = static_cast<size_t>(file->data_offset() + t->offset);
+  for (uint64_t i = 0; i < t->nbytes; i += sizeof(float)) std::memcpy(&bytes[at + i], &value, sizeof(float));
+  char path[] = "/tmp/dllm-poisoned-XXXXXX.gguf";
+  const int fd = mkstemps(path, 5);
+  if (fd < 0) throw std::runtime_error("mkstemps failed");
+  const bool ok = ::write(fd, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size());
+  close(fd);
+  if (!ok) throw std::runtime_error(std::string("cannot write ") + path);
+  return path;
 }
 
 RunResult run_dllm(const std::vector<std::string>& args) { return run_dllm_from(args, "/dev/null"); }

@@ -31,6 +31,10 @@ RunResult run_dllm_interrupted(const std::vector<std::string>& args, const std::
 
 std::string read_file(const std::string& path);
 
+// A copy of the tests/data model rel in a new temporary file (the caller removes it) with every value of the
+// F32 tensor `tensor` set to `value` (NaN, infinity): a file whose numbers overflow.
+std::string poisoned_model_copy(const std::string& rel, const std::string& tensor, float value);
+
 // A `dllm serve` running in the background: started with args (plus --port 0), ready once its stderr says
 // "listening on http://HOST:PORT" (at most 120 s; throws otherwise). stop() sends a signal and waits for the
 // exit (at most wait_s; then SIGKILL and signaled = true). The destructor kills a server still running.

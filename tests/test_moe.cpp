@@ -34,6 +34,7 @@
 #include "model/generate.h"
 #include "model/model.h"
 #include "model/reference_executor.h"
+#include "model/sequence.h"
 #include "support.h"
 
 using namespace dllm;
@@ -794,4 +795,94 @@ TEST(MoeCli, InspectTokenizeLogitsRunKernels) {
   const std::string manifest = test::read_file(dir + "/manifest.json");
   EXPECT_NE(manifest.find("blk.0.ffn_down_exps.weight"), std::string::npos);
   EXPECT_EQ(manifest.find("ffn_gate_inp"), std::string::npos);
+}
+
+// Hostile numbers. A logit source whose rows hold no number (NaN, or one NaN entry among numbers): the
+// samplers skip NaN, so a row without any number would commit token 0 silently. The sequence ends at that
+// step instead, its result naming the position and the step, and generate() throws it; a single NaN entry
+// among numbers is skipped and the run goes on.
+namespace {
+struct PoisonedSource : model::LogitSource {
+  int64_t V = 16;
+  bool all_nan = true;
+  int64_t n_vocab() const override { return V; }
+  void forward(std::span<const int32_t>, std::span<const int64_t> rows, float* out) override {
+    for (size_t r = 0; r < rows.size(); ++r)
+      for (int64_t v = 0; v < V; ++v)
+        out[r * V + v] = all_nan || v == 3 ? std::nanf("") : static_cast<float>((v * 7 + rows[r]) % 11);
+  }
+};
+}  // namespace
+
+TEST(HostileNumbers, RowsWithoutAnyNumberEndTheRunNamingThePosition) {
+  model::GenerateConfig c;
+  c.arch = model::Arch::LLaDA;
+  c.mask_id = 15;
+  c.max_tokens = 8, c.steps = 4, c.block_length = 8, c.early_stop = false;
+  const std::vector<int32_t> prompt = {1, 2, 3};
+  PoisonedSource src;
+  model::Sequence seq(c, prompt, src.n_vocab());
+  std::vector<float> logits;
+  const model::StepNeed* need = seq.next();
+  ASSERT_NE(need, nullptr);
+  logits.resize(need->rows.size() * 16);
+  src.forward(seq.canvas(), need->rows, logits.data());
+  seq.commit(logits.data());
+  EXPECT_TRUE(seq.finished());
+  EXPECT_EQ(seq.next(), nullptr);
+  EXPECT_NE(seq.result().error.find("no finite logit at step 1"), std::string::npos) << seq.result().error;
+  EXPECT_NE(seq.result().error.find("canvas position 3"), std::string::npos) << seq.result().error;
+  EXPECT_EQ(seq.result().committed, 0);
+  for (int64_t j = 3; j < 11; ++j) EXPECT_EQ(seq.canvas()[static_cast<size_t>(j)], 15);  // nothing committed
+  try {
+    model::generate(src, c, prompt);
+    ADD_FAILURE() << "generate() returned";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no finite logit"), std::string::npos) << e.what();
+  }
+  src.all_nan = false;  // one NaN column among numbers: skipped, never chosen
+  const model::GenerateResult r = model::generate(src, c, prompt);
+  EXPECT_TRUE(r.error.empty()) << r.error;
+  for (int32_t t : r.generated()) EXPECT_NE(t, 3);
+}
+
+// Through the CLI: files whose router (mixtures of experts) or a norm (dense models) holds NaN or infinity,
+// so that no logit is a number: exit 1 with the error, nothing on standard output, alone, with --json and
+// through --prompts-file.
+TEST(HostileNumbers, NonFiniteWeightsEndTheRunWithAnError) {
+  const float nan = std::nanf(""), inf = INFINITY;
+  const struct {
+    const char* model;
+    const char* tensor;
+    float value;
+    bool blocks;  // LLaDA's block sampler (--block-length)
+  } cases[] = {{"moe/gguf/tiny-llada-moe-F32.gguf", "blk.0.ffn_gate_inp.weight", nan, true},
+               {"moe/gguf/tiny-rnd1-F32.gguf", "blk.1.ffn_gate_inp.weight", inf, false},
+               {"models/tiny-llada-F32.gguf", "blk.0.attn_norm.weight", nan, true},
+               {"models/tiny-dream-F32.gguf", "output_norm.weight", inf, false}};
+  for (const auto& k : cases) {
+    SCOPED_TRACE(std::string(k.model) + " " + k.tensor);
+    const std::string path = test::poisoned_model_copy(k.model, k.tensor, k.value);
+    std::vector<std::string> flags = {"--max-tokens", "8", "--steps", "4"};
+    if (k.blocks) flags.insert(flags.end(), {"--block-length", "8"});
+    std::vector<std::string> run = {"run", "--model", path, "--prompt", "Hello"};
+    run.insert(run.end(), flags.begin(), flags.end());
+    for (bool json : {false, true}) {
+      std::vector<std::string> a = run;
+      if (json) a.push_back("--json");
+      const test::RunResult r = test::run_dllm(a);
+      EXPECT_EQ(r.exit_code, 1) << r.err;
+      EXPECT_NE(r.err.find("no finite logit at step 1"), std::string::npos) << r.err;
+      EXPECT_EQ(r.out, "");
+    }
+    const std::string prompts = path + ".jsonl";
+    std::ofstream(prompts) << "{\"prompt\": \"Hello\"}\n{\"prompt\": \"Hi\"}\n";
+    std::vector<std::string> a = {"run", "--model", path, "--prompts-file", prompts};
+    a.insert(a.end(), flags.begin(), flags.end());
+    const test::RunResult r = test::run_dllm(a);
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_NE(r.err.find("request 0: the model gave canvas position"), std::string::npos) << r.err;
+    std::remove(prompts.c_str());
+    std::remove(path.c_str());
+  }
 }

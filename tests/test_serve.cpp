@@ -398,6 +398,30 @@ TEST(Serve, ApiKey) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
+// A model whose numbers overflow (NaN router weights: no logit is a number): the request gets a 500 with the
+// error (code model_error), a stream gets it as an error event before [DONE], and the server stays up.
+TEST(Serve, NonFiniteWeightsAnswerAModelError) {
+  const std::string path = poisoned_model_copy("moe/gguf/tiny-llada-moe-F32.gguf", "blk.0.ffn_gate_inp.weight",
+                                               std::nanf(""));
+  {
+    ServeProcess s({"--model", path, "--max-tokens", "8", "--block-length", "8"});
+    Http h = post(s, "/v1/completions", R"({"prompt": "Hi"})");
+    EXPECT_EQ(h.status, 500) << h.body;
+    EXPECT_EQ(h.j()["error"]["code"], "model_error") << h.body;
+    EXPECT_NE(h.j()["error"]["message"].get<std::string>().find("no finite logit"), std::string::npos) << h.body;
+    h = post(s, "/v1/completions", R"({"prompt": "Hi", "stream": true})");
+    EXPECT_EQ(h.status, 200) << h.body;
+    const std::vector<std::string> ev = sse_events(h.body);
+    ASSERT_GE(ev.size(), 2u) << h.body;
+    EXPECT_EQ(ev.back(), "[DONE]");
+    EXPECT_EQ(json::parse(ev[ev.size() - 2])["error"]["code"], "model_error") << h.body;
+    EXPECT_EQ(get(s, "/health").status, 200);
+    const RunResult r = s.stop(SIGTERM);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+  }
+  std::remove(path.c_str());
+}
+
 // A long generation (LLaDA, 1024 tokens, one step each) that keeps the one batch place busy for seconds.
 const char* kLong = R"({"prompt": "Hi", "max_tokens": 1024, "block_length": 1024, "stream": true})";
 

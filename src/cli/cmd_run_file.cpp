@@ -120,6 +120,7 @@ int cmd_run_file(const Settings& s, Clock::time_point t_start) {
   auto print = [&](int64_t i) {
     engine::Answer& a = *answers[static_cast<size_t>(i)];
     if (a.result.cancelled) return;  // stopped by Ctrl-C: not an answer
+    if (!a.result.error.empty()) throw Error("request " + std::to_string(i) + ": " + a.result.error);
     tokens += a.result.committed;
     if (s.json) {
       const FileRequest& fr = requests[static_cast<size_t>(i)];

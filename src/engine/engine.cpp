@@ -149,6 +149,7 @@ Answer run(Engine& engine, const Prepared& p, model::GenerateHooks hooks) {
   }
   auto done = s.take_finished();
   if (done.size() != 1) throw Error("internal error: a session of one request finished " + std::to_string(done.size()));
+  if (!done.front().second.result.error.empty()) throw Error(done.front().second.result.error);
   return std::move(done.front().second);
 }
 

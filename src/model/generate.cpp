@@ -150,6 +150,7 @@ GenerateResult generate(LogitSource& src, const GenerateConfig& cfg, std::span<c
     }
     seq.commit(logits.data());
   }
+  if (!seq.result().error.empty()) throw Error(seq.result().error);
   return seq.take_result();
 }
 

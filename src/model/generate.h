@@ -115,6 +115,10 @@ struct GenerateResult {
   int64_t total_steps = 0;       // N
   bool stopped_early = false;    // the early stop ended the run while masks were left
   bool cancelled = false;        // the cancel flag ended the run
+  // Set when the model gave a position no finite logit to commit (NaN or infinity: weights or activations
+  // that overflowed, a corrupt file): the run ended there, and this says where. generate() and engine::run
+  // throw it as a dllm::Error; the batch and the server hand it to the request.
+  std::string error;
   int64_t committed = 0;         // positions filled during the run
   double total_ms = 0;           // the whole loop
   double forward_ms = 0;         // sum over steps that ran a forward pass

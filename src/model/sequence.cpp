@@ -4,6 +4,8 @@
 #include "model/sequence.h"
 
 #include <algorithm>
+#include <cmath>
+#include <string>
 
 #include "common/thread_pool.h"
 
@@ -162,6 +164,9 @@ void Sequence::commit(const float* logits) {
   const bool llada = blocks_;
   const uint64_t ustep = static_cast<uint64_t>(ev_.step);
   std::vector<Candidate> cand(C_.size());
+  // Positions whose proposed token has no finite logit (the samplers skip NaN, so this is a row without
+  // any number, or one overflowed to infinity): nothing can be committed there.
+  std::vector<char> broken(C_.size(), 0);
   auto one = [&](int64_t c, int) {
     const int64_t j = C_[static_cast<size_t>(c)];
     const int64_t row = cfg_.full_logits ? (llada ? j : j - 1) : c;
@@ -169,11 +174,20 @@ void Sequence::commit(const float* logits) {
     const Proposal p = llada ? llada_propose(l, V_, cfg_.temperature, cfg_.remasking, cfg_.seed, ustep, j)
                              : dream_propose(l, V_, cfg_.temperature, cfg_.remasking, cfg_.seed, ustep, j);
     cand[static_cast<size_t>(c)] = Candidate{j, p};
+    broken[static_cast<size_t>(c)] = !std::isfinite(l[p.token]);
   };
   if (hooks_.pool && C_.size() > 1) {
     hooks_.pool->parallel_for(static_cast<int64_t>(C_.size()), one);
   } else {
     for (size_t c = 0; c < C_.size(); ++c) one(static_cast<int64_t>(c), 0);
+  }
+  for (size_t c = 0; c < C_.size(); ++c) {
+    if (!broken[c]) continue;
+    res_.error = "the model gave canvas position " + std::to_string(C_[c]) + " no finite logit at step " +
+                 std::to_string(ev_.step + 1) + " (NaN or infinity: its weights or activations overflowed; the file " +
+                 "may be corrupt)";
+    finish();
+    return;
   }
   const auto chosen = llada ? select_candidates(cand, ev_.scheduled, cfg_.threshold)
                             : select_candidates(cand, ev_.scheduled);

@@ -112,7 +112,7 @@ void Scheduler::loop() {
       if (it == running_.end()) continue;
       Running& r = *it->second;
       if (answer.result.cancelled) metrics_.cancelled(1);
-      metrics_.tokens(r.prompt_length, answer.result.cancelled ? 0 : static_cast<int64_t>(answer.tokens.size()));
+      metrics_.tokens(r.prompt_length, answer.result.cancelled || !answer.result.error.empty() ? 0 : static_cast<int64_t>(answer.tokens.size()));
       StreamEvent e;
       e.kind = StreamEvent::Kind::Done;
       e.choice = r.choice;

@@ -106,6 +106,7 @@ struct Exchange {
   std::vector<bool> first;
   int finished = 0;
   bool cancelled = false;  // some sequence was cancelled by the server's stop
+  std::string error;       // some sequence ended on the model's error (GenerateResult::error)
 };
 
 class Server {
@@ -160,6 +161,7 @@ std::string Server::finish_choice(Exchange& x, StreamEvent& ev) {
   const int c = ev.choice;
   engine::Answer& a = *ev.answer;
   if (a.result.cancelled) x.cancelled = true;
+  if (!a.result.error.empty() && x.error.empty()) x.error = a.result.error;
   if (x.done[static_cast<size_t>(c)]) return "";  // ended by a stop string already
   bool ended = false;
   committed_answer(a.result.generated(), engine_.hparams().mask_token_id, engine_.stops(), &ended);
@@ -191,6 +193,10 @@ void Server::answer_whole(const std::shared_ptr<Exchange>& x, httplib::Response&
   if (x->cancelled) {
     send_error(res, ApiError(503, "the server is shutting down: the request was cancelled", "server_error", "",
                              "shutting_down"));
+    return;
+  }
+  if (!x->error.empty()) {
+    send_error(res, ApiError(500, x->error, "server_error", "", "model_error"));
     return;
   }
   res.set_content(completion_body(x->api, x->id, x->created, x->model, x->results, x->prompt_tokens, x->prompt_ids)
@@ -255,6 +261,10 @@ bool Server::stream_events(const std::shared_ptr<Exchange>& x, httplib::DataSink
       json err = error_body(ApiError(503, "the server is shutting down: the request was cancelled", "server_error",
                                      "", "shutting_down"));
       if (!write(sse(err))) return false;
+      continue;
+    }
+    if (!ev->answer->result.error.empty()) {
+      if (!write(sse(error_body(ApiError(500, ev->answer->result.error, "server_error", "", "model_error"))))) return false;
       continue;
     }
     if (!rest.empty() && !text_chunk(c, rest, "")) return false;
