@@ -1,4 +1,5 @@
-// The JIT GEMM of every kernel family this CPU has (the portable twin included) against the reference
+// The JIT GEMM of every kernel family (the portable twin included; the families this CPU lacks run in the x86
+// interpreter of x86_emu.h where libzydis-dev is installed, and skip otherwise) against the reference
 // integer dot products of model/quant_ref_dot.h, on shapes with tails: 1 row, odd row counts, N not a
 // multiple of the panel, K from one block to 4096, for every type of the weight table (Q4_K, Q5_K, Q6_K, Q8_0). Also: the integer parts
 // exactly (unit scales make y equal the integer sums), and against dequantise + f32 dot.
@@ -16,7 +17,11 @@
 #include "jit/gemm.h"
 #include "common/error.h"
 #include "common/thread_pool.h"
+#include "jit/kernel_cache.h"
 #include "test_jit_util.h"
+#ifdef DLLM_HAVE_X86_EMU
+#include "x86_emu.h"
+#endif
 
 using namespace dllm;
 using namespace dllm::jit;
@@ -50,11 +55,25 @@ const Shape kShapes[] = {
     {GgmlType::Q8_0, 25, 1, 64},    {GgmlType::Q8_0, 30, 40, 1024}, {GgmlType::Q8_0, 6, 16, 64},
 };
 
+#ifdef DLLM_HAVE_X86_EMU
+// A family this CPU lacks runs in the x86 interpreter (tests/x86_emu.h), one per worker thread.
+void interpret(const uint8_t* code, const GemmKernelArgs* args) {
+  thread_local dllm::test::X86Emulator emu;
+  emu.call(code, args);
+}
+#endif
+
 class GemmFamily : public ::testing::TestWithParam<Isa> {
  protected:
   void SetUp() override {
-    if (!cpu_features().supports(GetParam())) GTEST_SKIP() << "this CPU lacks " << isa_name(GetParam());
+    if (cpu_features().supports(GetParam())) return;
+#ifdef DLLM_HAVE_X86_EMU
+    set_kernel_interpreter(interpret);  // every GEMM kernel call of the test goes through it
+#else
+    GTEST_SKIP() << "this CPU lacks " << isa_name(GetParam()) << " (and the x86 interpreter needs libzydis-dev)";
+#endif
   }
+  void TearDown() override { set_kernel_interpreter(nullptr); }
 };
 
 }  // namespace
