@@ -1,7 +1,8 @@
 // The same answer on every kernel family: each family performs, per output, the same f32 operations in
 // the same order (src/jit/kernel_order.h for the GEMMs; one 16-lane reduction order in attention), so
 //  - whole-model logits of every quantized tiny model and every logits case are bit-identical across all
-//    the families this CPU allows (portable, avx2, avx-vnni, avx512-vnni), and
+//    the families (portable, avx2, avx-vnni, avx512-vnni, amx; those this CPU lacks with their kernels in the
+//    x86 interpreter of x86_emu.h, where libzydis-dev is installed), and
 //  - every greedy generation of tests/data/generations gives the same tokens on every family.
 // The portable family is the baseline each other family is compared with.
 #include <gtest/gtest.h>
@@ -19,6 +20,9 @@
 #include "model/generate.h"
 #include "model/model.h"
 #include "support.h"
+#ifdef DLLM_HAVE_X86_EMU
+#include "x86_emu.h"
+#endif
 
 using namespace dllm;
 namespace fs = std::filesystem;
@@ -45,6 +49,16 @@ std::vector<jit::Isa> other_families() {
   return out;
 }
 
+// The families whose logits are compared with portable's: those this CPU has, and with the x86 interpreter
+// (libzydis-dev) every other one, so that any machine checks every family's whole-model logits.
+std::vector<jit::Isa> logits_families() {
+#ifdef DLLM_HAVE_X86_EMU
+  return {jit::Isa::Avx2, jit::Isa::AvxVnni, jit::Isa::Avx512Vnni, jit::Isa::Amx};
+#else
+  return other_families();
+#endif
+}
+
 // Index of the first float whose bits differ, or -1.
 int64_t first_bit_difference(const std::vector<float>& a, const std::vector<float>& b) {
   if (a.size() != b.size()) return 0;
@@ -67,7 +81,11 @@ TEST_P(FamilyLogits, BitIdenticalOnEveryFamily) {
     const auto rows = j.at("rows").get<std::vector<int64_t>>();
     const std::vector<float> base = family_model(model + ".gguf", jit::Isa::Portable).forward(ids, rows);
     ASSERT_FALSE(base.empty());
-    for (jit::Isa isa : other_families()) {
+    for (jit::Isa isa : logits_families()) {
+#ifdef DLLM_HAVE_X86_EMU
+      // A family the CPU lacks loads and runs with its kernels in the x86 interpreter (tests/x86_emu.h).
+      const test::ScopedKernelInterpreter interpreted(!jit::cpu_features().supports(isa));
+#endif
       const std::vector<float> got = family_model(model + ".gguf", isa).forward(ids, rows);
       const int64_t at = first_bit_difference(got, base);
       EXPECT_EQ(at, -1) << name << ": " << jit::isa_name(isa) << " differs from portable at row "

@@ -233,15 +233,14 @@ TEST(JitEmulated, MixtureOfExpertsFixtureMatricesOnEveryFamily) {
 
 namespace {
 
-// The kernel interpreter for the GEMM driver: one interpreter per worker thread.
-std::atomic<int64_t> g_interpreted{0};  // kernel calls so far
+// The kernel interpreter for the GEMM driver (interpret_kernel), counting its calls.
+std::atomic<int64_t> g_interpreted{0};
 void interpret(const uint8_t* code, const GemmKernelArgs* args) {
-  thread_local dllm::test::X86Emulator emu;
-  emu.call(code, args);
+  dllm::test::interpret_kernel(code, args);
   ++g_interpreted;
 }
 
-// Sets the interpreter for a scope (kernels of every family then generate and run through it).
+// Sets it for a scope (kernels of every family then generate and run through it).
 struct Interpreted {
   Interpreted() { set_kernel_interpreter(interpret); }
   ~Interpreted() { set_kernel_interpreter(nullptr); }

@@ -55,20 +55,12 @@ const Shape kShapes[] = {
     {GgmlType::Q8_0, 25, 1, 64},    {GgmlType::Q8_0, 30, 40, 1024}, {GgmlType::Q8_0, 6, 16, 64},
 };
 
-#ifdef DLLM_HAVE_X86_EMU
-// A family this CPU lacks runs in the x86 interpreter (tests/x86_emu.h), one per worker thread.
-void interpret(const uint8_t* code, const GemmKernelArgs* args) {
-  thread_local dllm::test::X86Emulator emu;
-  emu.call(code, args);
-}
-#endif
-
 class GemmFamily : public ::testing::TestWithParam<Isa> {
  protected:
   void SetUp() override {
     if (cpu_features().supports(GetParam())) return;
 #ifdef DLLM_HAVE_X86_EMU
-    set_kernel_interpreter(interpret);  // every GEMM kernel call of the test goes through it
+    set_kernel_interpreter(dllm::test::interpret_kernel);  // every GEMM kernel call of the test goes through it
 #else
     GTEST_SKIP() << "this CPU lacks " << isa_name(GetParam()) << " (and the x86 interpreter needs libzydis-dev)";
 #endif

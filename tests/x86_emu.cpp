@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "jit/kernel_cache.h"
 
 namespace dllm::test {
 
@@ -588,5 +589,17 @@ void X86Emulator::call(const uint8_t* entry, const void* arg, int64_t max_instru
 }
 
 int64_t X86Emulator::instructions() const { return s_->executed; }
+
+void interpret_kernel(const uint8_t* code, const jit::GemmKernelArgs* args) {
+  thread_local X86Emulator emu;
+  emu.call(code, args);
+}
+
+ScopedKernelInterpreter::ScopedKernelInterpreter(bool on) : on_(on) {
+  if (on_) jit::set_kernel_interpreter(interpret_kernel);
+}
+ScopedKernelInterpreter::~ScopedKernelInterpreter() {
+  if (on_) jit::set_kernel_interpreter(nullptr);
+}
 
 }  // namespace dllm::test

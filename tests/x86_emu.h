@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <memory>
 
+#include "jit/gemm_desc.h"
+
 namespace dllm::test {
 
 class X86Emulator {
@@ -22,6 +24,23 @@ class X86Emulator {
  private:
   struct State;
   std::unique_ptr<State> s_;
+};
+
+// The GEMM driver's kernel interpreter (jit::set_kernel_interpreter) the tests install: each call runs in this
+// thread's X86Emulator.
+void interpret_kernel(const uint8_t* code, const jit::GemmKernelArgs* args);
+
+// Installs interpret_kernel for a scope when `on` (and removes it after): while installed, kernels of every
+// family are generated and every GEMM kernel call is interpreted.
+class ScopedKernelInterpreter {
+ public:
+  explicit ScopedKernelInterpreter(bool on = true);
+  ~ScopedKernelInterpreter();
+  ScopedKernelInterpreter(const ScopedKernelInterpreter&) = delete;
+  ScopedKernelInterpreter& operator=(const ScopedKernelInterpreter&) = delete;
+
+ private:
+  bool on_;
 };
 
 }  // namespace dllm::test
