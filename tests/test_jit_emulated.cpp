@@ -64,11 +64,12 @@ Outcome run_family(const QuantMatrix& m, const QuantizedActs& a, bool prefetch) 
     tile.desc.prefetch = tile.desc.prefetch || prefetch;
     const std::unique_ptr<JitGenerator> gen = generate_any(tile.desc);
     // Two calls as the driver makes them (gemm.cpp's run_item): the first half of the panels, then the rest
-    // from a panel offset, ending on the partial panel.
+    // from a panel offset, ending on the partial panel (one call when there is one panel).
     const int64_t P = m.layout.n_panels, half = P / 2;
-    for (int64_t p0 : {int64_t{0}, half}) {
-      const int64_t np = p0 == 0 ? (half > 0 ? half : P) : P - half;
-      if (p0 > 0 && half == 0) break;
+    const std::vector<std::pair<int64_t, int64_t>> runs =
+        half > 0 ? std::vector<std::pair<int64_t, int64_t>>{{0, half}, {half, P - half}}
+                 : std::vector<std::pair<int64_t, int64_t>>{{0, P}};
+    for (const auto& [p0, np] : runs) {
       GemmKernelArgs args{};
       args.w = m.packed.data() + p0 * m.layout.panel_bytes;
       args.n_panels = np;

@@ -1,10 +1,12 @@
-// The interpreter of x86_emu.h: decode once per address (Zydis), then execute from the cache.
+// The interpreter of x86_emu.h: decode once per address (Zydis; again when the bytes there changed), then execute
+// from the cache.
 #include "x86_emu.h"
 
 #include <Zydis/Zydis.h>
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -44,6 +46,9 @@ float half_to_float(uint16_t h) {
   return sign ? -v : v;
 }
 
+// The bits of a `bits`-wide integer operand.
+uint64_t width_mask(int bits) { return bits == 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1; }
+
 int16_t sat16(int32_t v) { return static_cast<int16_t>(v < -32768 ? -32768 : v > 32767 ? 32767 : v); }
 
 }  // namespace
@@ -75,7 +80,8 @@ struct X86Emulator::State {
     if (it != cache.end() && std::memcmp(it->second.bytes, reinterpret_cast<const void*>(ip), it->second.ins.length) == 0)
       return it->second;
     Decoded d;
-    if (!ZYAN_SUCCESS(ZydisDecoderDecodeFull(&dec, reinterpret_cast<const void*>(ip), 15, &d.ins, d.ops)))
+    if (!ZYAN_SUCCESS(ZydisDecoderDecodeFull(&dec, reinterpret_cast<const void*>(ip), ZYDIS_MAX_INSTRUCTION_LENGTH, &d.ins,
+                                              d.ops)))
       throw Error("x86 emulator: cannot decode the instruction at " + std::to_string(ip));
     for (int i = 0; i < d.ins.operand_count_visible; ++i) {
       if (d.ops[i].encoding == ZYDIS_OPERAND_ENCODING_MASK) continue;
@@ -134,11 +140,11 @@ struct X86Emulator::State {
     std::memcpy(reinterpret_cast<void*>(address(o, next_ip)), &val, o.size / 8);
   }
   void flags(uint64_t res, int bits) {
-    const uint64_t mask = bits == 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1;
-    zf = (res & mask) == 0;
+    zf = (res & width_mask(bits)) == 0;
     sf = (res >> (bits - 1)) & 1;
   }
-  bool cond(ZydisMnemonic m) const {
+  // Whether a conditional jump or move takes place on the flags; nullopt for any other mnemonic.
+  std::optional<bool> cond(ZydisMnemonic m) const {
     switch (m) {
       case ZYDIS_MNEMONIC_JZ: case ZYDIS_MNEMONIC_CMOVZ: return zf;
       case ZYDIS_MNEMONIC_JNZ: case ZYDIS_MNEMONIC_CMOVNZ: return !zf;
@@ -152,14 +158,14 @@ struct X86Emulator::State {
       case ZYDIS_MNEMONIC_JNBE: case ZYDIS_MNEMONIC_CMOVNBE: return !cf && !zf;
       case ZYDIS_MNEMONIC_JS: case ZYDIS_MNEMONIC_CMOVS: return sf;
       case ZYDIS_MNEMONIC_JNS: case ZYDIS_MNEMONIC_CMOVNS: return !sf;
-      default: return false;
+      default: return std::nullopt;
     }
   }
-  static bool is_cond(ZydisMnemonic m) {
+  static bool is_amx(ZydisMnemonic m) {
     switch (m) {
-      case ZYDIS_MNEMONIC_JZ: case ZYDIS_MNEMONIC_JNZ: case ZYDIS_MNEMONIC_JNLE: case ZYDIS_MNEMONIC_JLE:
-      case ZYDIS_MNEMONIC_JL: case ZYDIS_MNEMONIC_JNL: case ZYDIS_MNEMONIC_JB: case ZYDIS_MNEMONIC_JNB:
-      case ZYDIS_MNEMONIC_JBE: case ZYDIS_MNEMONIC_JNBE: case ZYDIS_MNEMONIC_JS: case ZYDIS_MNEMONIC_JNS:
+      case ZYDIS_MNEMONIC_LDTILECFG: case ZYDIS_MNEMONIC_TILERELEASE: case ZYDIS_MNEMONIC_TILEZERO:
+      case ZYDIS_MNEMONIC_TILELOADD: case ZYDIS_MNEMONIC_TILELOADDT1: case ZYDIS_MNEMONIC_TILESTORED:
+      case ZYDIS_MNEMONIC_TDPBSSD: case ZYDIS_MNEMONIC_TDPBSUD: case ZYDIS_MNEMONIC_TDPBUSD: case ZYDIS_MNEMONIC_TDPBUUD:
         return true;
       default: return false;
     }
@@ -460,8 +466,9 @@ void X86Emulator::State::run(uint64_t ip, int64_t max_instructions) {
   executed = 0;
   while (ip != 0) {
     if (++executed > max_instructions) throw Error("x86 emulator: more than the allowed instructions (a runaway loop?)");
-    const Decoded& d = decode(ip);
-    const uint64_t next = ip + d.ins.length;
+    const uint64_t at = ip;
+    const Decoded& d = decode(at);
+    const uint64_t next = at + d.ins.length;
     const ZydisDecodedOperand* o[4];
     for (int i = 0; i < d.n; ++i) o[i] = &d.ops[d.op[i]];
     const ZydisMnemonic m = d.ins.mnemonic;
@@ -483,7 +490,7 @@ void X86Emulator::State::run(uint64_t ip, int64_t max_instructions) {
       }
       case ZYDIS_MNEMONIC_LEA: scalar_write(*o[0], address(*o[1], next), next); break;
       case ZYDIS_MNEMONIC_ADD: case ZYDIS_MNEMONIC_SUB: case ZYDIS_MNEMONIC_CMP: {
-        const uint64_t mask = bits == 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1;
+        const uint64_t mask = width_mask(bits);
         const uint64_t a = scalar_read(*o[0], next) & mask, b = scalar_read(*o[1], next) & mask;
         const bool add = m == ZYDIS_MNEMONIC_ADD;
         const uint64_t res = (add ? a + b : a - b) & mask;
@@ -495,7 +502,7 @@ void X86Emulator::State::run(uint64_t ip, int64_t max_instructions) {
         break;
       }
       case ZYDIS_MNEMONIC_INC: case ZYDIS_MNEMONIC_DEC: {  // CF is kept
-        const uint64_t mask = bits == 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1;
+        const uint64_t mask = width_mask(bits);
         const uint64_t a = scalar_read(*o[0], next) & mask;
         const uint64_t res = (m == ZYDIS_MNEMONIC_INC ? a + 1 : a - 1) & mask;
         const uint64_t sign = uint64_t{1} << (bits - 1);
@@ -505,7 +512,7 @@ void X86Emulator::State::run(uint64_t ip, int64_t max_instructions) {
         break;
       }
       case ZYDIS_MNEMONIC_NEG: {
-        const uint64_t mask = bits == 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1;
+        const uint64_t mask = width_mask(bits);
         const uint64_t a = scalar_read(*o[0], next) & mask, res = (0 - a) & mask;
         cf = a != 0;
         of = a == (uint64_t{1} << (bits - 1));
@@ -522,7 +529,7 @@ void X86Emulator::State::run(uint64_t ip, int64_t max_instructions) {
         break;
       }
       case ZYDIS_MNEMONIC_SHL: case ZYDIS_MNEMONIC_SHR: case ZYDIS_MNEMONIC_SAR: {
-        const uint64_t mask = bits == 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1;
+        const uint64_t mask = width_mask(bits);
         const int c = static_cast<int>(scalar_read(*o[1], next) & (bits == 64 ? 63 : 31));
         uint64_t a = scalar_read(*o[0], next) & mask, res = a;
         if (c) {
@@ -535,7 +542,7 @@ void X86Emulator::State::run(uint64_t ip, int64_t max_instructions) {
         break;
       }
       case ZYDIS_MNEMONIC_IMUL: {
-        if (d.n != 3 && d.n != 2) fail(d, ip, "imul form");
+        if (d.n != 3 && d.n != 2) fail(d, at, "imul form");
         const uint64_t a = scalar_read(*o[d.n == 3 ? 1 : 0], next), b = scalar_read(*o[d.n == 3 ? 2 : 1], next);
         scalar_write(*o[0], a * b, next);
         break;
@@ -544,7 +551,7 @@ void X86Emulator::State::run(uint64_t ip, int64_t max_instructions) {
       case ZYDIS_MNEMONIC_CMOVL: case ZYDIS_MNEMONIC_CMOVNL: case ZYDIS_MNEMONIC_CMOVB: case ZYDIS_MNEMONIC_CMOVNB:
       case ZYDIS_MNEMONIC_CMOVBE: case ZYDIS_MNEMONIC_CMOVNBE: case ZYDIS_MNEMONIC_CMOVS: case ZYDIS_MNEMONIC_CMOVNS:
         // A 32-bit cmov zero-extends its destination even when the condition is false.
-        scalar_write(*o[0], cond(m) ? scalar_read(*o[1], next) : scalar_read(*o[0], next), next);
+        scalar_write(*o[0], *cond(m) ? scalar_read(*o[1], next) : scalar_read(*o[0], next), next);
         break;
       case ZYDIS_MNEMONIC_PUSH: push(scalar_read(*o[0], next)); break;
       case ZYDIS_MNEMONIC_POP: scalar_write(*o[0], pop(), next); break;
@@ -554,20 +561,18 @@ void X86Emulator::State::run(uint64_t ip, int64_t max_instructions) {
         break;
       case ZYDIS_MNEMONIC_RET: ip = pop(); break;
       case ZYDIS_MNEMONIC_JMP:
-        if (o[0]->type != ZYDIS_OPERAND_TYPE_IMMEDIATE) fail(d, next - d.ins.length, "indirect jump");
+        if (o[0]->type != ZYDIS_OPERAND_TYPE_IMMEDIATE) fail(d, at, "indirect jump");
         ip = next + o[0]->imm.value.u;
         break;
       default:
-        if (is_cond(m)) {
-          if (cond(m)) ip = next + o[0]->imm.value.u;
-        } else if (ZydisRegisterGetClass(d.n > 0 && o[0]->type == ZYDIS_OPERAND_TYPE_REGISTER ? o[0]->reg.value
-                                                                                         : ZYDIS_REGISTER_NONE) == ZYDIS_REGCLASS_TMM ||
-                   m == ZYDIS_MNEMONIC_LDTILECFG || m == ZYDIS_MNEMONIC_TILERELEASE || m == ZYDIS_MNEMONIC_TILESTORED) {
-          step_amx(d, next - d.ins.length, next);
+        if (const std::optional<bool> taken = cond(m)) {  // a conditional jump (the cmovs are above)
+          if (*taken) ip = next + o[0]->imm.value.u;
+        } else if (is_amx(m)) {
+          step_amx(d, at, next);
         } else if (d.n > 0 && (is_vec(*o[0]) || o[0]->type == ZYDIS_OPERAND_TYPE_MEMORY)) {
-          step_vector(d, next - d.ins.length, next);
+          step_vector(d, at, next);
         } else {
-          fail(d, next - d.ins.length, "instruction outside the modelled subset");
+          fail(d, at, "instruction outside the modelled subset");
         }
     }
   }

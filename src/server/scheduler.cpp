@@ -112,7 +112,8 @@ void Scheduler::loop() {
       if (it == running_.end()) continue;
       Running& r = *it->second;
       if (answer.result.cancelled) metrics_.cancelled(1);
-      metrics_.tokens(r.prompt_length, answer.result.cancelled || !answer.result.error.empty() ? 0 : static_cast<int64_t>(answer.tokens.size()));
+      const bool answered = !answer.result.cancelled && answer.result.error.empty();
+      metrics_.tokens(r.prompt_length, answered ? static_cast<int64_t>(answer.tokens.size()) : 0);
       StreamEvent e;
       e.kind = StreamEvent::Kind::Done;
       e.choice = r.choice;

@@ -33,6 +33,9 @@ constexpr auto kPoll = std::chrono::milliseconds(20);  // how often a waiting ha
 // logger on one thread): the log line's duration.
 thread_local Clock::time_point request_start;
 
+// A sequence that ended on the model's error (GenerateResult::error: no finite logit to commit).
+ApiError model_error(const std::string& what) { return ApiError(500, what, "server_error", "", "model_error"); }
+
 void send_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status;
   res.set_content(error_body(e).dump(), "application/json");
@@ -196,7 +199,7 @@ void Server::answer_whole(const std::shared_ptr<Exchange>& x, httplib::Response&
     return;
   }
   if (!x->error.empty()) {
-    send_error(res, ApiError(500, x->error, "server_error", "", "model_error"));
+    send_error(res, model_error(x->error));
     return;
   }
   res.set_content(completion_body(x->api, x->id, x->created, x->model, x->results, x->prompt_tokens, x->prompt_ids)
@@ -264,7 +267,7 @@ bool Server::stream_events(const std::shared_ptr<Exchange>& x, httplib::DataSink
       continue;
     }
     if (!ev->answer->result.error.empty()) {
-      if (!write(sse(error_body(ApiError(500, ev->answer->result.error, "server_error", "", "model_error"))))) return false;
+      if (!write(sse(error_body(model_error(ev->answer->result.error))))) return false;
       continue;
     }
     if (!rest.empty() && !text_chunk(c, rest, "")) return false;
