@@ -137,7 +137,7 @@ const std::vector<Command>& commands() {
       {"serve",
        "serve --model PATH [--host H] [--port P] [--api-key K] [--batch-size N] [--max-queue Q] [options]",
        "Serves the model over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, /v1/models,\n"
-       "/health, /metrics) with a page at / that shows the canvas denoise. The generation flags are the defaults\n"
+       "/tokenize, /detokenize, /props, /health, /metrics) with a page at / that shows the canvas denoise. The generation flags are the defaults\n"
        "of every request. SIGINT / SIGTERM: no new requests, the ones in flight finish (--shutdown-grace), exit 0.",
        with_flags({kRunModel,
                    {"host", "H", "127.0.0.1", "address to listen on (0.0.0.0: every interface)", Kind::String},
@@ -150,6 +150,21 @@ const std::vector<Command>& commands() {
                    {"shutdown-grace", "S", "10",
                     "on SIGINT / SIGTERM, seconds the requests in flight may still run before they are cancelled",
                     Kind::UInt},
+                   {"max-tokens-limit", "N", "4096", "the largest max_tokens a request may ask (beyond: 400)",
+                    Kind::Count},
+                   {"max-steps-limit", "N", "4096", "the most denoising steps a request may ask (beyond: 400)",
+                    Kind::Count},
+                   {"max-n", "N", "16", "the most choices (n) one request may ask, at most 1024 (beyond: 400)",
+                    Kind::Count},
+                   {"max-connections", "N", "512", "connections open at once (beyond: 503 and closed)", Kind::Count},
+                   {"cors-origin", "ORIGINS", "none",
+                    "browser origins allowed to call the API, comma-separated (e.g. https://app.example; *: any); "
+                    "others get 403",
+                    Kind::String},
+                   {"allow-host", "NAMES", "none",
+                    "Host names a loopback server answers besides localhost and loopback addresses (a proxy's "
+                    "name), comma-separated",
+                    Kind::String},
                    kThreads,
                    kDevice},
                   kGenerationFlags),
@@ -340,6 +355,22 @@ std::vector<int64_t> parse_ids(const std::string& flag, const std::string& v) {
   return ids;
 }
 
+// "a, b,c" -> {"a", "b", "c"} (empty items dropped).
+std::vector<std::string> split_list(const std::string& v) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= v.size()) {
+    size_t comma = v.find(',', start);
+    if (comma == std::string::npos) comma = v.size();
+    std::string item = v.substr(start, comma - start);
+    item.erase(0, item.find_first_not_of(' '));
+    item.erase(item.find_last_not_of(' ') + 1);
+    if (!item.empty()) out.push_back(item);
+    start = comma + 1;
+  }
+  return out;
+}
+
 // Stores one flag's value into the settings: the only place where flags reach Settings.
 void apply_flag(Settings& s, const Flag& f, const std::string& v) {
   const std::string name = f.name;
@@ -353,6 +384,12 @@ void apply_flag(Settings& s, const Flag& f, const std::string& v) {
       else if (name == "threads") s.threads = x;
       else if (name == "layers") s.layers = x;
       else if (name == "batch-size") s.batch_size = x;
+      else if (name == "max-tokens-limit") s.max_tokens_limit = x;
+      else if (name == "max-steps-limit") s.max_steps_limit = x;
+      else if (name == "max-n") {
+        if (x > 1024) throw usage_error("flag --max-n must be at most 1024, got " + std::to_string(x));
+        s.max_n = x;
+      } else if (name == "max-connections") s.max_connections = x;
       return;
     }
     case Kind::UInt: {
@@ -416,6 +453,8 @@ void apply_flag(Settings& s, const Flag& f, const std::string& v) {
       else if (name == "tensor") s.tensor = v;
       else if (name == "host") s.host = v;
       else if (name == "api-key") s.api_key = v;
+      else if (name == "cors-origin") s.cors_origins = split_list(v);
+      else if (name == "allow-host") s.allow_hosts = split_list(v);
       return;
     case Kind::Bool:
       if (name == "no-chat") s.no_chat = true;

@@ -13,6 +13,14 @@
 namespace dllm::cli {
 
 int cmd_serve(const Settings& s) {
+  if (s.max_tokens > s.max_tokens_limit)
+    throw Error("flag --max-tokens " + std::to_string(s.max_tokens) + " is above --max-tokens-limit " +
+                    std::to_string(s.max_tokens_limit),
+                Error::kUsage);
+  if (s.steps > s.max_steps_limit)
+    throw Error("flag --steps " + std::to_string(s.steps) + " is above --max-steps-limit " +
+                    std::to_string(s.max_steps_limit),
+                Error::kUsage);
   // Before any worker thread starts: the signals go to the server's sigwait, not to a worker.
   server::block_stop_signals();
   engine::Engine e(s.model);
@@ -40,6 +48,16 @@ int cmd_serve(const Settings& s) {
   o.defaults = sampling_of(s);
   o.grace_ms = std::min<int64_t>(s.shutdown_grace_s, int64_t{1} << 30) * 1000;
   o.model_id = std::filesystem::path(s.model).stem().string();
+  o.limits.max_tokens = s.max_tokens_limit;
+  o.limits.max_steps = s.max_steps_limit;
+  o.limits.max_n = s.max_n;
+  o.http.max_connections = static_cast<int>(std::min<int64_t>(s.max_connections, 1 << 20));
+  o.cors_origins = s.cors_origins;
+  for (const std::string& h : s.allow_hosts) {
+    std::string lower = h;
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    o.allowed_hosts.insert(lower);
+  }
   std::fprintf(stderr, "model %s (%s), device %s, %d threads, batch size %lld\n", o.model_id.c_str(),
                e.hparams().arch_name.c_str(), backend.device.c_str(), e.model().pool().size(),
                static_cast<long long>(s.batch_size));

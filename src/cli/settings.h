@@ -53,6 +53,12 @@ struct Settings {
   std::string api_key;                // --api-key
   int64_t max_queue = 64;             // --max-queue
   int64_t shutdown_grace_s = 10;      // --shutdown-grace
+  int64_t max_tokens_limit = 4096;    // --max-tokens-limit
+  int64_t max_steps_limit = 4096;     // --max-steps-limit
+  int64_t max_n = 16;                 // --max-n
+  int64_t max_connections = 512;      // --max-connections
+  std::vector<std::string> cors_origins;  // --cors-origin
+  std::vector<std::string> allow_hosts;   // --allow-host
 
   // output
   bool visual = false;                // --visual

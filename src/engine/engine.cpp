@@ -130,15 +130,17 @@ Session::~Session() = default;
 int64_t Session::add(const Prepared& p, model::GenerateHooks hooks) {
   if (!hooks.pool) hooks.pool = &engine_.model().pool();
   const int64_t id = batch_.add(p.config, p.prompt, std::move(hooks));
-  if (static_cast<int64_t>(stops_.size()) <= id) stops_.resize(static_cast<size_t>(id) + 1);
-  stops_[static_cast<size_t>(id)] = p.config.stop_ids;
+  stops_[id] = p.config.stop_ids;
   return id;
 }
 
 std::vector<std::pair<int64_t, Answer>> Session::take_finished() {
   std::vector<std::pair<int64_t, Answer>> out;
-  for (auto& [id, result] : batch_.take_finished())
-    out.emplace_back(id, engine_.answer(std::move(result), stops_[static_cast<size_t>(id)]));
+  for (auto& [id, result] : batch_.take_finished()) {
+    const auto it = stops_.find(id);
+    out.emplace_back(id, engine_.answer(std::move(result), it->second));
+    stops_.erase(it);  // a long-running session keeps only the requests in flight
+  }
   return out;
 }
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -111,11 +112,14 @@ class Session {
   int64_t waiting() const { return batch_.waiting(); }
   int64_t last_step_rows() const { return batch_.last_step_rows(); }  // canvas rows of the last pass
   int64_t last_step_sequences() const { return batch_.last_step_sequences(); }
+  // Requests whose state the session keeps (those not taken yet): a server's session must not grow with
+  // every request it ever ran.
+  size_t tracked_requests() const { return stops_.size(); }
 
  private:
   Engine& engine_;
   model::Batch batch_;
-  std::vector<std::vector<int32_t>> stops_;  // per id
+  std::unordered_map<int64_t, std::vector<int32_t>> stops_;  // per id in flight
 };
 
 // One request to its end on a loaded engine (a session of one).

@@ -23,12 +23,75 @@ json error_body(const ApiError& e) {
             {"code", e.code.empty() ? json(nullptr) : json(e.code)}}}};
 }
 
+std::string shown_json(const json& v) {
+  // Containers by their size only: no walk into them (a value may nest as deep as the parse allowed).
+  const std::string plural = v.size() == 1 ? "" : "s";
+  if (v.is_array()) return v.empty() ? "[]" : "an array of " + std::to_string(v.size()) + " value" + plural;
+  if (v.is_object()) return v.empty() ? "{}" : "an object of " + std::to_string(v.size()) + " field" + plural;
+  if (v.is_string()) {
+    const std::string& s = v.get_ref<const std::string&>();
+    const json shown = s.size() > 37 ? s.substr(0, utf8_complete_prefix(std::string_view(s).substr(0, 34))) + "..." : s;
+    return shown.dump(-1, ' ', false, json::error_handler_t::replace);
+  }
+  return v.dump(-1, ' ', false, json::error_handler_t::replace);  // a number, a boolean, null
+}
+
 namespace {
 
-std::string shown_json(const json& v) {
-  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
-  return s.size() > 40 ? s.substr(0, 37) + "..." : s;
+// A first pass over a body that builds nothing: it counts values and nesting and stops at the first bound
+// passed (json's own parse callback is quadratic on long arrays, so the bounds are checked here).
+struct BoundsCheck : nlohmann::json_sax<json> {
+  int depth = 0;
+  int64_t values = 0;
+  bool too_deep = false, too_many = false;
+  bool value() {
+    too_many = ++values > kMaxJsonValues;
+    return !too_many;
+  }
+  bool open() {
+    too_deep = ++depth > kMaxJsonDepth;
+    return !too_deep && value();
+  }
+  bool null() override { return value(); }
+  bool boolean(bool) override { return value(); }
+  bool number_integer(number_integer_t) override { return value(); }
+  bool number_unsigned(number_unsigned_t) override { return value(); }
+  bool number_float(number_float_t, const string_t&) override { return value(); }
+  bool string(string_t&) override { return value(); }
+  bool binary(binary_t&) override { return value(); }
+  bool start_object(std::size_t) override { return open(); }
+  bool key(string_t&) override { return true; }
+  bool end_object() override { return --depth, true; }
+  bool start_array(std::size_t) override { return open(); }
+  bool end_array() override { return --depth, true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+};
+
+}  // namespace
+
+json parse_json_body(const std::string& body) {
+  BoundsCheck bounds;
+  json::sax_parse(body, &bounds, json::input_format_t::json, false);
+  if (bounds.too_deep)
+    throw ApiError(400, "the body nests JSON deeper than " + std::to_string(kMaxJsonDepth) + " levels",
+                   "invalid_request_error", "", "invalid_json");
+  if (bounds.too_many)
+    throw ApiError(400, "the body has more than " + std::to_string(kMaxJsonValues) + " JSON values",
+                   "invalid_request_error", "", "invalid_json");
+  try {
+    return json::parse(body);
+  } catch (const json::exception& e) {
+    // Syntax errors and numbers out of range (1e999): the parser's position, never its internals.
+    std::string why = e.what();
+    if (const size_t p = why.find("parse error"); p != std::string::npos) why = why.substr(p);
+    else if (const size_t q = why.find("number overflow"); q != std::string::npos) why = why.substr(q);
+    else why = "invalid JSON";
+    throw ApiError(400, "the body is not valid JSON (" + sanitize_utf8(why.substr(0, 200)) + ")",
+                   "invalid_request_error", "", "invalid_json");
+  }
 }
+
+namespace {
 
 ApiError field_error(const std::string& field, const std::string& what) {
   return ApiError(400, "'" + field + "' " + what, "invalid_request_error", field, "invalid_value");
@@ -98,46 +161,128 @@ std::vector<model::ChatMessage> messages_of(const json& v) {
   return out;
 }
 
+
+// Fields that ask for what this server does not do: refused naming the field unless their value asks
+// for nothing (the neutral values some clients always send).
+void refuse_unsupported(const std::string& key, const json& v) {
+  auto refuse = [&](const std::string& what) {
+    throw ApiError(400, "'" + key + "' is not supported by this server: " + what, "invalid_request_error", key,
+                   "unsupported_field");
+  };
+  if (v.is_null()) return;
+  if (key == "response_format") {
+    if (v.is_object() && v.value("type", json()) == "text" && v.size() == 1) return;
+    refuse("answers are plain text (no JSON mode or schema)");
+  } else if (key == "tools" || key == "functions") {
+    if (v.is_array() && v.empty()) return;
+    refuse("no tool or function calling");
+  } else if (key == "tool_choice" || key == "function_call") {
+    if (v == "none") return;
+    refuse("no tool or function calling");
+  } else if (key == "parallel_tool_calls") {
+    return;  // meaningless without tools
+  } else if (key == "top_p" || key == "typical_p") {
+    if (v.is_number() && v.get<double>() == 1.0) return;
+    refuse("the diffusion samplers have no nucleus sampling (temperature is supported)");
+  } else if (key == "top_k" || key == "min_p") {
+    if (v.is_number() && v.get<double>() == 0.0) return;  // 0: off
+    refuse("the diffusion samplers have no top-k / min-p truncation (temperature is supported)");
+  } else if (key == "frequency_penalty" || key == "presence_penalty") {
+    if (v.is_number() && v.get<double>() == 0.0) return;
+    refuse("the diffusion samplers have no repetition penalties");
+  } else if (key == "repetition_penalty" || key == "repeat_penalty") {
+    if (v.is_number() && v.get<double>() == 1.0) return;
+    refuse("the diffusion samplers have no repetition penalties");
+  } else if (key == "logit_bias") {
+    if (v.is_object() && v.empty()) return;
+    refuse("the diffusion samplers take no logit bias");
+  } else if (key == "best_of") {
+    if (v == 1) return;
+    refuse("use n for several answers");
+  } else if (key == "echo" || key == "suffix") {
+    if (v == false || (v.is_string() && v.get_ref<const std::string&>().empty())) return;
+    refuse("not implemented");
+  } else if (key == "audio" || key == "modalities" || key == "prediction") {
+    if (key == "modalities" && v == json::array({"text"})) return;
+    refuse("this model reads and writes text only");
+  }
+}
+
+bool unsupported_key(const std::string& key) {
+  static const char* const keys[] = {"response_format", "tools", "functions", "tool_choice", "function_call",
+                                     "parallel_tool_calls", "top_p", "typical_p", "top_k", "min_p",
+                                     "frequency_penalty", "presence_penalty", "repetition_penalty", "repeat_penalty",
+                                     "logit_bias", "best_of", "echo", "suffix", "audio", "modalities", "prediction"};
+  for (const char* k : keys)
+    if (key == k) return true;
+  return false;
+}
+
+// /v1/completions' prompt: a string, an array of token ids (verbatim), or an array of either (one choice
+// set per prompt).
+std::vector<engine::Request> prompts_of(const json& v, const engine::Request& base, int64_t max_prompts) {
+  auto one = [&](const json& p, const std::string& key) {
+    engine::Request r = base;
+    r.chat = false;
+    if (p.is_string()) {
+      r.prompt = p.get<std::string>();
+    } else if (p.is_array() && !p.empty() && p[0].is_number_integer()) {
+      std::vector<int64_t> ids;
+      for (const json& id : p) ids.push_back(integer(key, id, 0, INT64_MAX));
+      r.prompt_tokens = std::move(ids);
+    } else {
+      throw field_error(key, "needs a string or an array of token ids, got " + shown_json(p));
+    }
+    return r;
+  };
+  if (v.is_string() || (v.is_array() && !v.empty() && v[0].is_number_integer())) return {one(v, "prompt")};
+  if (!v.is_array() || v.empty())
+    throw field_error("prompt", "needs a string, an array of token ids or a non-empty array of those, got " +
+                                    shown_json(v));
+  if (static_cast<int64_t>(v.size()) > max_prompts)
+    throw field_error("prompt", "takes at most " + std::to_string(max_prompts) + " prompts, got " +
+                                    std::to_string(v.size()));
+  std::vector<engine::Request> out;
+  for (size_t i = 0; i < v.size(); ++i) out.push_back(one(v[i], "prompt[" + std::to_string(i) + "]"));
+  return out;
+}
+
 }  // namespace
 
-ApiRequest parse_request(const std::string& body, bool chat, const engine::Sampling& defaults) {
-  json obj;
-  try {
-    obj = json::parse(body);
-  } catch (const json::parse_error& e) {
-    std::string why = e.what();
-    if (const size_t p = why.find("parse error"); p != std::string::npos) why = why.substr(p);
-    throw ApiError(400, "the body is not valid JSON (" + why + ")");
-  }
+ApiRequest parse_request(const std::string& body, bool chat, const engine::Sampling& defaults,
+                         const ApiLimits& limits) {
+  const json obj = parse_json_body(body);
   if (!obj.is_object()) throw ApiError(400, "the body needs a JSON object, got " + shown_json(obj));
   ApiRequest r;
   r.chat = chat;
-  engine::Sampling& s = r.request.sampling;
+  engine::Request request;
+  engine::Sampling& s = request.sampling;
   s = defaults;
+  const json* prompt = nullptr;
   bool has_prompt = false;
   for (const auto& [key, v] : obj.items()) {
-    if (key == "model") {
+    if (unsupported_key(key)) {
+      refuse_unsupported(key, v);
+    } else if (key == "model") {
       r.model = string(key, v);
     } else if (key == "messages" && chat) {
-      r.request.messages = messages_of(v);
+      request.messages = messages_of(v);
       has_prompt = true;
     } else if (key == "prompt" && !chat) {
-      // A string, an array of one string, or an array of token ids (used verbatim).
-      if (v.is_string()) {
-        r.request.prompt = v.get<std::string>();
-      } else if (v.is_array() && v.size() == 1 && v[0].is_string()) {
-        r.request.prompt = v[0].get<std::string>();
-      } else if (v.is_array() && !v.empty() && v[0].is_number_integer()) {
-        std::vector<int64_t> ids;
-        for (const json& id : v) ids.push_back(integer("prompt", id, 0, INT64_MAX));
-        r.request.prompt_tokens = std::move(ids);
-      } else {
-        throw field_error(key, "needs a string, an array of one string or an array of token ids, got " + shown_json(v));
-      }
-      r.request.chat = false;
+      prompt = &v;
       has_prompt = true;
+    } else if (key == "logprobs") {
+      if (v.is_null()) continue;
+      if (chat) {
+        r.logprobs = boolean(key, v);
+      } else {  // completions: the number of alternatives (0..5)
+        r.top_logprobs = integer(key, v, 0, 5);
+        r.logprobs = true;
+      }
+    } else if (key == "top_logprobs") {
+      if (!v.is_null()) r.top_logprobs = integer(key, v, 0, 20);
     } else if (key == "max_tokens" || key == "max_completion_tokens") {
-      if (!v.is_null()) s.max_tokens = integer(key, v, 1, engine::kMaxCanvasTokens);
+      if (!v.is_null()) s.max_tokens = integer(key, v, 1, std::min<int64_t>(limits.max_tokens, engine::kMaxCanvasTokens));
     } else if (key == "temperature") {
       if (!v.is_null()) s.temperature = number(key, v, 0, 1e6);
     } else if (key == "seed") {
@@ -145,6 +290,7 @@ ApiRequest parse_request(const std::string& body, bool chat, const engine::Sampl
         if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0))
           throw field_error(key, "needs an integer of at least 0, got " + shown_json(v));
         s.seed = v.get<uint64_t>();
+        r.seed_given = true;
       }
     } else if (key == "stop") {
       if (v.is_string()) {
@@ -166,11 +312,11 @@ ApiRequest parse_request(const std::string& body, bool chat, const engine::Sampl
       if (v.contains("include_canvas"))
         r.include_canvas = boolean("stream_options.include_canvas", v["include_canvas"]);
     } else if (key == "n") {
-      if (!v.is_null()) r.n = integer(key, v, 1, kMaxChoices);
+      if (!v.is_null()) r.n = integer(key, v, 1, limits.max_n);
     } else if (key == "user") {
       if (!v.is_null()) string(key, v);
     } else if (key == "steps") {
-      s.steps = integer(key, v, 1, engine::kMaxCanvasTokens);
+      s.steps = integer(key, v, 1, std::min<int64_t>(limits.max_steps, engine::kMaxCanvasTokens));
     } else if (key == "block_length") {
       s.block_length = integer(key, v, 1, engine::kMaxCanvasTokens);
     } else if (key == "remasking") {
@@ -192,23 +338,91 @@ ApiRequest parse_request(const std::string& body, bool chat, const engine::Sampl
     throw ApiError(400, std::string("'") + need + "' is required", "invalid_request_error", need, "missing_field");
   }
   if (r.include_canvas && !r.stream) r.include_canvas = false;
+  if (r.top_logprobs > 0 && !r.logprobs) throw field_error("top_logprobs", "needs logprobs: true");
+  // The server's caps apply to the defaults too (serve's flags may ask more than its limits).
+  if (s.max_tokens > limits.max_tokens)
+    throw field_error("max_tokens", "must be at most " + std::to_string(limits.max_tokens) + " on this server");
+  if (s.steps > limits.max_steps)
+    throw field_error("steps", "must be at most " + std::to_string(limits.max_steps) + " on this server");
   try {
     engine::check_sampling(s);
   } catch (const engine::RequestError& e) {
-    throw request_error(e);
+    throw request_error(e, chat);
   }
+  if (prompt) {
+    r.requests = prompts_of(*prompt, request, limits.max_prompts);
+  } else {
+    r.requests = {request};
+  }
+  if (static_cast<int64_t>(r.requests.size()) * r.n > limits.max_n * limits.max_prompts)
+    throw field_error("n", "times the prompts may be at most " + std::to_string(limits.max_n * limits.max_prompts));
   return r;
 }
 
-ApiError request_error(const engine::RequestError& e) {
+ApiError request_error(const engine::RequestError& e, bool chat) {
   const std::string msg = e.message([](std::string_view name) {
     if (name == "setting") return std::string("field");
     if (name == "settings") return std::string("fields");
     return "'" + std::string(name) + "'";
   });
+  const std::string prompt_field = chat ? "messages" : "prompt";
   if (msg.find("context length") != std::string::npos)
-    return ApiError(413, msg, "invalid_request_error", e.key(), "context_length_exceeded");
-  return ApiError(e.kind() == Error::kUsage ? 400 : 400, msg, "invalid_request_error", e.key(), "invalid_value");
+    return ApiError(400, msg, "invalid_request_error", prompt_field, "context_length_exceeded");
+  std::string key = e.key();
+  if (key == "prompt_tokens" || key == "prompt" || key == "messages") key = prompt_field;
+  return ApiError(400, msg, "invalid_request_error", key, "invalid_value");
+}
+
+std::vector<int32_t> tokens_for_text(const model::Tokenizer& tok, const std::vector<int32_t>& tokens,
+                                     const std::string& text) {
+  // The shortest prefix whose text reaches text's length (texts only grow with the prefix).
+  model::DetokenizeOptions d;
+  d.unparse_special = false;
+  size_t lo = 0, hi = tokens.size();
+  while (lo < hi) {
+    const size_t mid = (lo + hi) / 2;
+    const std::string t = sanitize_utf8(tok.detokenize(std::span<const int32_t>(tokens.data(), mid), d));
+    if (t.size() >= text.size()) hi = mid;
+    else lo = mid + 1;
+  }
+  return std::vector<int32_t>(tokens.begin(), tokens.begin() + static_cast<long>(lo));
+}
+
+json choice_logprobs(const model::Tokenizer&, const engine::Answer&, size_t, const ApiRequest& r) {
+  if (!r.logprobs) return nullptr;
+  return nullptr;
+}
+
+TokenizeRequest parse_tokenize(const std::string& body) {
+  const json obj = parse_json_body(body);
+  if (!obj.is_object()) throw ApiError(400, "the body needs a JSON object, got " + shown_json(obj));
+  TokenizeRequest t;
+  bool has = false;
+  for (const auto& [key, v] : obj.items()) {
+    if (key == "content") {
+      t.content = string(key, v);
+      has = true;
+    } else if (key == "add_special") {
+      t.add_special = boolean(key, v);
+    } else if (key == "parse_special") {
+      t.parse_special = boolean(key, v);
+    } else if (key == "with_pieces") {
+      t.with_pieces = boolean(key, v);
+    }
+  }
+  if (!has) throw ApiError(400, "'content' is required", "invalid_request_error", "content", "missing_field");
+  return t;
+}
+
+std::vector<int32_t> parse_detokenize(const std::string& body, int64_t vocab_size) {
+  const json obj = parse_json_body(body);
+  if (!obj.is_object()) throw ApiError(400, "the body needs a JSON object, got " + shown_json(obj));
+  if (!obj.contains("tokens")) throw ApiError(400, "'tokens' is required", "invalid_request_error", "tokens", "missing_field");
+  const json& v = obj["tokens"];
+  if (!v.is_array()) throw field_error("tokens", "needs an array of token ids, got " + shown_json(v));
+  std::vector<int32_t> ids;
+  for (const json& id : v) ids.push_back(static_cast<int32_t>(integer("tokens", id, 0, vocab_size - 1)));
+  return ids;
 }
 
 json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
@@ -230,11 +444,10 @@ json completion_body(const ApiRequest& r, const std::string& id, int64_t created
     json ch = {{"index", i}};
     if (r.chat) {
       ch["message"] = {{"role", "assistant"}, {"content", c.text}};
-      ch["logprobs"] = nullptr;
     } else {
       ch["text"] = c.text;
-      ch["logprobs"] = nullptr;
     }
+    ch["logprobs"] = c.logprobs;
     ch["finish_reason"] = c.finish_reason;
     if (r.return_tokens) ch["dllm"] = {{"tokens", c.tokens}};
     list.push_back(std::move(ch));
@@ -246,7 +459,7 @@ json completion_body(const ApiRequest& r, const std::string& id, int64_t created
 }
 
 json chunk_body(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model, int choice,
-                const std::string* text, bool first, const std::string& finish_reason) {
+                const std::string* text, bool first, const std::string& finish_reason, const ChoiceResult* final) {
   json ch = {{"index", choice}};
   if (r.chat) {
     json delta = json::object();
@@ -256,7 +469,7 @@ json chunk_body(const ApiRequest& r, const std::string& id, int64_t created, con
   } else {
     ch["text"] = text ? *text : std::string();
   }
-  ch["logprobs"] = nullptr;
+  ch["logprobs"] = final ? final->logprobs : json(nullptr);
   ch["finish_reason"] = finish_reason.empty() ? json(nullptr) : json(finish_reason);
   return {{"id", id},
           {"object", r.chat ? "chat.completion.chunk" : "text_completion"},

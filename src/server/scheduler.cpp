@@ -27,10 +27,10 @@ bool Scheduler::submit(std::vector<engine::Prepared> choices, std::shared_ptr<St
     const int64_t n = static_cast<int64_t>(choices.size());
     if (!accepting_) return false;
     // Room: the sequences that would wait for a place in the batch, this request's included, stay within
-    // the queue's bound.
-    const int64_t waiting_after =
-        session_waiting_ + pending_sequences_ + n - std::max<int64_t>(batch_size_ - in_flight_, 0);
-    if (waiting_after > max_queue_) return false;
+    // the queue's bound. Counted from every sequence not finished yet, which submit and the scheduler
+    // both keep exact (the batch's own counts lag a step behind a burst).
+    if (sequences_ + n - batch_size_ > max_queue_) return false;
+    sequences_ += n;
     pending_sequences_ += n;
     pending_.push_back(Job{std::move(choices), std::move(stream)});
   }
@@ -76,8 +76,16 @@ void Scheduler::on_step(Running& r, const model::StepEvent& ev) {
   e.committed.assign(committed.begin(), committed.end());
   e.ended = ended;
   if (r.stream->want_canvas()) {
-    e.canvas.assign(generated.begin(), generated.end());
-    for (int64_t p : ev.committed) e.fresh.push_back(p - ev.prompt_length);
+    if (r.settled.size() != generated.size()) r.settled.assign(generated.size(), false);
+    for (int64_t p : ev.committed) {
+      e.fresh.push_back(p - ev.prompt_length);
+      const size_t i = static_cast<size_t>(p - ev.prompt_length);
+      if (i < r.settled.size()) r.settled[i] = true;
+    }
+    // Positions not committed yet are -1: a committed token that happens to be the mask id is a token.
+    e.canvas.resize(generated.size());
+    for (size_t i = 0; i < generated.size(); ++i)
+      e.canvas[i] = r.settled[i] || generated[i] != r.mask_id ? generated[i] : -1;
   }
   r.committed = committed.size();
   r.stream->push(std::move(e));
@@ -120,6 +128,8 @@ void Scheduler::loop() {
       e.answer = std::move(answer);
       r.stream->push(std::move(e));
       running_.erase(it);
+      std::lock_guard<std::mutex> lock(mu_);
+      --sequences_;
     }
     {
       std::lock_guard<std::mutex> lock(mu_);

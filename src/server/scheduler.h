@@ -49,6 +49,7 @@ class Scheduler {
     int32_t mask_id = 0;
     std::vector<int32_t> stops;
     size_t committed = 0;  // committed ids last reported
+    std::vector<bool> settled;  // include_canvas: positions of the generated part committed so far
   };
   void loop();
   void admit(Job job);  // scheduler thread
@@ -62,6 +63,7 @@ class Scheduler {
   std::condition_variable cv_, idle_cv_;
   std::deque<Job> pending_;
   int64_t pending_sequences_ = 0, session_waiting_ = 0, in_flight_ = 0;
+  int64_t sequences_ = 0;  // submitted and not finished yet (queued, waiting or in the batch)
   bool accepting_ = true, quit_ = false, cancel_all_ = false;
   std::unordered_map<int64_t, std::unique_ptr<Running>> running_;  // scheduler thread only
   std::thread thread_;

@@ -1,13 +1,21 @@
-// `dllm serve`: an OpenAI-compatible HTTP server over a loaded engine (cpp-httplib). Endpoints:
-// POST /v1/chat/completions, POST /v1/completions (streamed as Server-Sent Events or not), GET /v1/models,
+// `dllm serve`: an OpenAI-compatible HTTP server over a loaded engine (Boost.Beast, http.h). Endpoints:
+// POST /v1/chat/completions, POST /v1/completions (streamed as Server-Sent Events or not), GET /v1/models
+// and /v1/models/{id}, POST /tokenize and /detokenize, GET /props (model, context, defaults, limits),
 // GET /health, GET /metrics (Prometheus text) and GET / (a page that shows the canvas denoise). One
 // scheduler thread owns the engine's batch (scheduler.h); each HTTP request waits on its own event queue.
+// A loopback server answers loopback Host names only and no foreign browser origin unless --cors-origin
+// names it (DNS rebinding, cross-site requests).
 // SIGINT / SIGTERM: stop accepting, let what is in flight finish within a bound (then cancel it), return.
 #pragma once
 #include <cstdint>
 #include <string>
 
+#include <set>
+#include <vector>
+
 #include "engine/engine.h"
+#include "server/api.h"
+#include "server/http.h"
 
 namespace dllm::server {
 
@@ -17,7 +25,10 @@ struct ServerOptions {
   std::string api_key;              // "": no key needed
   int64_t batch_size = 8;           // sequences in flight at once
   int64_t max_queue = 64;           // sequences waiting for a place at most (beyond: 503)
-  size_t max_body_bytes = 4 << 20;  // larger bodies: 413
+  HttpLimits http;                  // the transport's limits and deadlines (http.h)
+  ApiLimits limits;                 // what one request may ask (api.h)
+  std::vector<std::string> cors_origins;  // browser origins allowed to call the API ("*": any)
+  std::set<std::string> allowed_hosts;    // Host names a loopback server also answers (besides loopback ones)
   int64_t grace_ms = 10000;         // shutdown: how long requests in flight may still run
   engine::Sampling defaults;        // the generation flags: each request's defaults
   std::string model_id;             // the name /v1/models lists and requests may give

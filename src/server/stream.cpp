@@ -18,9 +18,26 @@ void Stream::cancel_all() {
 void Stream::push(StreamEvent ev) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (ev.kind == StreamEvent::Kind::Step && q_.size() >= kMaxQueued) {
+      // A reader that falls behind: the choice's last waiting step takes this one's place (the committed
+      // prefix and the canvas are the newest; the fresh positions of both are kept). Never a Done event.
+      for (auto it = q_.rbegin(); it != q_.rend(); ++it) {
+        if (it->kind != StreamEvent::Kind::Step || it->choice != ev.choice) continue;
+        std::vector<int64_t> fresh = std::move(it->fresh);
+        fresh.insert(fresh.end(), ev.fresh.begin(), ev.fresh.end());
+        *it = std::move(ev);
+        it->fresh = std::move(fresh);
+        return;
+      }
+    }
     q_.push_back(std::move(ev));
   }
   cv_.notify_one();
+}
+
+size_t Stream::queued() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return q_.size();
 }
 
 std::optional<StreamEvent> Stream::pop(std::chrono::milliseconds wait) {

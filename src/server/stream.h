@@ -24,7 +24,7 @@ struct StreamEvent {
   int64_t step = 0, total_steps = 0;
   std::vector<int32_t> committed;  // Step: the answer's committed ids so far (to the first mask / end token)
   bool ended = false;              // Step: an end token is among the committed ids (the answer is final)
-  std::vector<int32_t> canvas;     // Step with include_canvas: the whole generated part, masks included
+  std::vector<int32_t> canvas;     // Step with include_canvas: the generated part, -1 where not committed yet
   std::vector<int64_t> fresh;      // Step with include_canvas: positions (in the generated part) committed now
   std::optional<engine::Answer> answer;  // Done
 };
@@ -41,7 +41,11 @@ class Stream {
   void cancel(int choice) { cancel_[static_cast<size_t>(choice)]->store(true); }
   void cancel_all();
 
+  // Step events beyond kMaxQueued waiting replace their choice's last waiting step (bounded memory for a
+  // reader that falls behind); Done events always queue.
+  static constexpr size_t kMaxQueued = 64;
   void push(StreamEvent ev);
+  size_t queued();
   // The next event, or nullopt after `wait` without one.
   std::optional<StreamEvent> pop(std::chrono::milliseconds wait);
 
