@@ -358,7 +358,7 @@ void apply_flag(Settings& s, const Flag& f, const std::string& v) {
       if (x < 1) throw usage_error("flag --" + name + " must be at least 1, got " + std::to_string(x));
       if (name == "max-tokens") s.max_tokens = x;
       else if (name == "steps") s.steps = x;
-      else if (name == "block-length") s.block_length = x;
+      else if (name == "block-length") s.block_length = x, s.has_block_length = true;
       else if (name == "threads") s.threads = x;
       else if (name == "layers") s.layers = x;
       else if (name == "batch-size") s.batch_size = x;
