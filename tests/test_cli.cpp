@@ -92,6 +92,9 @@ TEST(Cli, VersionIsTheProjectVersion) {
     EXPECT_TRUE(r.out == head + "\n" || (r.out.rfind(head + " (git ", 0) == 0 && r.out.ends_with(")\n"))) << r.out;
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
   }
+  auto help = run_dllm({"version", "--help"});
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_EQ(help.out.rfind("usage: dllm version (or dllm --version)\n", 0), 0u) << help.out;
   expect_usage_error({"version", "extra"}, "unexpected argument 'extra' for 'version'");
   expect_usage_error({"--version", "run"}, "unexpected argument 'run' for 'version'");
 }

@@ -505,6 +505,12 @@ Settings parse_command_line(const std::vector<std::string>& args, std::string* h
     return s;
   }
   if (args[0] == "--version" || args[0] == "version") {
+    if (args.size() == 2 && (args[1] == "--help" || args[1] == "-h")) {
+      *help = "usage: dllm version (or dllm --version)\n\nPrints dllm's version (X.Y.Z, and the git describe of "
+              "the checkout it was built from) and exits.\n";
+      s.command = "help";
+      return s;
+    }
     if (args.size() > 1) throw usage_error("unexpected argument '" + args[1] + "' for 'version'");
     s.command = "version";
     return s;
