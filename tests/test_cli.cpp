@@ -4,8 +4,16 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+
 #include "cli/args.h"
 #include "common/error.h"
+#include "hub/hub.h"
+#include "model/arch.h"
 #include "model/generate.h"
 #include "support.h"
 
@@ -43,14 +51,89 @@ const char* kMissing = "/nonexistent-dir/model.gguf";
 
 }  // namespace
 
-TEST(Cli, HelpPrintsEveryCommand) {
+TEST(Cli, HelpListsEveryCommandOnOneLineAndEveryArchitecture) {
   for (auto args : {std::vector<std::string>{}, {"help"}, {"--help"}, {"-h"}}) {
     auto r = run_dllm(args);
     EXPECT_EQ(r.exit_code, 0);
-    for (const char* c : {"dllm run", "dllm tokenize", "dllm inspect", "dllm logits"})
-      EXPECT_NE(r.out.find(c), std::string::npos) << c;
     EXPECT_TRUE(r.err.empty());
+    // One line each: "  NAME  what it does"; the flags are the command's own --help.
+    for (const std::string c : {"run", "serve", "tokenize", "inspect", "logits", "synth", "doctor", "pull", "kernels",
+                                "bench", "help", "version"}) {
+      const size_t at = r.out.find("\n  " + c + " ");
+      ASSERT_NE(at, std::string::npos) << c << "\n" << r.out;
+      EXPECT_EQ(r.out.find("\n  " + c + " ", at + 1), std::string::npos) << c;
+    }
+    for (const char* flag : {"--max-tokens", "--prompt TEXT", "--tensor", "--arch", "--isa"})
+      EXPECT_EQ(r.out.find(flag), std::string::npos) << flag;
+    EXPECT_LE(std::count(r.out.begin(), r.out.end(), '\n'), 24) << r.out;
+    // Every architecture of the table, by its label and its general.architecture name.
+    ASSERT_EQ(dllm::model::arch_specs().size(), 4u);
+    for (const dllm::model::ArchSpec* a : dllm::model::arch_specs())
+      EXPECT_NE(r.out.find(std::string(a->label) + " (" + a->name + ")"), std::string::npos) << a->name;
   }
+  // The details stay with each command.
+  auto run_help = run_dllm({"help", "run"});
+  EXPECT_EQ(run_help.exit_code, 0);
+  EXPECT_NE(run_help.out.find("--max-tokens"), std::string::npos);
+}
+
+// The version is CMake's project(VERSION), with the checkout's git describe when the build saw one.
+TEST(Cli, VersionIsTheProjectVersion) {
+  const std::string cmake = dllm::test::read_file(std::string(DLLM_SOURCE_DIR) + "/CMakeLists.txt");
+  const std::string key = "project(dllm VERSION ";
+  const size_t at = cmake.find(key);
+  ASSERT_NE(at, std::string::npos);
+  const std::string version = cmake.substr(at + key.size(), cmake.find(' ', at + key.size()) - at - key.size());
+  for (auto args : {std::vector<std::string>{"--version"}, {"version"}}) {
+    auto r = run_dllm(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_TRUE(r.err.empty()) << r.err;
+    const std::string head = "dllm " + version;
+    EXPECT_TRUE(r.out == head + "\n" || (r.out.rfind(head + " (git ", 0) == 0 && r.out.ends_with(")\n"))) << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  }
+  auto help = run_dllm({"version", "--help"});
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_EQ(help.out.rfind("usage: dllm version (or dllm --version)\n", 0), 0u) << help.out;
+  expect_usage_error({"version", "extra"}, "unexpected argument 'extra' for 'version'");
+  expect_usage_error({"--version", "run"}, "unexpected argument 'run' for 'version'");
+}
+
+// The default model only matters to `run` and `serve` without --model: doctor reports it as optional, and a
+// machine whose only gap is the default model is healthy (exit 0).
+TEST(Cli, DoctorCallsTheDefaultModelOptional) {
+  char tpl[] = "/tmp/dllm-doctor-XXXXXX";
+  ASSERT_NE(::mkdtemp(tpl), nullptr);
+  const std::string cache = tpl;
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved;
+  auto set = [&](const char* k, const char* v) {
+    const char* old = std::getenv(k);
+    saved.emplace_back(k, old ? std::optional<std::string>(old) : std::nullopt);
+    v ? ::setenv(k, v, 1) : ::unsetenv(k);
+  };
+  set("DLLM_CACHE", cache.c_str());
+  set("DLLM_MODEL", nullptr);
+  set("DLLM_ISA", nullptr);
+  auto missing = run_dllm({"doctor"});
+  // A cached default model (DLLM_MODEL names another one) is ok.
+  std::filesystem::create_directories(cache + "/models/owner/repo");
+  std::ofstream(cache + "/models/owner/repo/m.Q8_0.gguf").put('x');
+  ::setenv("DLLM_MODEL", "owner/repo:Q8_0", 1);
+  auto cached = run_dllm({"doctor"});
+  for (const auto& [k, v] : saved) v ? ::setenv(k.c_str(), v->c_str(), 1) : ::unsetenv(k.c_str());
+  std::filesystem::remove_all(cache);
+
+  EXPECT_NE(missing.out.find(std::string("\n  optional default model ") + dllm::hub::kDefaultModel +
+                             ": not in the cache (only for `dllm run` and `dllm serve` without --model; fix: dllm pull)\n"),
+            std::string::npos)
+      << missing.out;
+  const bool needed_missing = missing.out.find("MISSING") != std::string::npos ||
+                              missing.out.find("PROBLEM") != std::string::npos;
+  EXPECT_EQ(missing.exit_code, needed_missing ? 1 : 0) << missing.out;
+  EXPECT_NE(cached.out.find("\n  ok       default model owner/repo:Q8_0: " + cache + "/models/owner/repo/m.Q8_0.gguf\n"),
+            std::string::npos)
+      << cached.out;
+  EXPECT_EQ(cached.exit_code, missing.exit_code);
 }
 
 TEST(Cli, CommandHelpWinsWherever) {

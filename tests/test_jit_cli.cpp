@@ -233,10 +233,31 @@ TEST(JitCli, KernelsHonoursIsaAndReportsErrors) {
   }
   auto r = run_dllm({"kernels", "--out", temp_dir("x")});
   EXPECT_EQ(r.exit_code, 2) << r.err;
+  // The families it accepts, named from the code's list (kAllIsas) in the error and in --help.
+  std::string generated;
+  for (dllm::jit::Isa isa : dllm::jit::kAllIsas) {
+    if (isa == dllm::jit::Isa::Portable) continue;
+    generated += generated.empty() ? "" : isa == dllm::jit::Isa::Amx ? " or " : ", ";
+    generated += dllm::jit::isa_name(isa);
+  }
+  EXPECT_EQ(generated, "avx2, avx-vnni, avx512-vnni or amx");
   r = run_dllm({"kernels", "--model", model, "--out", temp_dir("y"), "--isa", "neon"});
   EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(r.err, "ERROR: --isa must be " + generated + ", got 'neon'\nsee: dllm kernels --help\n");
   r = run_dllm({"kernels", "--model", model, "--out", temp_dir("z"), "--isa", "portable"});
   EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(r.err, "ERROR: --isa must be " + generated +
+                       ", got 'portable' (the portable family has no generated kernels)\nsee: dllm kernels --help\n");
+  r = run_dllm({"kernels", "--help"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("--isa F    kernel family: " + generated + ", also one this CPU lacks"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("portable, the\n             plain C++ family, has no generated kernels"), std::string::npos)
+      << r.out;
+  // bench takes every family, portable included (where its command runs it).
+  r = run_dllm({"bench", "gemm", "--type", "Q4_K", "--n", "4", "--k", "256", "--rows", "1", "--isa", "sse2"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(r.err.rfind("ERROR: --isa must be portable, " + generated + ", got 'sse2'\n", 0), 0u) << r.err;
   // A missing file is a runtime error (exit 1) once the family is a JIT one (--isa: DLLM_ISA may say
   // portable, which is refused first, as a usage error).
   const dllm::jit::Isa best = dllm::jit::cpu_features().best();

@@ -218,7 +218,8 @@ TEST(RunBinary, VerboseStepStatsAndVisualGoWhereTheyBelong) {
   for (size_t p = r.err.find("step="); p != std::string::npos; p = r.err.find("step=", p + 1)) ++lines;
   EXPECT_EQ(lines, 4u);
   EXPECT_NE(r.err.find("step=0 steps=4 block=0 scheduled=1 committed=1 masked=7 ms="), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("note: --block-length is ignored for Dream models"), std::string::npos);
+  // No --block-length given: nothing to note (the default is nobody's mistake).
+  EXPECT_EQ(r.err.find("--block-length"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("timings: load "), std::string::npos);
   EXPECT_NE(r.err.find("peak resident memory: "), std::string::npos);
   EXPECT_NE(r.err.find("steps: 4 of 4 run, 4 forward passes"), std::string::npos) << r.err;
@@ -231,6 +232,57 @@ TEST(RunBinary, VerboseStepStatsAndVisualGoWhereTheyBelong) {
   const std::string text = json::parse(json_run.out)["text"];  // the answer, invalid UTF-8 replaced
   const std::string last = r.out.substr(r.out.rfind("\n\n") + 2);
   EXPECT_EQ(sanitize_utf8(last), text + "\n");
+}
+
+TEST(RunBinary, DreamNotesAGivenBlockLengthOnly) {
+  auto given = run_dllm(run_args(kDream, {"--prompt", "Hi", "--max-tokens", "8", "--steps", "4", "--block-length",
+                                          "4", "--verbose"}));
+  ASSERT_EQ(given.exit_code, 0) << given.err;
+  EXPECT_EQ(given.err.rfind("note: --block-length is ignored for Dream models\n", 0), 0u) << given.err;
+  auto llada = run_dllm(run_args(kLlada, {"--prompt", "Hi", "--max-tokens", "8", "--steps", "4", "--block-length",
+                                          "4", "--verbose"}));
+  ASSERT_EQ(llada.exit_code, 0) << llada.err;
+  EXPECT_EQ(llada.err.find("note: "), std::string::npos) << llada.err;  // LLaDA uses it
+  EXPECT_NE(llada.err.find(", block length 4"), std::string::npos) << llada.err;
+}
+
+// A model's answer on a terminal cannot drive it: this reference answer holds SO (0x0e), ESC and invalid UTF-8.
+// Piped, stdout carries it byte for byte; on a pseudo-terminal (raw mode, so the line discipline changes
+// nothing) the same answer arrives with those bytes escaped.
+TEST(RunBinary, AnswerOnATerminalIsEscapedPipedUnchanged) {
+  const json ref = reference("dream_L32_N16_whyiswaterwet__tiny-dream-F32__greedy__margin.json");
+  const std::string answer = hex_bytes(ref["generated_text_hex"]);
+  ASSERT_NE(answer.find('\x1b'), std::string::npos);
+  const auto args = run_args(kDream, {"--prompt", ref["prompt"], "--max-tokens", "32", "--steps", "16",
+                                      "--remasking", "topk_margin", "--no-early-stop"});
+  auto piped = run_dllm(args);
+  ASSERT_EQ(piped.exit_code, 0) << piped.err;
+  EXPECT_EQ(piped.out, answer + "\n");
+
+  const char* on_pty =
+      "import os, pty, subprocess, sys, tty\n"
+      "master, slave = pty.openpty()\n"
+      "tty.setraw(slave)\n"
+      "p = subprocess.Popen(sys.argv[1:], stdin=subprocess.DEVNULL, stdout=slave)\n"
+      "os.close(slave)\n"
+      "out = b''\n"
+      "while True:\n"
+      "    try:\n"
+      "        chunk = os.read(master, 65536)\n"
+      "    except OSError:\n"  // EIO: the child closed the terminal
+      "        break\n"
+      "    if not chunk:\n"
+      "        break\n"
+      "    out += chunk\n"
+      "sys.stdout.buffer.write(out)\n"
+      "sys.exit(p.wait())\n";
+  std::vector<std::string> py = {"-c", on_pty, DLLM_BINARY};
+  py.insert(py.end(), args.begin(), args.end());
+  auto tty = test::run_program("python3", py);
+  ASSERT_EQ(tty.exit_code, 0) << tty.err;
+  EXPECT_EQ(tty.out, escape_terminal_controls(answer) + "\n");
+  EXPECT_EQ(tty.out.find('\x1b'), std::string::npos);
+  EXPECT_NE(tty.out.find("then\\x1b no"), std::string::npos) << tty.out;
 }
 
 TEST(RunBinary, JsonKeepsStdoutToItselfWhateverElseIsOn) {
@@ -366,6 +418,22 @@ TEST(RunOutput, SanitizeReplacesEveryInvalidByte) {
   EXPECT_EQ(sanitize_utf8("\xf0\x9f\x98\x80"), "\xf0\x9f\x98\x80");
 }
 
+TEST(RunOutput, TerminalEscapesControlsOnlyAndOnlyOnATerminal) {
+  // C0 controls but newline and tab, DEL, C1 controls (U+009B: CSI) and bytes of invalid UTF-8 (an 8-bit
+  // terminal's C1) are escaped; quotes, backslashes, other scripts and bidi marks are the answer's own.
+  EXPECT_EQ(escape_terminal_controls("a\x1b]0;title\x07" "b\x1b[2J"), "a\\x1b]0;title\\x07b\\x1b[2J");
+  EXPECT_EQ(escape_terminal_controls("line\n\tcol\rover\b\x7f"), "line\n\tcol\\x0dover\\x08\\x7f");
+  EXPECT_EQ(escape_terminal_controls(std::string("nul\0", 4)), "nul\\x00");
+  EXPECT_EQ(escape_terminal_controls("\xc2\x9b" "31m \xc2\x85 \xc2\xa0"), "\\u009b31m \\u0085 \xc2\xa0");
+  EXPECT_EQ(escape_terminal_controls("\x9b" "31m \xff \xe2\x82"), "\\x9b31m \\xff \\xe2\\x82");
+  const std::string own = "\"q\" \\x1b caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac \xe2\x80\x8f \xf0\x9f\x98\x80";
+  EXPECT_EQ(escape_terminal_controls(own), own);
+  // Only a terminal gets the escapes: a pipe or a file gets the bytes.
+  const std::string answer = "x\x1b[31my\xff\n";
+  EXPECT_EQ(answer_for_output(answer, false), answer);
+  EXPECT_EQ(answer_for_output(answer, true), "x\\x1b[31my\\xff\n");
+}
+
 TEST(RunOutput, CanvasRendering) {
   const auto f = gguf::File::open(kLlada);
   const model::Tokenizer tok(*f);
@@ -382,6 +450,17 @@ TEST(RunOutput, CanvasRendering) {
                                                     "\x1b[1;38;5;208m\n\x1b[0m"
                                                     "\x1b[38;5;30m\xe2\x96\x88\x1b[0m"
                                                     "\x1b[2m<|eot_id|>\x1b[0m");
+  // On a terminal a piece's own escape sequence is shown, not obeyed: only the frame's colours act.
+  const std::vector<int32_t> esc = tok.encode("\x1b[2J");
+  std::string pieces;
+  for (int32_t t : esc) pieces += tok.token_piece(t);
+  ASSERT_EQ(pieces, "\x1b[2J");
+  std::vector<int32_t> esc_canvas = {1012};
+  esc_canvas.insert(esc_canvas.end(), esc.begin(), esc.end());
+  model::StepEvent esc_ev;
+  esc_ev.canvas = esc_canvas;
+  esc_ev.prompt_length = 1;
+  EXPECT_EQ(render_canvas(esc_ev, tok, 1014, true), "\\x1b[2J");
   EXPECT_EQ(step_stats_line(ev), "step=0 steps=0 block=0 scheduled=0 committed=1 masked=0 ms=0.000");
   ev.step = 3;
   ev.total_steps = 8;

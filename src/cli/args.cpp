@@ -29,6 +29,7 @@
 #include "engine/request.h"
 #include "hub/hub.h"
 #include "common/error.h"
+#include "model/arch.h"
 
 namespace dllm::cli {
 
@@ -57,6 +58,7 @@ struct Flag {
 struct Command {
   const char* name;
   const char* synopsis;  // the usage line after "dllm "
+  const char* line;      // what it does, in one line of `dllm --help`
   const char* summary;
   std::vector<Flag> flags;
   std::vector<const char*> required;  // flags that must be given
@@ -111,6 +113,7 @@ const std::vector<Command>& commands() {
   static const std::vector<Command> cmds = {
       {"run",
        "run --model PATH --prompt TEXT [options]",
+       "generate an answer to a prompt (--prompts-file: many at once)",
        "Generates an answer by denoising a masked canvas with the model's own sampler.",
        with_flags(with_flags({kRunModel,
         kPrompt,
@@ -136,6 +139,7 @@ const std::vector<Command>& commands() {
        {}},
       {"serve",
        "serve --model PATH [--host H] [--port P] [--api-key K] [--batch-size N] [--max-queue Q] [options]",
+       "an OpenAI-compatible HTTP server, with a page that shows the canvas denoise",
        "Serves the model over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, /v1/models,\n"
        "/tokenize, /detokenize, /props, /health, /metrics) with a page at / that shows the canvas denoise. The generation flags are the defaults\n"
        "of every request. SIGINT / SIGTERM: no new requests, the ones in flight finish (--shutdown-grace), exit 0.",
@@ -171,12 +175,14 @@ const std::vector<Command>& commands() {
        {}},
       {"tokenize",
        "tokenize --model PATH --prompt TEXT [--no-chat] [--json]",
+       "the prompt's token ids, as run feeds them",
        "Prints the token ids of the chat-formatted prompt, the same ids run feeds the model.",
        {kModel, kPrompt, kPromptFile, kNoChat,
         {"json", "", "off", "print {\"ids\": [...], \"pieces\": [...]}", Kind::Bool}},
        {"model"}},
       {"inspect",
        "inspect PATH [--json] [--tensor NAME --out FILE]",
+       "a GGUF file's metadata, tensor types and shapes; one tensor dumped as f32",
        "Prints GGUF metadata, a count per tensor type, and every tensor's type and shape.",
        {kJson,
         {"tensor", "NAME", "", "write this tensor dequantized to f32 (needs --out)", Kind::String},
@@ -185,6 +191,7 @@ const std::vector<Command>& commands() {
        true},
       {"logits",
        "logits --model PATH --tokens IDS --rows POSITIONS --out FILE [--threads N] [--device D]",
+       "one forward pass: the f32 logits of some canvas positions, into a file",
        "Runs one forward pass over the given ids and writes f32 logits [rows, vocab], row major, to a file.",
        {kModel,
         {"tokens", "IDS", "", "comma-separated token ids (the canvas)", Kind::Ids},
@@ -196,6 +203,7 @@ const std::vector<Command>& commands() {
        {"model", "tokens", "rows", "out"}},
       {"synth",
        "synth --arch llada|dream|llada-moe|rnd1 --out FILE [--layers N] [--quant Q4_K_M|Q8_0] [--seed S] [--dense]",
+       "a random-weight GGUF with a real model's shapes (benchmarks)",
        "Writes a random-weight GGUF with the real LLaDA-8B / Dream-7B / LLaDA-MoE-7B-A1B / RND1-30B-A3B (24 layers) "
        "shapes, metadata and quant mix (for benchmarks).",
        {{"arch", "A", "", "llada, dream, llada-moe or rnd1", Kind::Choice, "llada,dream,llada-moe,rnd1"},
@@ -211,6 +219,7 @@ const std::vector<Command>& commands() {
        {"arch", "out"}},
       {"doctor",
        "doctor",
+       "what this machine offers dllm (CPU, GPU, NVRTC, the default model), each problem with its fix",
        "Reports the CPU's features and kernel family, the GPU and NVRTC (optional), each problem with its fix.",
        {},
        {}},
@@ -247,17 +256,17 @@ std::string kernels_dispatch_usage() {
 // routes to them and gives their usage for --help.
 struct Passthrough {
   const char* name;
-  const char* synopsis;
+  const char* line;  // what it does, in one line of `dllm --help`
   std::string (*usage)();
   int (*run)(const std::vector<std::string>&);
 };
 
 const std::vector<Passthrough>& passthrough_commands() {
   static const std::vector<Passthrough> p = {
-      {"kernels", "kernels --model PATH --out DIR [--isa F] [--rows N] | --gpu-arch sm_XX --model PATH --out DIR",
-       kernels_dispatch_usage, kernels_dispatch},
-      {"bench", "bench peak|gemm [options]", bench_usage, cmd_bench},
-      {"pull", "pull [ID] [--quant Q] [--check] [--ask]", pull_usage, cmd_pull},
+      {"pull", "download a model from Hugging Face into the cache", pull_usage, cmd_pull},
+      {"kernels", "write the CPU (or CUDA) kernels generated for a model's matrices", kernels_dispatch_usage,
+       kernels_dispatch},
+      {"bench", "the machine's int8 peak and bandwidth; GEMM throughput against them", bench_usage, cmd_bench},
   };
   return p;
 }
@@ -380,7 +389,7 @@ void apply_flag(Settings& s, const Flag& f, const std::string& v) {
       if (x < 1) throw usage_error("flag --" + name + " must be at least 1, got " + std::to_string(x));
       if (name == "max-tokens") s.max_tokens = x;
       else if (name == "steps") s.steps = x;
-      else if (name == "block-length") s.block_length = x;
+      else if (name == "block-length") s.block_length = x, s.has_block_length = true;
       else if (name == "threads") s.threads = x;
       else if (name == "layers") s.layers = x;
       else if (name == "batch-size") s.batch_size = x;
@@ -493,23 +502,28 @@ std::string format_number(double x) {
 }
 
 std::string global_usage() {
-  std::string u = "dllm - diffusion language models (LLaDA, Dream) from GGUF files\n\nUsage:\n";
-  for (const auto& c : commands()) {
-    u += "  dllm ";
-    u += c.synopsis;
-    u += '\n';
-  }
-  for (const auto& p : passthrough_commands()) {
-    u += "  dllm ";
-    u += p.synopsis;
-    u += '\n';
-  }
-  u += "  dllm COMMAND --help (or -h) prints that command's usage.\n";
-  for (const auto& c : commands()) {
-    u += '\n';
-    u += help_text(c);
-  }
+  // One line per command (the flags are each command's --help), and the architectures the table knows.
+  std::string archs;
+  for (const model::ArchSpec* a : model::arch_specs())
+    archs += (archs.empty() ? "" : ", ") + std::string(a->label) + " (" + a->name + ")";
+  std::string u = "dllm - diffusion language models from GGUF files, on the CPU or an NVIDIA GPU\n"
+                  "architectures (general.architecture): " + archs + "\n\n"
+                  "Usage: dllm COMMAND [options]\n\nCommands:\n";
+  auto line = [&](const std::string& name, const char* what) {
+    u += "  " + name + std::string(name.size() < 10 ? 10 - name.size() : 1, ' ') + what + "\n";
+  };
+  for (const auto& c : commands()) line(c.name, c.line);
+  for (const auto& p : passthrough_commands()) line(p.name, p.line);
+  line("help", "this list; help COMMAND: that command's usage");
+  line("version", "the version (also --version)");
+  u += "\ndllm COMMAND --help (or -h) prints that command's usage and flags.\n";
   return u;
+}
+
+std::string version_text(std::string_view git_describe) {
+  std::string v = std::string("dllm ") + DLLM_VERSION;
+  if (!git_describe.empty()) v += " (git " + std::string(git_describe) + ")";
+  return v + "\n";
 }
 
 std::string command_usage(const std::string& command) {
@@ -527,6 +541,17 @@ Settings parse_command_line(const std::vector<std::string>& args, std::string* h
       *help = global_usage();
     }
     s.command = "help";
+    return s;
+  }
+  if (args[0] == "--version" || args[0] == "version") {
+    if (args.size() == 2 && (args[1] == "--help" || args[1] == "-h")) {
+      *help = "usage: dllm version (or dllm --version)\n\nPrints dllm's version (X.Y.Z, and the git describe of "
+              "the checkout it was built from) and exits.\n";
+      s.command = "help";
+      return s;
+    }
+    if (args.size() > 1) throw usage_error("unexpected argument '" + args[1] + "' for 'version'");
+    s.command = "version";
     return s;
   }
   if (const Passthrough* p = find_passthrough(args[0])) {
@@ -682,13 +707,17 @@ int run_command(Settings s) {
   throw Error("no handler for command '" + s.command + "'");
 }
 
-int main_entry(int argc, char** argv) {
+int main_entry(int argc, char** argv, std::string_view git_describe) {
   std::vector<std::string> args(argv + 1, argv + argc);
   try {
     std::string help;
     Settings s = parse_command_line(args, &help);
     if (!help.empty()) {
       std::cout << help;
+      return 0;
+    }
+    if (s.command == "version") {
+      std::cout << version_text(git_describe);
       return 0;
     }
     return run_command(s);

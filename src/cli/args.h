@@ -12,8 +12,12 @@ namespace dllm::cli {
 // for every usage problem, before any file is opened. Sets *help_text (and returns) when help was asked.
 Settings parse_command_line(const std::vector<std::string>& args, std::string* help_text);
 
-// Full usage of every command (dllm, dllm help, dllm --help).
+// The command list, one line each, and the supported architectures (dllm, dllm help, dllm --help); each
+// command's flags are its own usage (command_usage).
 std::string global_usage();
+// `dllm --version` / `dllm version`: "dllm X.Y.Z" (CMake's project VERSION), with " (git DESCRIBE)" when the
+// build knew the checkout's git describe; one line.
+std::string version_text(std::string_view git_describe);
 // Usage of one command; "" for an unknown command.
 std::string command_usage(const std::string& command);
 
@@ -27,7 +31,8 @@ size_t edit_distance(std::string_view a, std::string_view b);
 // (at most 64 MiB). Throws dllm::Error "cannot read FLAG PATH: reason".
 std::string read_prompt_file(const std::string& path, const std::string& flag);
 
-// Parses, runs the command, prints "ERROR: ..." lines for errors; returns the exit status.
-int main_entry(int argc, char** argv);
+// Parses, runs the command, prints "ERROR: ..." lines for errors; returns the exit status. git_describe: the
+// checkout's `git describe` for --version, "" when unknown (main.cpp has it from a generated header).
+int main_entry(int argc, char** argv, std::string_view git_describe = "");
 
 }  // namespace dllm::cli

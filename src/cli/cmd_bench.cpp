@@ -28,19 +28,20 @@ const char* kGemmSynopsis =
 const char* kKernelSynopsis =
     "bench kernel --type Q4_K|Q5_K|Q6_K|Q8_0 --n N --k K [--rows M[,M...]] [--isa F] [--resident] [--json]";
 
-const char* kGemmHelp =
-    "  --type T         weight type: Q4_K, Q5_K, Q6_K or Q8_0\n"
-    "  --n N            weight rows (outputs)\n"
-    "  --k K            row length (inputs): a multiple of 256 (Q4_K, Q5_K, Q6_K) or 32 (Q8_0)\n"
-    "  --rows M[,M...]  activation rows; a list runs each\n"
-    "  --threads N      worker threads (default: all logical CPUs)\n"
-    "  --isa F          kernel family: portable, avx2, avx-vnni, avx512-vnni (default: the best this CPU\n"
-    "                   has, capped by DLLM_ISA)\n"
-    "  --warm           reuse one weight copy (cache-warm) instead of cycling through copies that together\n"
-    "                   exceed twice the last-level cache (each call then streams its weights from memory)\n"
-    "  --min-seconds S  time each shape for at least S seconds (default 0.5; at least 5 runs)\n"
-    "  --no-peak        skip measuring the peak and bandwidth first (no fractions are printed)\n"
-    "  --json           print one JSON object\n";
+std::string gemm_help() {
+  return "  --type T         weight type: Q4_K, Q5_K, Q6_K or Q8_0\n"
+         "  --n N            weight rows (outputs)\n"
+         "  --k K            row length (inputs): a multiple of 256 (Q4_K, Q5_K, Q6_K) or 32 (Q8_0)\n"
+         "  --rows M[,M...]  activation rows; a list runs each\n"
+         "  --threads N      worker threads (default: all logical CPUs)\n"
+         "  --isa F          kernel family: " + isa_list() + " (default: the best this CPU\n"
+         "                   has, capped by DLLM_ISA)\n"
+         "  --warm           reuse one weight copy (cache-warm) instead of cycling through copies that together\n"
+         "                   exceed twice the last-level cache (each call then streams its weights from memory)\n"
+         "  --min-seconds S  time each shape for at least S seconds (default 0.5; at least 5 runs)\n"
+         "  --no-peak        skip measuring the peak and bandwidth first (no fractions are printed)\n"
+         "  --json           print one JSON object\n";
+}
 
 // Parses args with cxxopts; usage errors for unknown flags and stray words. cxxopts cannot declare
 // one-letter long flags, so --n and --k travel as --n-out and --k-in.
@@ -143,7 +144,7 @@ int bench_gemm(const std::vector<std::string>& args) {
       "json", "print one JSON object")("h,help", "this help");
   const auto res = parse(opts, args, "bench gemm");
   if (res.count("help")) {
-    std::cout << "usage: dllm " << kGemmSynopsis << "\n\n" << kGemmHelp;
+    std::cout << "usage: dllm " << kGemmSynopsis << "\n\n" << gemm_help();
     return 0;
   }
   const std::pair<const char*, const char*> required[] = {{"type", "type"}, {"n-out", "n"}, {"k-in", "k"}, {"rows", "rows"}};
@@ -225,15 +226,32 @@ std::string bench_usage() {
          "  --isa F          kernel family (default: the best this CPU has, capped by DLLM_ISA)\n"
          "  --json           print one JSON object\n\n"
          "bench gemm:\n" +
-         kGemmHelp;
+         gemm_help();
 }
 
-jit::Isa isa_from_flag(const std::string& flag, const char* command, bool any_cpu) {
-  if (flag.empty()) return jit::default_isa();
+std::string isa_list(bool generated_only) {
+  std::vector<const char*> names;
+  for (jit::Isa isa : jit::kAllIsas)
+    if (!generated_only || isa != jit::Isa::Portable) names.push_back(jit::isa_name(isa));
+  std::string list;
+  for (size_t i = 0; i < names.size(); ++i)
+    list += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + std::string(names[i]);
+  return list;
+}
+
+jit::Isa isa_from_flag(const std::string& flag, const char* command, bool any_cpu, bool generated_only) {
+  const std::string see = std::string("see: dllm ") + command + " --help";
+  if (flag.empty()) {
+    const jit::Isa isa = jit::default_isa();
+    if (generated_only && isa == jit::Isa::Portable)
+      throw usage_error("the portable family (DLLM_ISA) has no generated kernels; use --isa " + isa_list(true), see);
+    return isa;
+  }
   const auto isa = jit::parse_isa(flag);
-  if (!isa)
-    throw usage_error("--isa must be portable, avx2, avx-vnni or avx512-vnni, got '" + flag + "'",
-                      std::string("see: dllm ") + command + " --help");
+  if (!isa || (generated_only && *isa == jit::Isa::Portable))
+    throw usage_error("--isa must be " + isa_list(generated_only) + ", got '" + flag + "'" +
+                          (isa ? " (the portable family has no generated kernels)" : ""),
+                      see);
   if (!any_cpu && !jit::cpu_features().supports(*isa))
     throw Error(std::string("--isa ") + flag + ": this CPU lacks " + jit::isa_name(*isa) + "; it supports up to " +
                 jit::isa_name(jit::cpu_features().best()));

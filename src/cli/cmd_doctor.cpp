@@ -1,10 +1,14 @@
 // dllm doctor (the binary's half; ./dllm doctor also checks packages and the compiler): what this machine
-// offers dllm, each missing piece with the fix. Exit 1 when something dllm needs is missing; the GPU and
-// NVRTC are optional and only reported.
+// offers dllm, each missing piece with the fix. Exit 1 when something dllm needs is missing; the GPU, NVRTC
+// and the default model (only `run` and `serve` without --model use it; local files need none) are optional
+// and only reported.
 #include <cstdio>
 #include <cstdlib>
 
 #include "cli/commands.h"
+#include "common/error.h"
+#include "common/printable.h"
+#include "hub/hub.h"
 #include "jit/cpu_features.h"
 #include "jit/cuda/device_select.h"
 #include "jit/cuda/nvrtc.h"
@@ -52,6 +56,22 @@ int cmd_doctor(const Settings&) {
     std::printf("  optional NVRTC: not found (%s); fix for --device gpu: install the CUDA toolkit's NVRTC "
                 "(e.g. apt-get install nvidia-cuda-toolkit, or CUDA in /usr/local/cuda)\n",
                 gpu.nvrtc_error.c_str());
+  }
+
+  // The default model: looked up in the cache only (no network), never a problem.
+  const std::string id = hub::default_model_id();
+  const char* used_for = "only for `dllm run` and `dllm serve` without --model";
+  try {
+    const auto parsed = hub::parse_model_id(id);
+    if (!parsed) throw Error("DLLM_MODEL=" + shown(id) + " is not a Hugging Face id owner/repo[:QUANT]");
+    const std::string path = hub::find_cached(hub::options_from_env(), *parsed);
+    if (!path.empty()) {
+      std::printf("  ok       default model %s: %s\n", shown(id).c_str(), shown(path).c_str());
+    } else {
+      std::printf("  optional default model %s: not in the cache (%s; fix: dllm pull)\n", shown(id).c_str(), used_for);
+    }
+  } catch (const std::exception& e) {  // an ambiguous cache, a cache folder that cannot be read
+    std::printf("  optional default model: %s (%s)\n", e.what(), used_for);
   }
   return problems ? 1 : 0;
 }

@@ -92,8 +92,10 @@ std::string kernels_usage() {
          "\n\nGenerates the GEMM kernels the model's weight matrices use and writes NAME.bin (machine code),\n"
          "NAME.txt (objdump disassembly, or hex without objdump) and manifest.json to DIR. Needs no GPU and\n"
          "does not run the model.\n"
-         "  --isa F    kernel family: avx2, avx-vnni, avx512-vnni or amx, also one this CPU lacks (the code\n"
-         "             is written, never run; default: the best this CPU has, capped by DLLM_ISA)\n"
+         "  --isa F    kernel family: " + isa_list(/*generated_only=*/true) +
+         ", also one this CPU lacks (the code\n"
+         "             is written, never run; default: the best this CPU has, capped by DLLM_ISA; portable, the\n"
+         "             plain C++ family, has no generated kernels)\n"
          "  --rows N   only the row tiles a call with N activation rows uses (default: every tile size)\n";
 }
 
@@ -123,8 +125,8 @@ int cmd_kernels(const std::vector<std::string>& args) {
   const int64_t rows = res.count("rows") ? res["rows"].as<int64_t>() : 0;
   if (res.count("rows") && rows < 1) throw usage_error("--rows must be a positive integer");
   // Any family, also one this CPU lacks: the kernels are generated and written, never run.
-  const jit::Isa isa = isa_from_flag(res.count("isa") ? res["isa"].as<std::string>() : "", "kernels", true);
-  if (isa == jit::Isa::Portable) throw usage_error("the portable family has no generated kernels; use --isa avx2, avx-vnni, avx512-vnni or amx");
+  const jit::Isa isa = isa_from_flag(res.count("isa") ? res["isa"].as<std::string>() : "", "kernels",
+                                     /*any_cpu=*/true, /*generated_only=*/true);
 
   const auto file = gguf::File::open(res["model"].as<std::string>());
   const fs::path out_dir = res["out"].as<std::string>();

@@ -64,8 +64,7 @@ int run_one(engine::Engine& e, const Settings& s, const Backend& backend, const 
     print_json_line(run_json(r, s));
   } else if (!r.result.cancelled) {
     if (s.visual) std::fputc('\n', stdout);
-    std::fwrite(r.text.data(), 1, r.text.size(), stdout);
-    std::fputc('\n', stdout);
+    print_answer(r.text);
   }
   std::fflush(stdout);
   if (r.result.cancelled) {

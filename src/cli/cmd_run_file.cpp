@@ -140,8 +140,7 @@ int cmd_run_file(const Settings& s, Clock::time_point t_start) {
       print_json_line(j);
     } else {
       if (printed > 0) std::fputc('\n', stdout);
-      std::fwrite(a.text.data(), 1, a.text.size(), stdout);
-      std::fputc('\n', stdout);
+      print_answer(a.text);
     }
     ++printed;
     std::fflush(stdout);

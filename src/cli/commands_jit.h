@@ -19,8 +19,15 @@ int cmd_kernels(const std::vector<std::string>& args);  // cmd_kernels.cpp
 std::string bench_usage();
 std::string kernels_usage();
 
-// --isa's value (or DLLM_ISA when the flag is empty) as a family this CPU has; usage error for an
-// unknown name, runtime error for a family the CPU lacks unless any_cpu (code that is written, never run).
-jit::Isa isa_from_flag(const std::string& flag, const char* command, bool any_cpu = false);
+// The kernel families' names in jit::kAllIsas' order, for help texts and errors: "portable, avx2, avx-vnni,
+// avx512-vnni or amx"; generated_only: the families with generated kernels (all but portable).
+std::string isa_list(bool generated_only = false);
+
+// --isa's value (or DLLM_ISA when the flag is empty) as a family this CPU has; usage error naming the
+// accepted families (isa_list) for an unknown name, and for portable when generated_only (`kernels`: it has
+// no generated kernels); runtime error for a family the CPU lacks unless any_cpu (code that is written,
+// never run).
+jit::Isa isa_from_flag(const std::string& flag, const char* command, bool any_cpu = false,
+                       bool generated_only = false);
 
 }  // namespace dllm::cli

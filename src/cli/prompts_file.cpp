@@ -104,7 +104,7 @@ class LineParser {
       } else if (key == "steps") {
         s.steps = integer(key, v, 1);
       } else if (key == "block_length") {
-        s.block_length = integer(key, v, 1);
+        s.block_length = integer(key, v, 1), s.has_block_length = true;
       } else if (key == "remasking") {
         s.remasking = string(key, v);
         if (!model::parse_remasking(s.remasking))

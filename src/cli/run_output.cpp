@@ -1,5 +1,5 @@
 // `dllm run` output (run_output.h): --visual frames, --dump-step-stats lines, the terminal progress line,
-// and the --json / --verbose reports.
+// the answer (escaped on a terminal), and the --json / --verbose reports.
 #include "cli/run_output.h"
 
 #include <sys/ioctl.h>
@@ -99,8 +99,9 @@ std::string render_canvas(const model::StepEvent& ev, const model::Tokenizer& to
   Style run_style = Plain;
   auto flush = [&] {
     if (run.empty()) return;
+    // On a terminal the pieces' own control characters are escaped too: only the frame's colours act.
     std::string text = sanitize_utf8(run);
-    if (!ansi) text = escape_controls(text);
+    text = ansi ? escape_terminal_controls(text) : escape_controls(text);
     if (ansi && run_style != Plain) {
       out += run_style == New ? kBoldOrange : run_style == Mask ? kTeal : kDim;
       out += text;
@@ -277,16 +278,27 @@ void set_answer(RunSummary& r, engine::Answer answer) {
   r.result = std::move(answer.result);
 }
 
+std::string answer_for_output(std::string_view text, bool to_terminal) {
+  return to_terminal ? escape_terminal_controls(text) : std::string(text);
+}
+
+void print_answer(std::string_view text) {
+  const std::string out = answer_for_output(text, isatty(STDOUT_FILENO) == 1);
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  std::fputc('\n', stdout);
+}
+
 void print_json_line(const json& j) {
   const std::string out = j.dump(-1, ' ', false, json::error_handler_t::replace);
   std::fwrite(out.data(), 1, out.size(), stdout);
   std::fputc('\n', stdout);
 }
 
-std::string verbose_report(const RunSummary& r, const Settings&) {
+std::string verbose_report(const RunSummary& r, const Settings& s) {
   const model::GenerateResult& g = r.result;
   std::ostringstream o;
-  if (!block_sampler(r.hp.arch))
+  // Only a --block-length the user gave is worth a note: the default one is nobody's mistake.
+  if (!block_sampler(r.hp.arch) && s.has_block_length)
     o << "note: --block-length is ignored for " << model::arch_spec(r.hp.arch).label << " models\n";
   o << "model: " << r.model_path << " (" << arch_label(r.hp.arch) << ", " << r.hp.n_layer << " layers, vocab "
     << r.hp.n_vocab << "), executor " << r.executor << ", " << r.threads << " threads, device " << r.device << " (" << r.device_reason << ")\n";

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/printable.h"
@@ -54,7 +55,8 @@ void print_json_line(const nlohmann::ordered_json& j);
 // peak_rss_bytes, settings (every effective setting), model, device (with the executor's description
 // lines) and gpu_profile (the per-step split with DLLM_GPU_PROFILE=1 on the GPU, else null).
 nlohmann::ordered_json run_json(const RunSummary& r, const Settings& s);
-// The --verbose lines (printed to stderr after the text).
+// The --verbose lines (printed to stderr after the text), led by a note that the architecture's sampler
+// ignores --block-length when the user gave it to a timestep (Dream-style) model.
 std::string verbose_report(const RunSummary& r, const Settings& s);
 // Mean time of the steps that ran a forward pass, and positions committed per second of generation.
 double step_mean_ms(const model::GenerateResult& r);
@@ -66,9 +68,17 @@ double tokens_per_second(const model::GenerateResult& r);
 std::string step_stats_line(const model::StepEvent& ev);
 
 // The generated part of the canvas after a step, for --visual. ansi: masked positions as teal blocks,
-// tokens committed in this step in bold orange, control tokens dim; otherwise plain text on one line
+// tokens committed in this step in bold orange, control tokens dim, the pieces' own control characters
+// escaped (escape_terminal_controls); otherwise plain text on one line
 // (masks as blocks, newlines and other control characters escaped). Invalid UTF-8 shows as U+FFFD.
 std::string render_canvas(const model::StepEvent& ev, const model::Tokenizer& tok, int32_t mask_id, bool ansi);
+
+// The answer as plain `dllm run` writes it: on a terminal (to_terminal) with its control characters escaped
+// (escape_terminal_controls: newlines and tabs stay), so that a model cannot move the cursor, retitle the
+// window or reprogram the keys of the user's terminal; into a pipe or a file byte for byte, unchanged.
+std::string answer_for_output(std::string_view text, bool to_terminal);
+// Writes the answer and a newline to stdout, escaped when stdout is a terminal (answer_for_output).
+void print_answer(std::string_view text);
 
 // Bytes as valid UTF-8: every byte that does not start a well-formed sequence becomes U+FFFD.
 using dllm::sanitize_utf8;  // common/printable.h

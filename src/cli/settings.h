@@ -35,6 +35,7 @@ struct Settings {
   int64_t max_tokens = 128;           // --max-tokens (at most kMaxCanvasTokens)
   int64_t steps = 0;                  // --steps; 0 = not given (defaults to max_tokens)
   int64_t block_length = 32;          // --block-length
+  bool has_block_length = false;      // given explicitly (Dream's --verbose notes that it ignores it)
   double temperature = 0.0;           // --temperature
   std::string remasking;              // --remasking; "" = the architecture's default
   double threshold = 0.0;             // --threshold (0 = off)

@@ -132,6 +132,28 @@ std::string escape_text(std::string_view s, size_t max) {
   return r;
 }
 
+std::string escape_terminal_controls(std::string_view s) {
+  std::string r;
+  r.reserve(s.size());
+  char buf[16];
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    uint32_t cp = 0;
+    const size_t n = utf8_len(s, i, &cp);
+    if (n == 0 || (c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) {
+      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(c));
+      r += buf;
+    } else if (cp >= 0x80 && cp <= 0x9F) {
+      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(cp));
+      r += buf;
+    } else {
+      r.append(s.substr(i, n));
+    }
+    i += n == 0 ? 1 : n;
+  }
+  return r;
+}
+
 std::string shown(std::string_view s, size_t max) {
   std::string r = escape_text(s, max);
   if (s.size() > max) r += " (" + std::to_string(s.size()) + " bytes)";

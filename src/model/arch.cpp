@@ -22,13 +22,22 @@ const ArchSpec& arch_spec(Arch arch) {
   throw Error("internal error: an architecture without a table entry");
 }
 
+std::span<const ArchSpec* const> arch_specs() { return kArchitectures; }
+
 const ArchSpec* find_arch_spec(std::string_view name) {
   for (const ArchSpec* s : kArchitectures)
     if (name == s->name) return s;
   return nullptr;
 }
 
-const char* supported_architectures() { return "llada, dream, llada-moe, rnd1"; }
+const char* supported_architectures() {
+  static const std::string names = [] {
+    std::string n;
+    for (const ArchSpec* s : kArchitectures) n += (n.empty() ? "" : ", ") + std::string(s->name);
+    return n;
+  }();
+  return names.c_str();
+}
 
 namespace {
 

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -118,6 +119,8 @@ struct ArchSpec {
 };
 
 const ArchSpec& arch_spec(Arch arch);
+// Every supported architecture's entry, in the order messages list them (llada, dream, llada-moe, rnd1).
+std::span<const ArchSpec* const> arch_specs();
 // nullptr for a name no supported architecture has.
 const ArchSpec* find_arch_spec(std::string_view name);
 // Names of the supported architectures, for messages: "llada, dream, llada-moe, rnd1".
