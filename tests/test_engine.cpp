@@ -243,11 +243,14 @@ TEST(Engine, SessionAnswersAreRunsAnswers) {
   for (const auto& r : reqs) alone.push_back(engine::run(e, e.prepare(r)));
   engine::Session s(e, {2, 0});
   for (const auto& r : reqs) s.add(e.prepare(r));
+  EXPECT_EQ(s.tracked_requests(), reqs.size());
   std::map<int64_t, engine::Answer> got;
   while (s.step())
     for (auto& [id, a] : s.take_finished()) got[id] = std::move(a);
   for (auto& [id, a] : s.take_finished()) got[id] = std::move(a);
   ASSERT_EQ(got.size(), reqs.size());
+  // A long-running session (the server's) keeps nothing of the requests it finished.
+  EXPECT_EQ(s.tracked_requests(), 0u);
   for (size_t i = 0; i < reqs.size(); ++i) {
     EXPECT_EQ(got[static_cast<int64_t>(i)].result.canvas, alone[i].result.canvas) << i;
     EXPECT_EQ(got[static_cast<int64_t>(i)].tokens, alone[i].tokens) << i;

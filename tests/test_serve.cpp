@@ -644,6 +644,19 @@ TEST(ServeOpenAI, LoadWithDisconnects) {
   EXPECT_EQ(stopped.exit_code, 0) << stopped.err;
 }
 
+// --- scale-out: nginx (deploy/nginx) in front of two replicas ---
+
+// tests/serve/nginx_check.py: two replicas behind nginx on loopback, a bounded load with disconnects, one
+// replica killed midway: every request gets an answer or a clean error, none hangs, affinity by conversation
+// holds, and the survivor keeps serving.
+TEST(ServeNginx, TwoReplicasOneKilled) {
+  const RunResult r = run_program("python3", {std::string(DLLM_SOURCE_DIR) + "/tests/serve/nginx_check.py", "--dllm",
+                                              DLLM_BINARY, "--model", data_path(kLlada)});
+  if (r.exit_code == 77) GTEST_SKIP() << r.out << r.err;
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("nginx_check: all passed"), std::string::npos) << r.out << r.err;
+}
+
 // --- the page, in headless Chromium ---
 
 std::string chromium() {
@@ -677,6 +690,17 @@ TEST(ServePage, DenoisesInHeadlessChromium) {
   EXPECT_GT(seen["draws"].get<int>(), 2) << "the canvas was drawn as it denoised, not once";
   EXPECT_TRUE(fs::exists(out_dir / "serve_page.png"));
   EXPECT_GT(fs::file_size(out_dir / "serve_page.png"), 10000u);
+  EXPECT_NE(seen["legend"].get<std::string>().find("not decided yet"), std::string::npos) << seen.dump();
+  EXPECT_TRUE(seen["fits"].get<bool>()) << "a long answer widens the page";
+  // On a phone's width (375 px) the page wraps instead of widening.
+  const RunResult phone = run_program("python3", {std::string(DLLM_SOURCE_DIR) + "/tests/serve/page_check.py",
+                                                  "--chromium", browser, "--url", s.url(), "--prompt", prompt,
+                                                  "--max-tokens", "24", "--out", out_dir.string(), "--width", "375"});
+  fs::remove_all(out_dir / "chromium-profile");
+  ASSERT_EQ(phone.exit_code, 0) << phone.out << phone.err;
+  const json small = json::parse(phone.out);
+  EXPECT_EQ(small["state"], "done");
+  EXPECT_TRUE(small["fits"].get<bool>()) << "the page is wider than a 375 px phone";
   EXPECT_EQ(s.stop(SIGTERM).exit_code, 0);
 }
 

@@ -29,6 +29,14 @@ using Clock = std::chrono::steady_clock;
 
 const std::string kLlada = "models/tiny-llada-Q8_0.gguf";
 
+// Under AddressSanitizer the server (built the same way) keeps freed memory in quarantine: its peak memory
+// says nothing about the limits there, so those bounds are checked in the plain build only.
+#ifdef __SANITIZE_ADDRESS__
+constexpr bool kMemoryMeasurable = false;
+#else
+constexpr bool kMemoryMeasurable = true;
+#endif
+
 int connect_to(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
@@ -202,7 +210,8 @@ TEST_F(Hostile, HeadersLinesAndBodiesAreBoundedWhileReading) {
                                   "Content-Length: 300000000\r\n\r\n{")),
             413);
   const int64_t after = peak_rss(server_->pid());
-  EXPECT_LT(after - before, int64_t{40} << 20) << "peak memory grew from " << before << " to " << after;
+  if (kMemoryMeasurable)
+    EXPECT_LT(after - before, int64_t{40} << 20) << "peak memory grew from " << before << " to " << after;
   EXPECT_TRUE(healthy(port()));
 }
 
@@ -246,7 +255,8 @@ TEST_F(Hostile, ManySmallValuesAreRefusedCheaply) {
   for (auto& t : clients) t.join();
   EXPECT_EQ(refused.load(), 4);
   const int64_t after = peak_rss(server_->pid());
-  EXPECT_LT(after - before, int64_t{100} << 20) << "peak memory grew from " << before << " to " << after;
+  if (kMemoryMeasurable)
+    EXPECT_LT(after - before, int64_t{100} << 20) << "peak memory grew from " << before << " to " << after;
 }
 
 // 7. A web page driving a keyless local server: foreign Host (DNS rebinding), foreign Origin and
@@ -390,7 +400,7 @@ TEST(HostileServe, SlowClientsTieUpNothing) {
     EXPECT_TRUE(healthy(s.port()));
     EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 2.0);
   }
-  EXPECT_EQ(status_of(raw(s.port(), post_request("/v1/completions", R"({"prompt": "Hi"})"))), 200);
+  EXPECT_EQ(status_of(raw(s.port(), post_request("/v1/completions", R"({"prompt": "Hi"})"), false)), 200);
   for (auto& t : slow) t.join();  // the header deadline (10 s) closes them before the 14 s are up
   EXPECT_EQ(closed_by_server.load(), 90);
   // SIGTERM with slow connections open returns promptly.
@@ -405,6 +415,47 @@ TEST(HostileServe, SlowClientsTieUpNothing) {
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 5.0);
   for (int fd : open_fds) close(fd);
   stop = true;
+}
+
+// 3. SIGTERM with a request in flight and keep-alive connections open: the request gets its answer (503
+// shutting_down after the grace), a request on an open connection gets a 503 or a clean close, never a hang,
+// and the process exits soon after the grace (the transport keeps running for the handlers' hand-backs even
+// when no connection is reading).
+TEST(HostileServe, ShutdownAnswersAndEndsPromptly) {
+  ServeProcess s({"--model", data_path(kLlada), "--batch-size", "1", "--threads", "2", "--shutdown-grace", "1",
+                  "--max-tokens-limit", "2048", "--max-steps-limit", "2048"});
+  std::vector<int> idle;
+  for (int i = 0; i < 4; ++i) {
+    idle.push_back(connect_to(s.port()));
+    send_some(idle.back(), "GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n");
+    char buf[512];
+    ASSERT_GT(recv(idle.back(), buf, sizeof buf, 0), 0);  // answered, connection kept open
+  }
+  std::string long_answer;
+  std::thread client([&] {
+    long_answer = raw(s.port(), post_request("/v1/completions",
+                                             R"({"prompt": "Hi", "max_tokens": 1024, "block_length": 1024})"),
+                      false);
+  });
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  while (metrics(s.port())["dllm_batch_sequences"] < 1 && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const auto t0 = Clock::now();
+  kill(s.pid(), SIGTERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (int fd : idle) {
+    send_some(fd, "GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n");
+    const std::string a = read_all(fd);
+    EXPECT_TRUE(a.empty() || status_of(a) == 503) << a;
+    close(fd);
+  }
+  const RunResult r = s.stop(SIGTERM, 30);
+  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  client.join();
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(status_of(long_answer), 503) << long_answer;
+  EXPECT_NE(long_answer.find("shutting_down"), std::string::npos);
+  EXPECT_LT(secs, 2.6) << "the grace is 1 s; the transport's final wait is 2 s";
 }
 
 // 7. A stream whose reader falls behind keeps a bounded queue; Done events are never dropped.

@@ -111,11 +111,14 @@ struct HttpServer::Impl {
   HttpHeaders common;
 
   asio::io_context io{1};
+  // Keeps io.run() going when no operation is pending (the acceptor closed, every connection with a worker):
+  // the workers' hand-backs still have to run. stop() ends it.
+  asio::executor_work_guard<asio::io_context::executor_type> work = asio::make_work_guard(io);
   tcp::acceptor acceptor{io};
   std::thread io_thread;
   std::unique_ptr<Workers> workers;
   std::unordered_set<std::shared_ptr<Conn>> conns;  // asio thread only
-  bool accepting = true;                             // asio thread only
+  std::atomic<bool> accepting{true};
   std::atomic<size_t> body_memory{0};
   std::atomic<int> busy{0};  // connections held by workers
   std::mutex busy_mu;
@@ -336,6 +339,7 @@ class SocketExchange : public HttpExchange {
   void respond(int status, const HttpHeaders& headers, const std::string& body) override {
     if (answered_) return;
     answered_ = true;
+    if (!srv_.accepting) keep_alive_ = false;  // shutting down: this connection ends with its answer
     status_ = status;
     std::string out = head(status, headers);
     out += "Content-Length: " + std::to_string(body.size()) + "\r\n";
@@ -348,6 +352,7 @@ class SocketExchange : public HttpExchange {
     if (answered_) return false;
     answered_ = true;
     status_ = status;
+    if (!srv_.accepting) keep_alive_ = false;
     chunked_ = req_.version >= 11;
     if (!chunked_) keep_alive_ = false;  // HTTP/1.0: the answer ends with the connection
     std::string out = head(status, headers);
@@ -460,10 +465,10 @@ void HttpServer::Impl::accept() {
       accept();
       return;
     }
-    if (!accepting) return;
-    if (static_cast<int>(conns.size()) >= limits.max_connections) {
-      // No room: a short 503 written without waiting, then closed.
-      const std::string body = error_body(503, "too many connections: try again later");
+    if (!accepting || static_cast<int>(conns.size()) >= limits.max_connections) {
+      // No room (or shutting down): a short 503 written without waiting, then closed.
+      const std::string body =
+          error_body(503, accepting ? "too many connections: try again later" : "the server is shutting down");
       const std::string out = status_line(503) + "Content-Type: application/json\r\nRetry-After: 1\r\nContent-Length: " +
                               std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
       [[maybe_unused]] const ssize_t n = send(s.native_handle(), out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -519,15 +524,12 @@ void HttpServer::start() {
 }
 
 void HttpServer::stop_accepting() {
+  impl_->accepting = false;  // now: answers from here on close their connections
   asio::post(impl_->io, [this] {
-    impl_->accepting = false;
     boost::system::error_code ig;
     impl_->acceptor.close(ig);
-    // Connections between requests (or still sending one) are closed; those a handler holds finish first.
-    std::vector<std::shared_ptr<Impl::Conn>> idle;
-    for (const auto& c : impl_->conns)
-      if (!c->in_worker) idle.push_back(c);
-    for (const auto& c : idle) c->close();
+    // Connections between requests stay until stop(): a request that arrives on one meanwhile is answered
+    // 503 (Connection: close), and those a handler holds close after their answer.
   });
 }
 

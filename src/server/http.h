@@ -89,7 +89,8 @@ class HttpServer {
   int bind(const std::string& host, int port);
   // Starts the asio thread and the workers.
   void start();
-  // No new connections; idle ones are closed.
+  // No new connections; a request on an open one is answered 503, every answer from now closes its
+  // connection.
   void stop_accepting();
   // Waits up to `wait` for the handlers to finish, then closes every connection and joins the threads.
   void stop(std::chrono::milliseconds wait);

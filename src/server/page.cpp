@@ -1,8 +1,10 @@
 // The page at GET / (server.h): plain HTML and JavaScript compiled into the binary, no CDN, no build
 // step. A person types a prompt and watches the canvas denoise: each step's canvas arrives as a stream
 // chunk (stream_options.include_canvas), masks are grey boxes that fade into the tokens committed at that
-// step, and the final answer is shown below as its text streams in. ?prompt=...&autorun=1 submits at once
-// (the headless browser test uses it).
+// step, and the final answer is shown below as its text streams in. A legend says what the boxes are; a
+// position the model committed to its mask token is drawn as that token (the server sends null only for
+// positions not committed yet). Long answers wrap at any width (a phone's 375 px). ?prompt=...&autorun=1
+// submits at once (the headless browser test uses it).
 #include "server/server.h"
 
 namespace dllm::server {
@@ -15,21 +17,30 @@ const char* page_html() {
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>dllm serve</title>
 <style>
-  body { font: 15px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 60em; padding: 0 1em; color: #222; }
+  * { box-sizing: border-box; }
+  body { font: 15px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 60em; padding: 0 1em; color: #222;
+         overflow-wrap: anywhere; }
   h1 { font-size: 1.3em; }
   textarea { width: 100%; height: 5em; font: inherit; box-sizing: border-box; }
   .row { display: flex; gap: 1em; flex-wrap: wrap; align-items: center; margin: .5em 0; }
   .row label { font-size: .9em; }
   .row input { width: 6em; }
   #canvas { border: 1px solid #ccc; border-radius: 6px; padding: .7em; min-height: 3em; line-height: 1.9;
-            font-family: ui-monospace, monospace; font-size: 14px; white-space: pre-wrap; word-break: break-word; }
+            font-family: ui-monospace, monospace; font-size: 14px; white-space: pre-wrap; overflow-wrap: anywhere; }
   #canvas span { transition: background-color 1.2s, color 1.2s; border-radius: 3px; }
   #canvas span.mask { display: inline-block; width: .9em; height: 1em; margin: 0 1px; vertical-align: middle;
                       background: #bbb; opacity: .55; }
   #canvas span.fresh { background: #ffe27a; }
   #canvas span.end { color: #aaa; }
-  #answer { border-left: 4px solid #4a8; padding: .5em .8em; background: #f4faf6; white-space: pre-wrap; min-height: 1.5em; }
+  #answer { border-left: 4px solid #4a8; padding: .5em .8em; background: #f4faf6; white-space: pre-wrap; min-height: 1.5em;
+            overflow-wrap: anywhere; }
   #status { color: #666; font-size: .9em; }
+  #legend { color: #555; font-size: .85em; margin: .3em 0 .6em; }
+  #legend span { margin-right: 1.2em; white-space: nowrap; }
+  #legend .mask, #legend .fresh { display: inline-block; width: .9em; height: 1em; vertical-align: middle;
+                                  border-radius: 3px; margin-right: .3em; }
+  #legend .mask { background: #bbb; opacity: .55; }
+  #legend .fresh { background: #ffe27a; }
 </style>
 </head>
 <body data-state="idle">
@@ -46,6 +57,7 @@ const char* page_html() {
   </div>
 </form>
 <h2>Canvas</h2>
+<div id="legend"><span><i class="mask"></i>a position not decided yet (masked)</span><span><i class="fresh"></i>decided at this step</span><span>&middot; an empty or end-of-text token</span></div>
 <div id="canvas"></div>
 <h2>Answer</h2>
 <div id="answer"></div>

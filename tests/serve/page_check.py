@@ -4,7 +4,8 @@ tests/test_serve.cpp; standard library only: the protocol goes over --remote-deb
 
 Loads /, types the prompt into the text box, presses Generate, waits until the page says it is done (at most
 --timeout s), saves a screenshot, and prints one JSON line with what the page shows: the state, the canvas's
-pieces and masks, the answer's text and how many canvas updates it drew.
+pieces and masks, the answer's text, how many canvas updates it drew, the legend's text, and whether the page
+still fits its window's width (--width, e.g. a phone's 375 px) with a long unbroken answer put in.
 """
 import argparse
 import base64
@@ -16,14 +17,14 @@ import time
 
 
 class Browser:
-    def __init__(self, binary, profile):
+    def __init__(self, binary, profile, width):
         r_chrome, w_ours = os.pipe()  # our commands -> Chromium's fd 3
         r_ours, w_chrome = os.pipe()  # Chromium's fd 4 -> our replies
         for fd in (r_chrome, w_chrome):
             os.set_inheritable(fd, True)
         self.proc = subprocess.Popen(
             [binary, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--remote-debugging-pipe",
-             "--user-data-dir=" + profile, "--window-size=1000,900", "about:blank"],
+             "--user-data-dir=" + profile, "--window-size=%d,900" % width, "about:blank"],
             close_fds=False, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL, preexec_fn=lambda: (os.dup2(r_chrome, 3), os.dup2(w_chrome, 4)))
         os.close(r_chrome)
@@ -70,9 +71,10 @@ def main():
     p.add_argument("--max-tokens", type=int, required=True)
     p.add_argument("--out", required=True)  # the test's output folder
     p.add_argument("--timeout", type=float, default=90)
+    p.add_argument("--width", type=int, default=1000)
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
-    b = Browser(a.chromium, os.path.join(a.out, "chromium-profile"))
+    b = Browser(a.chromium, os.path.join(a.out, "chromium-profile"), a.width)
     try:
         target = b.call("Target.createTarget", {"url": a.url + "/"})["targetId"]
         s = b.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
@@ -102,8 +104,11 @@ def main():
                 break
             time.sleep(0.05)
         time.sleep(1.5)  # the last committed tokens finish fading in
+        if a.width != 1000:
+            b.call("Emulation.setDeviceMetricsOverride",
+                   {"width": a.width, "height": 900, "deviceScaleFactor": 1, "mobile": True}, s)
         shot = b.call("Page.captureScreenshot", {"format": "png"}, s)["data"]
-        with open(os.path.join(a.out, "serve_page.png"), "wb") as f:
+        with open(os.path.join(a.out, "serve_page%s.png" % ("" if a.width == 1000 else "-%d" % a.width)), "wb") as f:
             f.write(base64.b64decode(shot))
         seen = js("""(() => ({
             state: document.body.dataset.state,
@@ -111,7 +116,17 @@ def main():
             answer: document.getElementById('answer').textContent,
             pieces: Array.from(document.querySelectorAll('#canvas span')).map(x => x.className === 'mask' ? null : x.textContent),
             draws: window.__draws,
+            legend: document.getElementById('legend').textContent,
         }))()""")
+        # A long answer without a break (a URL, a run of symbols): the page must still fit the window.
+        seen["fits"] = js("""(() => {
+            const a = document.getElementById('answer');
+            const kept = a.textContent;
+            a.textContent = kept + ' ' + 'x'.repeat(400) + ' ' + 'https://example.invalid/' + 'y'.repeat(300);
+            const fits = document.documentElement.scrollWidth <= window.innerWidth;
+            a.textContent = kept;
+            return fits;
+        })()""")
         print(json.dumps(seen))
     finally:
         b.close()
