@@ -252,10 +252,9 @@ TEST(RunBinary, JsonKeepsStdoutToItselfWhateverElseIsOn) {
 
 TEST(RunBinary, ArchitectureChecksAreUsageErrorsNamingBothFlags) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
-      {run_args(kLlada, {"--prompt", "x", "--max-tokens", "128", "--block-length", "24"}),
-       "ERROR: --block-length 24 must divide --max-tokens 128\n"},
-      {run_args(kLlada, {"--prompt", "x", "--steps", "10"}),
-       "ERROR: --steps 10 must be a multiple of the block count 4 (--max-tokens 128 / --block-length 32)\n"},
+      {run_args(kLlada, {"--prompt", "x", "--max-tokens", "100", "--steps", "3"}),
+       "ERROR: --steps 3 is fewer than the block count 4 (--max-tokens 100 / --block-length 32, rounded up): every "
+       "block needs at least one step\n"},
       {run_args(kLlada, {"--prompt", "x", "--remasking", "entropy"}),
        "ERROR: --remasking entropy is not available for LLaDA models (use low_confidence or random)\n"},
       {run_args(kDream, {"--prompt", "x", "--remasking", "random"}),

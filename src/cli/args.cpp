@@ -86,10 +86,14 @@ const Flag kVerbose{"verbose", "", "off", "timings and memory after the output",
 // The generation flags: run's settings, serve's defaults for every request.
 const std::vector<Flag> kGenerationFlags = {
     {"max-tokens", "N", "128", "tokens to generate (the masked canvas), at most 16777216", Kind::Count},
-    {"steps", "N", "--max-tokens", "denoising steps, at most --max-tokens; LLaDA: a multiple of the block count",
+    {"steps", "N", "--max-tokens",
+     "denoising steps, at most --max-tokens; LLaDA: at least the block count, shared out over the blocks in "
+     "proportion to their lengths",
      Kind::Count},
     {"block-length", "N", "32",
-     "LLaDA's semi-autoregressive block size; must divide --max-tokens. Dream ignores it", Kind::Count},
+     "LLaDA's semi-autoregressive block size; the last block is shorter when it does not divide --max-tokens. "
+     "Dream ignores it",
+     Kind::Count},
     {"temperature", "T", "0", "0 is greedy; above 0 adds Gumbel noise as LLaDA does", Kind::Float0},
     {"remasking", "S", "low_confidence",
      "LLaDA: low_confidence or random. Dream: entropy (the default), maskgit_plus, topk_margin", Kind::Choice,
