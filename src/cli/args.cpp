@@ -28,6 +28,7 @@
 #include "cli/run_config.h"
 #include "engine/request.h"
 #include "hub/hub.h"
+#include "model/sampler.h"
 #include "common/error.h"
 
 namespace dllm::cli {
@@ -136,7 +137,11 @@ const std::vector<Command>& commands() {
         {"visual", "", "off", "redraw the canvas after every step", Kind::Bool},
         kVerbose,
         {"dump-step-stats", "", "off", "one line per denoising step", Kind::Bool},
-        {"json", "", "off", "one JSON object with timings, tokens and text", Kind::Bool}}),
+        {"json", "", "off", "one JSON object with timings, tokens and text", Kind::Bool},
+        {"top-logprobs", "N", "off",
+         "with --json: a \"logprobs\" array, each answer token's log-probability and its N most probable "
+         "alternatives (0 to 20)",
+         Kind::UInt}}),
        {}},
       {"serve",
        "serve --model PATH [--host H] [--port P] [--api-key K] [--batch-size N] [--max-queue Q] [options]",
@@ -364,6 +369,13 @@ void apply_flag(Settings& s, const Flag& f, const std::string& v) {
       if (x < 0) throw usage_error("flag --" + name + " must be at least 0, got " + std::to_string(x));
       if (name == "seed") s.seed = static_cast<uint64_t>(x);
       else if (name == "max-queue") s.max_queue = x;
+      else if (name == "top-logprobs") {
+        if (x > model::kMaxTopLogprobs) {
+          throw usage_error("flag --top-logprobs must be at most " + std::to_string(model::kMaxTopLogprobs) +
+                            ", got " + std::to_string(x));
+        }
+        s.top_logprobs = x;
+      }
       else if (name == "shutdown-grace") s.shutdown_grace_s = x;
       else if (name == "port") {
         if (x > 65535) throw usage_error("flag --port must be at most 65535, got " + std::to_string(x));
@@ -584,6 +596,8 @@ Settings parse_command_line(const std::vector<std::string>& args, std::string* h
     if (prompts == 0) throw usage_error("missing required flag --prompt for '" + s.command + "'", help_text(*cmd));
     if (s.has_prompt_file && s.prompt_file.empty()) throw usage_error("flag --prompt-file needs a value");
   }
+  if (s.command == "run" && seen.count("top-logprobs") && !s.json)
+    throw usage_error("flag --top-logprobs needs --json");
   if (s.command == "run" || s.command == "serve") {
     try {
       engine::check_sampling(sampling_of(s));  // the settings' rules that need no model
