@@ -2,8 +2,8 @@
 // bit-identical whether it runs alone or in a batch with any others, whenever it joins, on every executor
 // (the reference executor and every JIT family this CPU has; the GPU's through the emulator in
 // test_gpu_emulated). Cases: both architectures, every remasking mode, temperature > 0 with seeds, LLaDA's
-// threshold and dual cache, the early stop, sequences of different lengths joining at different steps,
-// cancellation, and the limits on sequences and rows.
+// threshold and dual cache, blocks that do not divide, log-probabilities, the early stop, sequences of
+// different lengths joining at different steps, cancellation, and the limits on sequences and rows.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -91,11 +91,15 @@ std::vector<Request> requests_for(const model::Model& m) {
   if (blocks(m)) {
     add(0, [](GenerateConfig& c) { c.max_tokens = 32, c.steps = 16, c.block_length = 8; });
     add(1, [](GenerateConfig& c) { c.max_tokens = 16, c.steps = 16, c.block_length = 16, c.early_stop = false; });
+    // Blocks that do not divide, with log-probabilities: 10, 10 and 4 positions with 5, 5 and 2 steps; 12, 12
+    // and 8 with 3, 3 and 2.
     add(2, [](GenerateConfig& c) {
-      c.max_tokens = 24, c.steps = 12, c.block_length = 8, c.remasking = Remasking::Random, c.temperature = 0.7;
-      c.seed = 11;
+      c.max_tokens = 24, c.steps = 12, c.block_length = 10, c.remasking = Remasking::Random, c.temperature = 0.7;
+      c.seed = 11, c.top_logprobs = 0;
     });
-    add(3, [](GenerateConfig& c) { c.max_tokens = 32, c.steps = 8, c.block_length = 16, c.threshold = 0.3; });
+    add(3, [](GenerateConfig& c) {
+      c.max_tokens = 32, c.steps = 8, c.block_length = 12, c.threshold = 0.3, c.top_logprobs = 3;
+    });
     add(0, [](GenerateConfig& c) { c.max_tokens = 32, c.steps = 16, c.block_length = 8, c.dual_cache = true; });
     add(1, [](GenerateConfig& c) {
       c.max_tokens = 16, c.steps = 8, c.block_length = 8, c.dual_cache = true, c.temperature = 0.5, c.seed = 5;
@@ -111,6 +115,7 @@ std::vector<Request> requests_for(const model::Model& m) {
     });
     add(3, [](GenerateConfig& c) {
       c.max_tokens = 20, c.steps = 7, c.remasking = Remasking::Entropy, c.temperature = 1.0, c.seed = 3;
+      c.top_logprobs = 4;
     });
     add(0, [](GenerateConfig& c) { c.max_tokens = 12, c.steps = 12, c.remasking = Remasking::MaskgitPlus; });
   }
@@ -123,6 +128,18 @@ void expect_same(const model::GenerateResult& alone, const model::GenerateResult
   EXPECT_EQ(batched.forward_passes, alone.forward_passes) << what;
   EXPECT_EQ(batched.stopped_early, alone.stopped_early) << what;
   EXPECT_EQ(batched.committed, alone.committed) << what;
+  ASSERT_EQ(batched.logprobs.size(), alone.logprobs.size()) << what;
+  for (size_t i = 0; i < alone.logprobs.size(); ++i) {
+    const model::PositionLogprobs &a = alone.logprobs[i], &b = batched.logprobs[i];
+    EXPECT_EQ(b.step, a.step) << what << " position " << i;
+    EXPECT_EQ(b.chosen.token, a.chosen.token) << what << " position " << i;
+    EXPECT_EQ(b.chosen.logprob, a.chosen.logprob) << what << " position " << i;
+    ASSERT_EQ(b.top.size(), a.top.size()) << what << " position " << i;
+    for (size_t k = 0; k < a.top.size(); ++k) {
+      EXPECT_EQ(b.top[k].token, a.top[k].token) << what << " position " << i;
+      EXPECT_EQ(b.top[k].logprob, a.top[k].logprob) << what << " position " << i;
+    }
+  }
   EXPECT_FALSE(batched.cancelled) << what;
 }
 
@@ -270,14 +287,15 @@ TEST(Batch, BadRequestsAreRefusedWhenAdded) {
   model::Batch batch(m);
   GenerateConfig c;
   c.mask_id = m.mask_token_id();
-  c.max_tokens = 16, c.block_length = 5;
+  c.max_tokens = 16, c.block_length = 5, c.steps = 3;  // 4 blocks
   try {
     batch.add(c, std::vector<int32_t>{1, 2});
-    ADD_FAILURE() << "a block length that does not divide max_tokens was accepted";
+    ADD_FAILURE() << "fewer steps than blocks were accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), Error::kUsage) << e.what();
   }
   c.block_length = 8;
+  c.steps = 0;
   EXPECT_THROW(batch.add(c, std::vector<int32_t>{1, static_cast<int32_t>(m.n_vocab())}), Error);
   EXPECT_EQ(batch.waiting(), 0);
   EXPECT_FALSE(batch.step());

@@ -175,9 +175,9 @@ void expect_request_error(const engine::Engine& e, const engine::Request& r, con
 
 TEST(Engine, RequestChecksNameTheFieldAtFault) {
   const engine::Engine llada(kLlada), dream(kDream);
-  expect_request_error(llada, text_request("x", 24, 24, 16), "block_length", "block_length 16 must divide max_tokens 24");
-  expect_request_error(llada, text_request("x", 16, 3, 8), "steps",
-                       "steps 3 must be a multiple of the block count 2 (max_tokens 16 / block_length 8)");
+  expect_request_error(llada, text_request("x", 24, 2, 8), "steps",
+                       "steps 2 is fewer than the block count 3 (max_tokens 24 / block_length 8, rounded up): "
+                       "every block needs at least one step");
   expect_request_error(llada, text_request("x", 16, 32, 8), "steps",
                        "setting steps must be at most max_tokens 16, got 32 (every step commits at least one token)");
   expect_request_error(llada, text_request("x", 4096, 0, 32), "max_tokens",
@@ -204,11 +204,15 @@ TEST(Engine, RequestChecksNameTheFieldAtFault) {
   expect_request_error(llada, r, "dual_cache", "settings dual_cache and full_logits cannot be combined");
   // The CLI's names for the same error.
   try {
-    llada.prepare(text_request("x", 24, 24, 16));
+    llada.prepare(text_request("x", 24, 2, 8));
+    ADD_FAILURE() << "no error";
   } catch (const engine::RequestError& err) {
-    EXPECT_EQ(std::string(err.as_flags().what()), "--block-length 16 must divide --max-tokens 24");
+    EXPECT_EQ(std::string(err.as_flags().what()),
+              "--steps 2 is fewer than the block count 3 (--max-tokens 24 / --block-length 8, rounded up): every "
+              "block needs at least one step");
     EXPECT_EQ(err.message([](std::string_view n) { return "<" + std::string(n) + ">"; }),
-              "<block_length> 16 must divide <max_tokens> 24");
+              "<steps> 2 is fewer than the block count 3 (<max_tokens> 24 / <block_length> 8, rounded up): every "
+              "block needs at least one step");
   }
 }
 

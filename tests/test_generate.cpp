@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <functional>
+#include <map>
 
 #include "common/error.h"
 #include "model/generate.h"
@@ -203,6 +205,103 @@ TEST(Llada, StepsBeyondTheBlockLengthCommitNothingAndAreNotRun) {
   EXPECT_EQ(masked_positions(r.canvas, 0, 8).size(), 0u);
 }
 
+// Runs c on the `varied` fake (no stop token is ever proposed) and checks the block rules on every event:
+// each step belongs to one block, runs inside the block's steps with the block's schedule, commits only
+// inside the block, and starts only when every earlier block is complete; each block commits exactly its
+// length; the canvas ends without a mask. Returns the per-block step counts seen.
+std::vector<int64_t> check_blocks(const GenerateConfig& c, const std::vector<int32_t>& prompt = kPrompt) {
+  SCOPED_TRACE(testing::Message() << "L " << c.max_tokens << " B " << c.block_length << " N " << c.steps
+                                  << (c.dual_cache ? " dual cache" : "") << (c.threshold > 0 ? " threshold" : ""));
+  const int64_t P = static_cast<int64_t>(prompt.size());
+  const int64_t nb = llada_block_count(c.max_tokens, c.block_length);
+  std::vector<int64_t> committed(static_cast<size_t>(nb)), steps(static_cast<size_t>(nb));
+  int64_t last_block = 0;
+  GenerateHooks hooks;
+  hooks.on_step = [&](const StepEvent& ev) {
+    ASSERT_GE(ev.block, last_block);  // blocks in order
+    last_block = ev.block;
+    const LladaBlock k = llada_block(c.max_tokens, c.block_length, c.effective_steps(), ev.block);
+    ASSERT_GE(ev.step, k.first_step);
+    ASSERT_LT(ev.step, k.first_step + k.steps);
+    if (c.threshold <= 0) {
+      EXPECT_EQ(ev.scheduled, llada_step_count(k.end - k.begin, k.steps, ev.step - k.first_step));
+      EXPECT_EQ(static_cast<int64_t>(ev.committed.size()), ev.scheduled);
+    }
+    for (int64_t j : ev.committed) {
+      EXPECT_GE(j, P + k.begin);
+      EXPECT_LT(j, P + k.end);
+    }
+    const std::vector<int32_t> canvas(ev.canvas.begin(), ev.canvas.end());
+    EXPECT_TRUE(masked_positions(canvas, P, P + k.begin).empty()) << "block " << ev.block << " before its elders";
+    committed[static_cast<size_t>(ev.block)] += static_cast<int64_t>(ev.committed.size());
+    ++steps[static_cast<size_t>(ev.block)];
+  };
+  // `varied` with the mask and the stop tokens out of reach, so that sampling commits a token everywhere.
+  FakeSource src(kV, [](std::span<const int32_t> canvas, int64_t row, float* out) {
+    varied(canvas, row, out);
+    out[kMask] = out[kEos] = out[kEot] = -100.0f;
+  });
+  const GenerateResult r = generate(src, c, prompt, hooks);
+  EXPECT_TRUE(masked_positions(r.canvas, 0, static_cast<int64_t>(r.canvas.size())).empty());
+  EXPECT_EQ(r.committed, c.max_tokens);
+  for (int64_t b = 0; b < nb; ++b) {
+    const LladaBlock k = llada_block(c.max_tokens, c.block_length, c.effective_steps(), b);
+    EXPECT_EQ(committed[static_cast<size_t>(b)], k.end - k.begin) << "block " << b;
+  }
+  return steps;
+}
+
+TEST(Llada, AnyMaxTokensAndStepsMakeBlocksWithAShorterLastOne) {
+  EXPECT_EQ(check_blocks(llada(1, 32, 1)), (std::vector<int64_t>{1}));
+  EXPECT_EQ(check_blocks(llada(16, 32, 16)), (std::vector<int64_t>{16}));
+  EXPECT_EQ(check_blocks(llada(16, 32, 5)), (std::vector<int64_t>{5}));
+  EXPECT_EQ(check_blocks(llada(100, 32, 100)), (std::vector<int64_t>{32, 32, 32, 4}));
+  EXPECT_EQ(check_blocks(llada(100, 32, 10)), (std::vector<int64_t>{3, 3, 3, 1}));
+  EXPECT_EQ(check_blocks(llada(128, 32, 10)), (std::vector<int64_t>{2, 3, 2, 3}));
+  EXPECT_EQ(check_blocks(llada(12, 8, 6)), (std::vector<int64_t>{4, 2}));
+  EXPECT_EQ(check_blocks(llada(12, 8, 2)), (std::vector<int64_t>{1, 1}));
+  // More steps than tokens: the extra steps of a block commit nothing and are skipped (as for one block).
+  // 9 and 3 steps: a block's steps after it is complete are not reported.
+  EXPECT_EQ(check_blocks(llada(5, 4, 12)), (std::vector<int64_t>{4, 1}));
+  // The same with the threshold, the dual cache, both, and sampling.
+  for (GenerateConfig c : {llada(100, 32, 10), llada(12, 8, 5), llada(3, 32, 2)}) {
+    c.threshold = 0.5;
+    check_blocks(c);
+    c.dual_cache = true;
+    check_blocks(c);
+    c.threshold = 0;
+    check_blocks(c);
+    c.temperature = 0.7;
+    check_blocks(c);
+  }
+}
+
+TEST(Llada, DividingSettingsKeepTheStepIndexOfTheAuthorsLayout) {
+  // 3 blocks of 4, 9 steps: block b runs global steps 3b .. 3b + 2 (the Gumbel stream's key).
+  std::vector<int64_t> seen;
+  GenerateHooks hooks;
+  hooks.on_step = [&](const StepEvent& ev) { seen.push_back(ev.step - 3 * ev.block); };
+  FakeSource src(kV, varied);
+  generate(src, llada(12, 4, 9), kPrompt, hooks);
+  EXPECT_EQ(seen, (std::vector<int64_t>{0, 1, 2, 0, 1, 2, 0, 1, 2}));
+}
+
+TEST(DualCache, AShortLastBlockRecomputesOnlyItsRows) {
+  FakeSource src(kV, varied);
+  GenerateConfig c = llada(10, 4, 5);  // blocks of 4, 4, 2 with 2, 2, 1 steps
+  c.dual_cache = true;
+  const GenerateResult r = generate(src, c, kPrompt);
+  ASSERT_EQ(src.calls.size(), 5u);
+  const std::vector<FakeSource::Kind> kinds = {FakeSource::Refresh, FakeSource::Cached, FakeSource::Refresh,
+                                               FakeSource::Cached, FakeSource::Refresh};
+  for (size_t i = 0; i < kinds.size(); ++i) EXPECT_EQ(src.calls[i].kind, kinds[i]) << "call " << i;
+  EXPECT_EQ(src.calls[3].begin, 8);
+  EXPECT_EQ(src.calls[3].end, 12);
+  EXPECT_EQ(src.calls[4].rows, (std::vector<int64_t>{12, 13}));
+  FakeSource plain(kV, varied);
+  EXPECT_EQ(generate(plain, llada(10, 4, 5), kPrompt).canvas, r.canvas);
+}
+
 TEST(Dream, CountsFollowTheTimestepScheduleAndZeroStepsAreSkipped) {
   FakeSource src(kV, varied);
   const auto k = dream_schedule(8, 8);  // 0, 1 x 6, 2
@@ -351,6 +450,112 @@ TEST(Temperature, ReproducibleWithTheSeedAndIndependentOfThreads) {
   }
 }
 
+// --- log-probabilities ---
+
+// ln softmax(row / T)[token] (T = 0: 1) in long double, straight from the definition.
+double log_softmax(const float* row, int64_t V, int32_t token, double T) {
+  const long double t = T > 0 ? T : 1.0L;
+  long double mx = -INFINITY;
+  for (int64_t v = 0; v < V; ++v) mx = std::max(mx, row[v] / t);
+  long double sum = 0;
+  for (int64_t v = 0; v < V; ++v) sum += std::exp(row[v] / t - mx);
+  return static_cast<double>(row[token] / t - mx - std::log(sum));
+}
+
+TEST(Logprobs, EveryGeneratedPositionFromTheRowAndStepThatCommittedIt) {
+  for (GenerateConfig c : {llada(12, 8, 6), llada(8, 4, 8), dream(8, 5)}) {
+    for (double T : {0.0, 0.8}) {
+      for (int k : {0, 3, 20}) {
+        SCOPED_TRACE(testing::Message() << (c.arch == Arch::Dream ? "dream" : "llada") << " T " << T << " k " << k);
+        c.temperature = T;
+        c.top_logprobs = k;
+        std::map<int64_t, int64_t> step_of;  // position -> the step that committed it
+        GenerateHooks hooks;
+        hooks.on_step = [&](const StepEvent& ev) {
+          for (int64_t j : ev.committed) step_of[j] = ev.step;
+        };
+        FakeSource src(kV, varied);
+        const GenerateResult r = generate(src, c, kPrompt, hooks);
+        ASSERT_EQ(r.logprobs.size(), static_cast<size_t>(c.max_tokens));
+        for (int64_t i = 0; i < c.max_tokens; ++i) {
+          const int64_t j = 4 + i;
+          const PositionLogprobs& p = r.logprobs[static_cast<size_t>(i)];
+          EXPECT_EQ(p.chosen.token, r.canvas[static_cast<size_t>(j)]);
+          EXPECT_EQ(p.step, step_of.at(j));
+          // The fake's rows do not depend on the canvas: the row that proposed position j.
+          std::vector<float> row(kV);
+          varied({}, c.arch == Arch::Dream ? j - 1 : j, row.data());
+          EXPECT_NEAR(p.chosen.logprob, log_softmax(row.data(), kV, p.chosen.token, T), 1e-12);
+          ASSERT_EQ(p.top.size(), static_cast<size_t>(k));
+          for (size_t a = 0; a < p.top.size(); ++a) {
+            EXPECT_NEAR(p.top[a].logprob, log_softmax(row.data(), kV, p.top[a].token, T), 1e-12);
+            EXPECT_LE(p.top[a].logprob, 0.0);
+            if (a > 0) {  // most probable first, lowest id first among equals
+              EXPECT_TRUE(p.top[a - 1].logprob > p.top[a].logprob ||
+                          (p.top[a - 1].logprob == p.top[a].logprob && p.top[a - 1].token < p.top[a].token));
+            }
+          }
+          if (T == 0 && k > 0) {  // greedy: the committed token is the most probable one
+            EXPECT_EQ(p.chosen.token, p.top[0].token);
+            EXPECT_EQ(p.chosen.logprob, p.top[0].logprob);
+          }
+          EXPECT_LE(p.chosen.logprob, 0.0);
+        }
+      }
+    }
+  }
+}
+
+TEST(Logprobs, NeverChangeTheGenerationAndAreEmptyWhenOff) {
+  auto threshold = llada(12, 8, 6);
+  threshold.threshold = 0.3;
+  auto cached = llada(10, 4, 5);
+  cached.dual_cache = true;
+  for (GenerateConfig c : {llada(12, 8, 6), threshold, cached, dream(8, 5, Remasking::MaskgitPlus)}) {
+    for (double T : {0.0, 1.0}) {
+      c.temperature = T;
+      c.top_logprobs = -1;
+      FakeSource a(kV, varied), b(kV, varied);
+      ThreadPool pool(3);
+      GenerateHooks threaded;
+      threaded.pool = &pool;
+      const GenerateResult off = generate(a, c, kPrompt);
+      c.top_logprobs = 5;
+      const GenerateResult on = generate(b, c, kPrompt, threaded);
+      EXPECT_TRUE(off.logprobs.empty());
+      EXPECT_EQ(on.logprobs.size(), static_cast<size_t>(c.max_tokens));
+      EXPECT_EQ(on.canvas, off.canvas);
+      EXPECT_EQ(on.steps_run, off.steps_run);
+      EXPECT_EQ(a.calls.size(), b.calls.size());
+    }
+  }
+}
+
+TEST(Logprobs, PositionsLeftMaskedHaveNoStep) {
+  FakeSource src(kV, varied);
+  std::atomic<bool> cancel{false};
+  GenerateHooks hooks;
+  hooks.cancel = &cancel;
+  hooks.on_step = [&](const StepEvent&) { cancel = true; };
+  GenerateConfig c = llada(8, 8, 8);
+  c.top_logprobs = 2;
+  const GenerateResult r = generate(src, c, kPrompt, hooks);
+  ASSERT_EQ(r.logprobs.size(), 8u);
+  int64_t committed = 0;
+  for (size_t i = 0; i < 8; ++i) {
+    const PositionLogprobs& p = r.logprobs[i];
+    if (r.canvas[4 + i] == kMask) {
+      EXPECT_EQ(p.step, -1);
+      EXPECT_EQ(p.chosen.token, kMask);
+      EXPECT_TRUE(p.top.empty());
+    } else {
+      EXPECT_EQ(p.step, 0);
+      ++committed;
+    }
+  }
+  EXPECT_EQ(committed, 1);
+}
+
 void expect_usage_error(const GenerateConfig& c, int64_t prompt_length, const std::string& text) {
   try {
     validate(c, prompt_length);
@@ -362,10 +567,20 @@ void expect_usage_error(const GenerateConfig& c, int64_t prompt_length, const st
 }
 
 TEST(Validate, ArchitectureChecksAreUsageErrorsNamingBothValues) {
-  expect_usage_error(llada(128, 24, 128), 4, "--block-length 24 must divide --max-tokens 128");
-  expect_usage_error(llada(128, 32, 10), 4,
-                     "--steps 10 must be a multiple of the block count 4 (--max-tokens 128 / --block-length 32)");
+  expect_usage_error(llada(100, 32, 3), 4,
+                     "--steps 3 is fewer than the block count 4 (--max-tokens 100 / --block-length 32, rounded up): "
+                     "every block needs at least one step");
+  expect_usage_error(llada(8, 0, 8), 4, "flag --block-length must be at least 1, got 0");
+  EXPECT_NO_THROW(validate(llada(128, 24, 128), 4));  // a shorter last block
+  EXPECT_NO_THROW(validate(llada(128, 32, 10), 4));   // steps not a multiple of the block count
+  EXPECT_NO_THROW(validate(llada(16, 32, 16), 4));    // one block of max_tokens
+  EXPECT_NO_THROW(validate(llada(1, 32, 1), 4));
   GenerateConfig c = llada(8, 8, 8);
+  c.top_logprobs = 21;
+  expect_usage_error(c, 4, "flag --top-logprobs must be between 0 and 20 (-1: off), got 21");
+  c.top_logprobs = -2;
+  expect_usage_error(c, 4, "flag --top-logprobs must be between 0 and 20 (-1: off), got -2");
+  c = llada(8, 8, 8);
   c.remasking = Remasking::Entropy;
   expect_usage_error(c, 4, "--remasking entropy is not available for LLaDA models (use low_confidence or random)");
   c = dream(8, 8, Remasking::Random);

@@ -88,6 +88,13 @@ std::vector<Case> cases() {
       {"llada_dual_cache_threshold", L, with(llada(16, 8, 8), [](GenerateConfig& c) { c.dual_cache = true, c.threshold = 0.5; })},
       {"llada_dual_cache_T08", L, with(llada(16, 8, 8), [](GenerateConfig& c) { c.dual_cache = true, c.temperature = 0.8; })},
       {"llada_full_logits", L, with(llada(16, 8, 8), [](GenerateConfig& c) { c.full_logits = true; })},
+      // Settings that do not divide: blocks of 8, 8 and 4 with 2, 3 and 2 steps; one block shorter than
+      // block_length; one token.
+      {"llada_short_last_block", L, llada(20, 8, 7)},
+      {"llada_short_last_block_dual_cache_threshold", L,
+       with(llada(20, 8, 7), [](GenerateConfig& c) { c.dual_cache = true, c.threshold = 0.5; })},
+      {"llada_one_short_block", L, llada(12, 32, 12)},
+      {"llada_one_token", L, llada(1, 32, 1), false},
       {"dream_entropy", D, dream(16, 8, Remasking::Entropy)},
       {"dream_maskgit_plus", D, dream(16, 8, Remasking::MaskgitPlus)},
       {"dream_topk_margin", D, dream(16, 8, Remasking::TopkMargin)},
@@ -185,7 +192,8 @@ Checked run_checked(const Case& k, bool early_stop, uint64_t seed, int stop_ever
     const int64_t n_committed = static_cast<int64_t>(ev.committed.size());
     EXPECT_EQ(changed, n_committed - mask_commits);
     if (c.arch == Arch::LLaDA) {
-      const int64_t s = P + ev.block * c.block_length, e = s + c.block_length;
+      const LladaBlock blk = llada_block(c.max_tokens, c.block_length, c.effective_steps(), ev.block);
+      const int64_t s = P + blk.begin, e = P + blk.end;
       int64_t block_masked_before = 0;
       for (int64_t j = s; j < e; ++j) block_masked_before += prev[static_cast<size_t>(j)] == mask;
       for (int64_t j : ev.committed) ASSERT_TRUE(j >= s && j < e) << "outside block " << ev.block;
@@ -194,9 +202,7 @@ Checked run_checked(const Case& k, bool early_stop, uint64_t seed, int stop_ever
       } else {
         EXPECT_EQ(n_committed, ev.scheduled);
       }
-      EXPECT_EQ(ev.scheduled,
-                llada_block_schedule(c.block_length, c.effective_steps() / (c.max_tokens / c.block_length))
-                    [static_cast<size_t>(ev.step % (c.effective_steps() / (c.max_tokens / c.block_length)))]);
+      EXPECT_EQ(ev.scheduled, llada_step_count(blk.end - blk.begin, blk.steps, ev.step - blk.first_step));
     } else {
       EXPECT_EQ(ev.scheduled, dsched.count(ev.step, masked));
       EXPECT_EQ(n_committed, ev.skipped ? 0 : ev.scheduled);

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -65,6 +66,67 @@ INSTANTIATE_TEST_SUITE_P(Generations, Reference, ::testing::ValuesIn(test::gener
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return test::test_label(info.param);
                          });
+
+// Log-probabilities on the tiny models: the generation is the reference's with them on, and each committed
+// token's value is ln softmax of its row in an independent full-logits pass over the canvas as it was
+// before the step that committed it (LLaDA: row j; Dream: row j - 1), the top alternatives lead with it.
+void expect_logprobs_of_full_logits(Model& m, const GenerateConfig& cfg, const std::vector<int32_t>& prompt,
+                                    const std::vector<int32_t>* expected) {
+  std::map<int64_t, std::vector<int32_t>> before;  // step -> the canvas it started from
+  std::vector<int32_t> canvas(prompt);
+  canvas.resize(prompt.size() + static_cast<size_t>(cfg.max_tokens), cfg.mask_id);
+  GenerateHooks hooks;
+  hooks.pool = &m.pool();
+  hooks.on_step = [&](const StepEvent& ev) {
+    before[ev.step] = canvas;
+    canvas.assign(ev.canvas.begin(), ev.canvas.end());
+  };
+  GenerateConfig c = cfg;
+  c.top_logprobs = 5;
+  auto src = make_model_logit_source(m);
+  const GenerateResult res = generate(*src, c, prompt, hooks);
+  if (expected) EXPECT_EQ(std::vector<int32_t>(res.generated().begin(), res.generated().end()), *expected);
+  ASSERT_EQ(res.logprobs.size(), static_cast<size_t>(cfg.max_tokens));
+  const int64_t P = static_cast<int64_t>(prompt.size());
+  const bool shifted = arch_spec(cfg.arch).sampler != SamplerKind::Blocks;
+  std::vector<float> row(static_cast<size_t>(m.n_vocab()));
+  for (int64_t i = 0; i < cfg.max_tokens; ++i) {
+    const PositionLogprobs& p = res.logprobs[static_cast<size_t>(i)];
+    ASSERT_GE(p.step, 0) << "position " << i;
+    EXPECT_EQ(p.chosen.token, res.canvas[static_cast<size_t>(P + i)]);
+    ASSERT_EQ(p.top.size(), 5u);
+    EXPECT_EQ(p.top[0].token, p.chosen.token);  // greedy: the most probable token
+    EXPECT_EQ(p.top[0].logprob, p.chosen.logprob);
+    for (const TokenLogprob& t : p.top) EXPECT_LE(t.logprob, 0.0);
+    const int64_t r = shifted ? P + i - 1 : P + i;
+    m.forward(before.at(p.step), std::span<const int64_t>(&r, 1), row.data());
+    long double mx = -INFINITY, sum = 0;
+    for (float l : row) mx = std::max<long double>(mx, l);
+    for (float l : row) sum += std::exp(l - mx);
+    const long double want = row[static_cast<size_t>(p.chosen.token)] - mx - std::log(sum);
+    EXPECT_NEAR(p.chosen.logprob, static_cast<double>(want), 1e-9) << "position " << i;
+  }
+}
+
+TEST(ReferenceLogprobs, GreedyValuesAreTheLogSoftmaxOfTheFullLogits) {
+  bool llada = false, dream = false;
+  for (const std::string& file : test::generation_case_files()) {
+    const test::GenerationCase c = test::load_generation_case(file);
+    bool& seen = c.config.arch == Arch::Dream ? dream : llada;
+    if (seen) continue;
+    seen = true;
+    SCOPED_TRACE(file);
+    Model& m = tiny_model(c.model_file);
+    expect_logprobs_of_full_logits(m, c.config, c.prompt, &c.expected);
+    if (c.config.arch == Arch::Dream) continue;
+    GenerateConfig odd = c.config;  // blocks of 8, 8 and 4 with 2, 3 and 2 steps
+    odd.max_tokens = 20;
+    odd.block_length = 8;
+    odd.steps = 7;
+    expect_logprobs_of_full_logits(m, odd, c.prompt, nullptr);
+  }
+  EXPECT_TRUE(llada && dream);
+}
 
 TEST(ReferenceSet, HasEveryAuthorsAlgorithmRun) {
   // 43 of the 78 shared runs follow the authors' algorithms (README section 3.5); all are copied.

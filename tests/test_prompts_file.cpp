@@ -275,9 +275,9 @@ TEST(PromptsFile, RequestsTheModelRefusesNameTheLineAndTheKey) {
   expect_line_error(kLlada, "{\"prompt_tokens\": [1, 2, 5000]}", 3,
                     "\"prompt_tokens\": id 5000 at position 2 is out of range: the model's vocabulary has 1024 "
                     "tokens (ids 0..1023)");
-  expect_line_error(kLlada, "{\"prompt\": \"x\", \"max_tokens\": 20}", 3, "\"block_length\" 8 must divide \"max_tokens\" 20");
-  expect_line_error(kLlada, "{\"prompt\": \"x\", \"max_tokens\": 16, \"steps\": 3}", 4,
-                    "\"steps\" 3 must be a multiple of the block count 2 (\"max_tokens\" 16 / \"block_length\" 8)");
+  expect_line_error(kLlada, "{\"prompt\": \"x\", \"max_tokens\": 20, \"steps\": 2}", 3,
+                    "\"steps\" 2 is fewer than the block count 3 (\"max_tokens\" 20 / \"block_length\" 8, rounded "
+                    "up): every block needs at least one step");
   expect_line_error(kLlada, "{\"prompt\": \"x\", \"remasking\": \"entropy\"}", 1,
                     "\"remasking\" entropy is not available for LLaDA models (use low_confidence or random)");
   expect_line_error(kLlada, "{\"prompt\": \"x\", \"max_tokens\": 4096}", 3,

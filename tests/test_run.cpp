@@ -164,6 +164,8 @@ TEST(RunBinary, JsonMatchesTheLladaReferenceGeneration) {
   EXPECT_EQ(s["chat_template"], true);
   EXPECT_EQ(s["device"], "cpu");
   EXPECT_GE(s["threads"].get<int>(), 1);
+  EXPECT_EQ(s["top_logprobs"], nullptr);
+  EXPECT_EQ(j["logprobs"], nullptr);
   EXPECT_EQ(j["model"]["architecture"], "llada");
   EXPECT_EQ(j["device"]["executor"], "reference");
   // Plain mode prints the same answer's bytes (here invalid UTF-8 from a random model), then a newline.
@@ -186,6 +188,45 @@ TEST(RunBinary, JsonMatchesTheDreamReferenceGeneration) {
   EXPECT_EQ(j["settings"]["block_length"], nullptr);  // Dream ignores it
   EXPECT_EQ(j["settings"]["block_length_ignored"], 32);
   EXPECT_EQ(j["model"]["architecture"], "dream");
+}
+
+TEST(RunBinary, TopLogprobsLeaveTheGenerationAsItIs) {
+  const json ref = reference("llada_b8_L32_N16_writeahaikuabout__tiny-llada-F32__greedy.json");
+  auto r = run_dllm(run_args(kLlada, {"--prompt", ref["prompt"], "--max-tokens", "32", "--block-length", "8",
+                                      "--steps", "16", "--no-early-stop", "--json", "--top-logprobs", "3"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(j["output_ids"], ref["generated_ids"]);
+  EXPECT_EQ(j["settings"]["top_logprobs"], 3);
+  const json& lp = j["logprobs"];
+  ASSERT_EQ(lp.size(), j["answer_length"].get<size_t>());
+  for (size_t i = 0; i < lp.size(); ++i) {
+    EXPECT_EQ(lp[i]["id"], j["output_ids"][i]);
+    ASSERT_EQ(lp[i]["top_logprobs"].size(), 3u);
+    EXPECT_EQ(lp[i]["top_logprobs"][0]["id"], lp[i]["id"]);  // greedy: the most probable token
+    EXPECT_EQ(lp[i]["top_logprobs"][0]["logprob"], lp[i]["logprob"]);
+    EXPECT_LE(lp[i]["logprob"].get<double>(), 0.0);
+    EXPECT_GE(lp[i]["top_logprobs"][0]["logprob"].get<double>(), lp[i]["top_logprobs"][2]["logprob"].get<double>());
+  }
+  for (const auto& [args, err] :
+       {std::pair{std::vector<std::string>{"--prompt", "x", "--top-logprobs", "2"}, "flag --top-logprobs needs --json"},
+        std::pair{std::vector<std::string>{"--prompt", "x", "--json", "--top-logprobs", "21"},
+                  "flag --top-logprobs must be at most 20, got 21"}}) {
+    auto bad = run_dllm(run_args(kLlada, args));
+    EXPECT_EQ(bad.exit_code, 2);
+    EXPECT_EQ(bad.err.substr(0, bad.err.find('\n')), "ERROR: " + std::string(err));
+  }
+}
+
+TEST(RunBinary, AnyMaxTokensWithTheDefaultBlockLength) {
+  // 16 and 100 with blocks of 32: one block of 16; blocks of 32, 32, 32 and 4 (steps in proportion).
+  for (const char* n : {"1", "16", "100"}) {
+    auto r = run_dllm(run_args(kLlada, {"--prompt", "Hi", "--max-tokens", n, "--no-early-stop", "--json"}));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const json j = json::parse(r.out);
+    EXPECT_EQ(j["output_ids"].size(), static_cast<size_t>(std::stoi(n)));
+    EXPECT_EQ(j["steps_total"], std::stoi(n));
+  }
 }
 
 TEST(RunBinary, PromptTokensAreUsedVerbatim) {
@@ -304,10 +345,9 @@ TEST(RunBinary, JsonKeepsStdoutToItselfWhateverElseIsOn) {
 
 TEST(RunBinary, ArchitectureChecksAreUsageErrorsNamingBothFlags) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
-      {run_args(kLlada, {"--prompt", "x", "--max-tokens", "128", "--block-length", "24"}),
-       "ERROR: --block-length 24 must divide --max-tokens 128\n"},
-      {run_args(kLlada, {"--prompt", "x", "--steps", "10"}),
-       "ERROR: --steps 10 must be a multiple of the block count 4 (--max-tokens 128 / --block-length 32)\n"},
+      {run_args(kLlada, {"--prompt", "x", "--max-tokens", "100", "--steps", "3"}),
+       "ERROR: --steps 3 is fewer than the block count 4 (--max-tokens 100 / --block-length 32, rounded up): every "
+       "block needs at least one step\n"},
       {run_args(kLlada, {"--prompt", "x", "--remasking", "entropy"}),
        "ERROR: --remasking entropy is not available for LLaDA models (use low_confidence or random)\n"},
       {run_args(kDream, {"--prompt", "x", "--remasking", "random"}),
@@ -325,8 +365,8 @@ TEST(RunBinary, ArchitectureChecksAreUsageErrorsNamingBothFlags) {
     EXPECT_EQ(r.err, err);
     EXPECT_EQ(r.out, "");
   }
-  // Dream ignores --block-length, so it needs neither to divide nor a step multiple.
-  auto ok = run_dllm(run_args(kDream, {"--prompt", "x", "--max-tokens", "6", "--steps", "5", "--block-length", "4"}));
+  // Dream ignores --block-length, so its steps need not reach a block count.
+  auto ok = run_dllm(run_args(kDream, {"--prompt", "x", "--max-tokens", "6", "--steps", "1", "--block-length", "2"}));
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
 }
 

@@ -45,6 +45,72 @@ TEST(LladaSchedule, SumsToTheMaskedCount) {
 
 // --- Dream schedule (4.2, R6) ---
 
+TEST(LladaBlocks, DividingSettingsGiveTheAuthorsLayout) {
+  for (int64_t B : {1, 4, 8, 32}) {
+    for (int64_t nb : {1, 2, 3, 4, 7}) {
+      for (int64_t S : {1, 2, 5, 32, 40}) {
+        SCOPED_TRACE(testing::Message() << "B " << B << " nb " << nb << " S " << S);
+        ASSERT_EQ(llada_block_count(nb * B, B), nb);
+        for (int64_t b = 0; b < nb; ++b) {
+          const LladaBlock k = llada_block(nb * B, B, nb * S, b);
+          EXPECT_EQ(k.begin, b * B);
+          EXPECT_EQ(k.end, (b + 1) * B);
+          EXPECT_EQ(k.first_step, b * S);
+          EXPECT_EQ(k.steps, S);
+        }
+      }
+    }
+  }
+}
+
+TEST(LladaBlocks, ShortLastBlockAndStepsInProportion) {
+  auto steps_of = [](int64_t L, int64_t B, int64_t N) {
+    std::vector<int64_t> out;
+    for (int64_t b = 0; b < llada_block_count(L, B); ++b) out.push_back(llada_block(L, B, N, b).steps);
+    return out;
+  };
+  EXPECT_EQ(steps_of(100, 32, 100), (std::vector<int64_t>{32, 32, 32, 4}));
+  EXPECT_EQ(steps_of(100, 32, 10), (std::vector<int64_t>{3, 3, 3, 1}));  // 3.2 x3, 0.4 rounded up
+  EXPECT_EQ(steps_of(100, 32, 4), (std::vector<int64_t>{1, 1, 1, 1}));
+  EXPECT_EQ(steps_of(128, 32, 10), (std::vector<int64_t>{2, 3, 2, 3}));  // 2.5 each
+  EXPECT_EQ(steps_of(16, 32, 16), (std::vector<int64_t>{16}));            // one block of max_tokens
+  EXPECT_EQ(steps_of(16, 32, 5), (std::vector<int64_t>{5}));
+  EXPECT_EQ(steps_of(1, 32, 1), (std::vector<int64_t>{1}));
+  const LladaBlock last = llada_block(100, 32, 100, 3);
+  EXPECT_EQ(last.begin, 96);
+  EXPECT_EQ(last.end, 100);
+  EXPECT_EQ(last.first_step, 96);
+}
+
+TEST(LladaBlocks, TilesTheCanvasAndTheStepsWithAtLeastOneStepEach) {
+  for (int64_t L = 1; L <= 70; ++L) {
+    for (int64_t B : {1, 3, 8, 32, 100}) {
+      const int64_t nb = llada_block_count(L, B);
+      for (int64_t N = nb; N <= 2 * L + 3; N += 1 + N / 7) {
+        SCOPED_TRACE(testing::Message() << "L " << L << " B " << B << " N " << N);
+        int64_t pos = 0, step = 0;
+        for (int64_t b = 0; b < nb; ++b) {
+          const LladaBlock k = llada_block(L, B, N, b);
+          ASSERT_EQ(k.begin, pos);
+          ASSERT_EQ(k.end - k.begin, std::min(B, L - pos));
+          ASSERT_EQ(k.first_step, step);
+          ASSERT_GE(k.steps, 1);
+          // Its share N (e - s) / L, rounded down or up.
+          const int64_t share = N * (k.end - k.begin);
+          ASSERT_LE(k.steps * L, share + L - 1);
+          ASSERT_GE(k.steps * L, share - L + 1);
+          pos = k.end, step += k.steps;
+        }
+        ASSERT_EQ(pos, L);
+        ASSERT_EQ(step, N);
+      }
+    }
+  }
+  // Steps far beyond max_tokens (allowed by the library: the extra steps commit nothing) do not overflow.
+  const LladaBlock k = llada_block(100, 32, int64_t{1} << 60, 3);
+  EXPECT_EQ(k.first_step + k.steps, int64_t{1} << 60);
+}
+
 TEST(DreamSchedule, TableOfTheSpec) {
   EXPECT_EQ(dream_schedule(128, 128), cat({{0}, repeat(1, 126), {2}}));
   EXPECT_EQ(dream_schedule(256, 256), cat({{0}, repeat(1, 254), {2}}));

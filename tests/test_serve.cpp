@@ -286,8 +286,8 @@ TEST_F(ServeLlada, ErrorsNameTheField) {
        "remasking", "invalid_value"},
       {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "threshold": 2})", 400,
        "threshold", "invalid_value"},
-      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 12})", 400,
-       "block_length", "invalid_value"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 16, "steps": 1})",
+       400, "steps", "invalid_value"},
       {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "steps": 99})", 400, "steps",
        "invalid_value"},
       {"/v1/completions", R"({"prompt": [999999]})", 400, "prompt", "invalid_value"},
@@ -588,9 +588,9 @@ TEST(Serve, FlagErrors) {
   RunResult r = run_dllm({"serve", "--model", data_path(kLlada), "--port", "70000"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--port must be at most 65535"), std::string::npos) << r.err;
-  r = run_dllm({"serve", "--model", data_path(kLlada), "--max-tokens", "12"});
+  r = run_dllm({"serve", "--model", data_path(kLlada), "--max-tokens", "64", "--steps", "1"});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("--block-length"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--steps 1 is fewer than the block count 2"), std::string::npos) << r.err;
   ServeProcess s({"--model", data_path(kLlada)});
   r = run_dllm({"serve", "--model", data_path(kLlada), "--port", std::to_string(s.port())});
   EXPECT_NE(r.exit_code, 0);

@@ -28,6 +28,7 @@
 #include "cli/run_config.h"
 #include "engine/request.h"
 #include "hub/hub.h"
+#include "model/sampler.h"
 #include "common/error.h"
 #include "model/arch.h"
 
@@ -88,10 +89,14 @@ const Flag kVerbose{"verbose", "", "off", "timings and memory after the output",
 // The generation flags: run's settings, serve's defaults for every request.
 const std::vector<Flag> kGenerationFlags = {
     {"max-tokens", "N", "128", "tokens to generate (the masked canvas), at most 16777216", Kind::Count},
-    {"steps", "N", "--max-tokens", "denoising steps, at most --max-tokens; LLaDA: a multiple of the block count",
+    {"steps", "N", "--max-tokens",
+     "denoising steps, at most --max-tokens; LLaDA: at least the block count, shared out over the blocks in "
+     "proportion to their lengths",
      Kind::Count},
     {"block-length", "N", "32",
-     "LLaDA's semi-autoregressive block size; must divide --max-tokens. Dream ignores it", Kind::Count},
+     "LLaDA's semi-autoregressive block size; the last block is shorter when it does not divide --max-tokens. "
+     "Dream ignores it",
+     Kind::Count},
     {"temperature", "T", "0", "0 is greedy; above 0 adds Gumbel noise as LLaDA does", Kind::Float0},
     {"remasking", "S", "low_confidence",
      "LLaDA: low_confidence or random. Dream: entropy (the default), maskgit_plus, topk_margin", Kind::Choice,
@@ -135,7 +140,11 @@ const std::vector<Command>& commands() {
         {"visual", "", "off", "redraw the canvas after every step", Kind::Bool},
         kVerbose,
         {"dump-step-stats", "", "off", "one line per denoising step", Kind::Bool},
-        {"json", "", "off", "one JSON object with timings, tokens and text", Kind::Bool}}),
+        {"json", "", "off", "one JSON object with timings, tokens and text", Kind::Bool},
+        {"top-logprobs", "N", "off",
+         "with --json: a \"logprobs\" array, each answer token's log-probability and its N most probable "
+         "alternatives (0 to 20)",
+         Kind::UInt}}),
        {}},
       {"serve",
        "serve --model PATH [--host H] [--port P] [--api-key K] [--batch-size N] [--max-queue Q] [options]",
@@ -406,6 +415,13 @@ void apply_flag(Settings& s, const Flag& f, const std::string& v) {
       if (x < 0) throw usage_error("flag --" + name + " must be at least 0, got " + std::to_string(x));
       if (name == "seed") s.seed = static_cast<uint64_t>(x);
       else if (name == "max-queue") s.max_queue = x;
+      else if (name == "top-logprobs") {
+        if (x > model::kMaxTopLogprobs) {
+          throw usage_error("flag --top-logprobs must be at most " + std::to_string(model::kMaxTopLogprobs) +
+                            ", got " + std::to_string(x));
+        }
+        s.top_logprobs = x;
+      }
       else if (name == "shutdown-grace") s.shutdown_grace_s = x;
       else if (name == "port") {
         if (x > 65535) throw usage_error("flag --port must be at most 65535, got " + std::to_string(x));
@@ -644,6 +660,8 @@ Settings parse_command_line(const std::vector<std::string>& args, std::string* h
     if (prompts == 0) throw usage_error("missing required flag --prompt for '" + s.command + "'", help_text(*cmd));
     if (s.has_prompt_file && s.prompt_file.empty()) throw usage_error("flag --prompt-file needs a value");
   }
+  if (s.command == "run" && seen.count("top-logprobs") && !s.json)
+    throw usage_error("flag --top-logprobs needs --json");
   if (s.command == "run" || s.command == "serve") {
     try {
       engine::check_sampling(sampling_of(s));  // the settings' rules that need no model

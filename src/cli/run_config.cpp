@@ -15,6 +15,7 @@ engine::Sampling sampling_of(const Settings& s) {
   g.seed = s.seed;
   g.full_logits = s.full_logits;
   g.early_stop = !s.no_early_stop;
+  g.top_logprobs = static_cast<int>(s.top_logprobs);  // -1 to 20 (args.cpp)
   return g;
 }
 

@@ -191,6 +191,23 @@ json gpu_profile_json(const jit::cuda::ExecutorReport& e) {
               {"synchronised", true}};
 }
 
+// --top-logprobs: one object per answer token, {"id", "logprob", "top_logprobs": [{"id", "logprob"}]} (null
+// without the flag); a position an interrupted run left masked, and a logprob of -inf, which JSON lacks, give
+// null.
+json logprobs_json(const RunSummary& r, const Settings& s) {
+  if (s.top_logprobs < 0) return nullptr;
+  auto value = [](double x) { return std::isfinite(x) ? json(x) : json(nullptr); };
+  json out = json::array();
+  for (const model::PositionLogprobs& p : r.logprobs) {
+    json top = json::array();
+    for (const model::TokenLogprob& t : p.top) top.push_back(json{{"id", t.token}, {"logprob", value(t.logprob)}});
+    out.push_back(json{{"id", p.chosen.token},
+                       {"logprob", p.step < 0 ? json(nullptr) : value(p.chosen.logprob)},
+                       {"top_logprobs", top}});
+  }
+  return out;
+}
+
 }  // namespace
 
 json run_json(const RunSummary& r, const Settings& s) {
@@ -216,6 +233,7 @@ json run_json(const RunSummary& r, const Settings& s) {
       {"visual", s.visual},
       {"verbose", s.verbose},
       {"dump_step_stats", s.dump_step_stats},
+      {"top_logprobs", s.top_logprobs < 0 ? json(nullptr) : json(s.top_logprobs)},
   };
   if (!block_sampler(c.arch)) settings["block_length_ignored"] = s.block_length;
   return json{
@@ -223,6 +241,7 @@ json run_json(const RunSummary& r, const Settings& s) {
       {"prompt_ids", r.prompt},
       {"output_ids", std::vector<int32_t>(gen.begin(), gen.end())},
       {"answer_length", r.answer_tokens},
+      {"logprobs", logprobs_json(r, s)},
       {"steps_run", r.result.steps_run},
       {"steps_total", r.result.total_steps},
       {"forward_passes", r.result.forward_passes},
@@ -275,6 +294,7 @@ RunSummary engine_summary(engine::Engine& e, const Settings& s, const Backend& b
 void set_answer(RunSummary& r, engine::Answer answer) {
   r.text = std::move(answer.text);
   r.answer_tokens = static_cast<int64_t>(answer.tokens.size());
+  r.logprobs = std::move(answer.logprobs);
   r.result = std::move(answer.result);
 }
 

@@ -37,6 +37,7 @@ struct RunSummary {
   model::GenerateResult result;
   std::string text;            // the answer (algorithms.md 5.2)
   int64_t answer_tokens = 0;
+  std::vector<model::PositionLogprobs> logprobs;  // --top-logprobs: one per answer token (engine::Answer)
   double load_ms = 0;          // mapping, checking and preparing the model (tokenizer included)
   double prompt_ms = 0;        // chat template and tokenization
   double total_ms = 0;         // the whole command up to the report
@@ -51,8 +52,8 @@ void set_answer(RunSummary& r, engine::Answer answer);
 // One JSON value on one line of stdout (invalid UTF-8 replaced).
 void print_json_line(const nlohmann::ordered_json& j);
 
-// The --json object: text, prompt_ids, output_ids, steps_run, stopped_early, timings, tokens_per_s,
-// peak_rss_bytes, settings (every effective setting), model, device (with the executor's description
+// The --json object: text, prompt_ids, output_ids, logprobs (--top-logprobs), steps_run, stopped_early,
+// timings, tokens_per_s, peak_rss_bytes, settings (every effective setting), model, device (with the executor's description
 // lines) and gpu_profile (the per-step split with DLLM_GPU_PROFILE=1 on the GPU, else null).
 nlohmann::ordered_json run_json(const RunSummary& r, const Settings& s);
 // The --verbose lines (printed to stderr after the text), led by a note that the architecture's sampler

@@ -66,6 +66,7 @@ struct Settings {
   bool verbose = false;               // --verbose
   bool dump_step_stats = false;       // --dump-step-stats
   bool json = false;                  // --json
+  int64_t top_logprobs = -1;          // --top-logprobs (-1: off)
 
   // logits
   std::vector<int64_t> tokens;        // --tokens

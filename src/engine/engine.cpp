@@ -39,6 +39,7 @@ model::GenerateConfig make_config(const Sampling& s, const model::HParams& hp, s
   c.full_logits = s.full_logits;
   c.early_stop = s.early_stop;
   c.seed = s.seed;
+  c.top_logprobs = s.top_logprobs;
   c.context_length = hp.n_ctx;
   return c;
 }
@@ -117,6 +118,11 @@ Answer Engine::answer(model::GenerateResult result, std::span<const int32_t> sto
   model::DetokenizeOptions dopt;
   dopt.unparse_special = false;  // control tokens (and masks of an interrupted run) are not rendered
   a.text = tok_->detokenize(a.tokens, dopt);
+  if (!result.logprobs.empty()) {  // the answer's positions: the first tokens.size() generated ones
+    a.logprobs = std::move(result.logprobs);
+    a.logprobs.resize(a.tokens.size());
+    result.logprobs.clear();
+  }
   a.result = std::move(result);
   return a;
 }

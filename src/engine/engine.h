@@ -50,6 +50,11 @@ struct Answer {
   model::GenerateResult result;
   std::vector<int32_t> tokens;  // generated ids up to the first stop id
   std::string text;             // tokens detokenized (control tokens and masks not rendered)
+  // With Sampling::top_logprobs >= 0: one entry per token of `tokens`, in order (moved out of
+  // result.logprobs, which is left empty): the committed token's log-probability and the top alternatives
+  // in the distribution it was committed from (model/sampler.h). Positions a cancelled run left masked
+  // have step -1 and no alternatives. Empty when off.
+  std::vector<model::PositionLogprobs> logprobs;
 };
 
 class Engine {

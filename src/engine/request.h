@@ -30,6 +30,8 @@ struct Sampling {
   uint64_t seed = 42;
   bool full_logits = false;
   bool early_stop = true;
+  int top_logprobs = -1;       // -1: no log-probabilities; 0..20: each answer token's, with that many
+                               // alternatives (model::GenerateConfig::top_logprobs, Answer::logprobs)
 };
 
 struct Request {

@@ -35,6 +35,11 @@ std::optional<SettingProblem> check_settings(const GenerateConfig& c, int64_t pr
   auto problem = [](std::string key, std::string text) { return SettingProblem{std::move(key), std::move(text)}; };
   if (c.max_tokens < 1) return problem("max_tokens", "{setting} {max_tokens} must be at least 1, got " + L);
   if (c.effective_steps() < 1) return problem("steps", "{setting} {steps} must be at least 1, got " + N);
+  if (c.top_logprobs < -1 || c.top_logprobs > kMaxTopLogprobs) {
+    return problem("top_logprobs", "{setting} {top_logprobs} must be between 0 and " +
+                                       std::to_string(kMaxTopLogprobs) + " (-1: off), got " +
+                                       std::to_string(c.top_logprobs));
+  }
   if (!remasking_valid_for(c.arch, c.remasking)) {
     return problem("remasking", "{remasking} " + std::string(remasking_name(c.remasking)) +
                                     " is not available for " + std::string(arch_spec(c.arch).label) + " models (use " +
@@ -44,12 +49,12 @@ std::optional<SettingProblem> check_settings(const GenerateConfig& c, int64_t pr
     return problem("dual_cache", "{settings} {dual_cache} and {full_logits} cannot be combined");
   if (arch_spec(c.arch).sampler == SamplerKind::Blocks) {
     if (c.block_length < 1) return problem("block_length", "{setting} {block_length} must be at least 1, got " + B);
-    if (c.max_tokens % c.block_length != 0)
-      return problem("block_length", "{block_length} " + B + " must divide {max_tokens} " + L);
-    const int64_t nb = c.max_tokens / c.block_length;
-    if (c.effective_steps() % nb != 0) {
-      return problem("steps", "{steps} " + N + " must be a multiple of the block count " + std::to_string(nb) +
-                                  " ({max_tokens} " + L + " / {block_length} " + B + ")");
+    // Any max_tokens and steps make blocks (llada_block); each block needs one step at least.
+    const int64_t nb = llada_block_count(c.max_tokens, c.block_length);
+    if (c.effective_steps() < nb) {
+      return problem("steps", "{steps} " + N + " is fewer than the block count " + std::to_string(nb) +
+                                  " ({max_tokens} " + L + " / {block_length} " + B +
+                                  ", rounded up): every block needs at least one step");
     }
   } else {
     const std::string label = arch_spec(c.arch).label;

@@ -58,6 +58,9 @@ struct GenerateConfig {
   bool early_stop = true;
   uint64_t seed = 42;
   int64_t context_length = 0;     // the model's; 0 = unchecked
+  // Log-probabilities of the generated positions (GenerateResult::logprobs): -1 = off; 0..kMaxTopLogprobs
+  // (20) = on, with that many most probable alternatives per position. They never change the tokens.
+  int top_logprobs = -1;
 
   int64_t effective_steps() const { return steps > 0 ? steps : max_tokens; }
 };
@@ -72,8 +75,9 @@ struct SettingProblem {
   std::string text;
 };
 
-// The architecture's own checks: max_tokens and steps at least 1, block_length must divide max_tokens and
-// steps be a multiple of the block count (LLaDA), remasking valid for the architecture, threshold and
+// The architecture's own checks: max_tokens and steps at least 1, top_logprobs from -1 to 20, block_length at least 1 and steps at
+// least the block count (LLaDA; any max_tokens and steps make blocks: llada_block), remasking valid for the
+// architecture, threshold and
 // dual_cache LLaDA only, dual_cache without full_logits, a prompt for Dream, and prompt + max_tokens
 // within the context length. The first problem found, or none.
 std::optional<SettingProblem> check_settings(const GenerateConfig& config, int64_t prompt_length);
@@ -88,7 +92,7 @@ void validate(const GenerateConfig& config, int64_t prompt_length);
 
 // One step as the callback sees it. Spans point into the loop's state and are valid during the call.
 struct StepEvent {
-  int64_t step = 0;            // global step index (LLaDA: block * steps_per_block + step in block)
+  int64_t step = 0;            // global step index (LLaDA: the block's first_step + step in block)
   int64_t total_steps = 0;     // N
   int64_t block = 0;           // LLaDA block; 0 for Dream
   int64_t scheduled = 0;       // the schedule's count for this step
@@ -123,6 +127,9 @@ struct GenerateResult {
   double total_ms = 0;           // the whole loop
   double forward_ms = 0;         // sum over steps that ran a forward pass
   std::vector<double> step_ms;   // per processed step
+  // With config.top_logprobs >= 0: one entry per generated position (max_tokens of them, in canvas order),
+  // filled when the position is committed (sampler.h: the distribution it was committed from); empty when off.
+  std::vector<PositionLogprobs> logprobs;
 
   std::span<const int32_t> generated() const {
     return std::span<const int32_t>(canvas).subspan(static_cast<size_t>(prompt_length));

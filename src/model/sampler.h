@@ -68,7 +68,46 @@ Proposal llada_propose(const float* logits, int64_t n_vocab, double temperature,
 Proposal dream_propose(const float* logits, int64_t n_vocab, double temperature, Remasking remasking,
                        uint64_t seed, uint64_t step, int64_t position);
 
+// --- log-probabilities (OpenAI's logprobs / top_logprobs) ------------------------------------------
+// The distribution a position is committed from is softmax(l / T) over the row l that proposed its token
+// (LLaDA: row j; Dream: row j - 1), at the step that committed it, T the sampler's temperature (T = 0, greedy:
+// T = 1, the plain softmax). At T > 0 the proposal is an exact sample of that distribution (R4).
+inline constexpr int kMaxTopLogprobs = 20;
+
+struct TokenLogprob {
+  int32_t token = 0;
+  double logprob = 0;  // ln softmax(l / T)[token], in double (<= 0; -inf for a token of logit -inf)
+};
+
+// One generated position.
+struct PositionLogprobs {
+  TokenLogprob chosen;            // the committed token
+  std::vector<TokenLogprob> top;  // the most probable tokens, most probable first, lowest id first on ties
+  int64_t step = -1;              // the global step that committed it; -1: never committed (still masked)
+};
+
+// chosen = token's log-probability, top = the k (at most kMaxTopLogprobs) most probable tokens of the same
+// distribution (NaN logits never listed), step left -1. ln softmax(l / T)[v] = l_v / T - m - ln sum_u
+// e^(l_u / T - m), m = max_u l_u / T, in double: the sum as softmax_prob's. A row without a finite maximum
+// gives -inf and no alternatives.
+PositionLogprobs position_logprobs(const float* logits, int64_t n_vocab, int32_t token, double temperature, int k);
+
 // --- schedules ---------------------------------------------------------------------------------------
+// LLaDA's blocks (3.1) for any max_tokens L, block_length B and steps N: blocks of B positions in order,
+// the last one shorter when B does not divide L (one block of L when B > L); the steps are shared out in
+// proportion to the blocks' lengths, by scaling the blocks' token boundaries by N / L and rounding down:
+// the block covering generated positions [s, e) runs the global steps [floor(N s / L), floor(N e / L)).
+// The counts sum to N and each is its proportional share rounded up or down; with N at least the block
+// count every block gets at least one step. When B divides L and the block count divides N, this is the
+// authors' layout exactly: block b covers [b B, (b + 1) B) and runs steps [b S, (b + 1) S), S = N / nb.
+struct LladaBlock {
+  int64_t begin = 0, end = 0;  // generated positions [begin, end) (offsets after the prompt)
+  int64_t first_step = 0;      // the global index of its first step
+  int64_t steps = 0;           // steps it runs
+};
+int64_t llada_block_count(int64_t max_tokens, int64_t block_length);  // ceil(L / B)
+LladaBlock llada_block(int64_t max_tokens, int64_t block_length, int64_t steps, int64_t b);
+
 // LLaDA (3.2): tokens committed at each of `steps` steps of a block with `masked` masked positions:
 // masked / steps each, the remainder going to the first steps.
 std::vector<int64_t> llada_block_schedule(int64_t masked, int64_t steps);

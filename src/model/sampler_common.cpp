@@ -140,11 +140,58 @@ int32_t gumbel_argmax_token(const float* logits, int64_t n_vocab, double tempera
 }
 
 
+namespace {
+
+// softmax(logits * inv_t) as its largest scaled logit and the sum of e^(l * inv_t - mx); mx is not finite
+// for a row without a finite maximum (sum then 0).
+struct Softmax {
+  double inv_t = 1, mx = 0, sum = 0;
+  Softmax(const float* logits, int64_t n_vocab, double temperature)
+      : inv_t(temperature > 0 ? 1.0 / temperature : 1.0),
+        mx(static_cast<double>(max_logit(logits, n_vocab)) * inv_t) {  // inv_t > 0 keeps the order
+    if (std::isfinite(mx)) sum = sum_exp(logits, n_vocab, inv_t, mx);
+  }
+  double scaled(float l) const { return static_cast<double>(l) * inv_t - mx; }
+};
+
+// The k largest logits (NaN skipped), largest first, lowest id first among equals: one pass keeping a
+// sorted list of at most k.
+std::vector<std::pair<float, int32_t>> top_logits(const float* logits, int64_t n_vocab, int k) {
+  std::vector<std::pair<float, int32_t>> top;
+  if (k <= 0) return top;
+  top.reserve(static_cast<size_t>(k) + 1);
+  auto higher = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) { return a.first > b.first; };
+  for (int64_t v = 0; v < n_vocab; ++v) {
+    const float x = logits[v];
+    if (x != x || (static_cast<int>(top.size()) == k && !(x > top.back().first))) continue;
+    const std::pair<float, int32_t> e{x, static_cast<int32_t>(v)};
+    top.insert(std::upper_bound(top.begin(), top.end(), e, higher), e);  // after its equals: lower ids first
+    if (static_cast<int>(top.size()) > k) top.pop_back();
+  }
+  return top;
+}
+
+}  // namespace
+
 double softmax_prob(const float* logits, int64_t n_vocab, int32_t token, double temperature) {
-  const double inv_t = temperature > 0 ? 1.0 / temperature : 1.0;
-  const double mx = static_cast<double>(max_logit(logits, n_vocab)) * inv_t;  // inv_t > 0 keeps the order
-  if (!std::isfinite(mx)) return 0.0;
-  return exp_f64(static_cast<double>(logits[token]) * inv_t - mx) / sum_exp(logits, n_vocab, inv_t, mx);
+  const Softmax s(logits, n_vocab, temperature);
+  if (!std::isfinite(s.mx)) return 0.0;
+  return exp_f64(s.scaled(logits[token])) / s.sum;
+}
+
+PositionLogprobs position_logprobs(const float* logits, int64_t n_vocab, int32_t token, double temperature, int k) {
+  const Softmax s(logits, n_vocab, temperature);
+  PositionLogprobs out;
+  out.chosen.token = token;
+  if (!std::isfinite(s.mx)) {
+    out.chosen.logprob = -std::numeric_limits<double>::infinity();
+    return out;
+  }
+  const double log_sum = std::log(s.sum);
+  out.chosen.logprob = s.scaled(logits[token]) - log_sum;
+  for (const auto& [l, v] : top_logits(logits, n_vocab, std::min(k, kMaxTopLogprobs)))
+    out.top.push_back(TokenLogprob{v, s.scaled(l) - log_sum});
+  return out;
 }
 
 // --- selection ---

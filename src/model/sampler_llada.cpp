@@ -10,6 +10,26 @@
 
 namespace dllm::model {
 
+int64_t llada_block_count(int64_t max_tokens, int64_t block_length) {
+  if (max_tokens < 1 || block_length < 1) throw Error("internal error: LLaDA blocks of an empty canvas or block");
+  return (max_tokens - 1) / block_length + 1;
+}
+
+LladaBlock llada_block(int64_t max_tokens, int64_t block_length, int64_t steps, int64_t b) {
+  const int64_t nb = llada_block_count(max_tokens, block_length);
+  if (b < 0 || b >= nb || steps < 1) throw Error("internal error: LLaDA block " + std::to_string(b) + " out of range");
+  // The step boundary of token boundary t: floor(N t / L), in 128 bits (N is unbounded here).
+  auto step_at = [&](int64_t t) {
+    return static_cast<int64_t>(static_cast<__int128>(steps) * t / max_tokens);
+  };
+  LladaBlock k;
+  k.begin = b * block_length;
+  k.end = b == nb - 1 ? max_tokens : k.begin + block_length;
+  k.first_step = step_at(k.begin);
+  k.steps = step_at(k.end) - k.first_step;
+  return k;
+}
+
 std::vector<int64_t> llada_block_schedule(int64_t masked, int64_t steps) {
   if (steps <= 0) throw Error("internal error: LLaDA block schedule with " + std::to_string(steps) + " steps");
   std::vector<int64_t> k(static_cast<size_t>(steps), masked / steps);

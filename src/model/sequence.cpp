@@ -29,10 +29,13 @@ Sequence::Sequence(const GenerateConfig& config, std::span<const int32_t> prompt
   res_.canvas.resize(prompt.size() + static_cast<size_t>(cfg_.max_tokens), cfg_.mask_id);
   res_.total_steps = cfg_.effective_steps();
   if (blocks_) {
-    nb_ = cfg_.max_tokens / cfg_.block_length;
-    S_ = cfg_.effective_steps() / nb_;
+    nb_ = llada_block_count(cfg_.max_tokens, cfg_.block_length);
   } else {
     dream_sched_.emplace(cfg_.effective_steps());
+  }
+  if (cfg_.top_logprobs >= 0) {
+    res_.logprobs.resize(static_cast<size_t>(cfg_.max_tokens));
+    for (auto& p : res_.logprobs) p.chosen.token = cfg_.mask_id;  // never committed, until it is
   }
 }
 
@@ -83,20 +86,20 @@ const StepNeed* Sequence::ask(Pass pass, int64_t begin, int64_t end) {
 }
 
 const StepNeed* Sequence::plan_llada() {
-  const int64_t B = cfg_.block_length;
   for (;;) {
     if (b_ >= nb_) {
       finish();
       return nullptr;
     }
-    const int64_t s = P() + b_ * B, e = s + B;
+    if (!block_open_) block_ = llada_block(cfg_.max_tokens, cfg_.block_length, cfg_.effective_steps(), b_);
+    const int64_t s = P() + block_.begin, e = P() + block_.end, S = block_.steps;
     if (!block_open_) {
       block_masked_ = static_cast<int64_t>(masked_in(s, e).size());
       refreshed_ = false;
       block_open_ = true;
       i_ = 0;
     }
-    if (i_ >= S_) {  // the block's steps are done
+    if (i_ >= S) {  // the block's steps are done
       ++b_, block_open_ = false;
       continue;
     }
@@ -113,10 +116,10 @@ const StepNeed* Sequence::plan_llada() {
       continue;
     }
     ev_ = StepEvent{};
-    ev_.step = b_ * S_ + i_;
+    ev_.step = block_.first_step + i_;
     ev_.block = b_;
-    ev_.scheduled = llada_step_count(block_masked_, S_, i_);
-    last_ = b_ == nb_ - 1 && i_ == S_ - 1;
+    ev_.scheduled = llada_step_count(block_masked_, S, i_);
+    last_ = b_ == nb_ - 1 && i_ == S - 1;
     if (ev_.scheduled == 0 && cfg_.threshold <= 0) {  // commits nothing: skipped exactly (6.3)
       ev_.skipped = true;
       finish_step(ev_, {}, {});
@@ -169,8 +172,7 @@ void Sequence::commit(const float* logits) {
   std::vector<char> broken(C_.size(), 0);
   auto one = [&](int64_t c, int) {
     const int64_t j = C_[static_cast<size_t>(c)];
-    const int64_t row = cfg_.full_logits ? (llada ? j : j - 1) : c;
-    const float* l = logits + row * V_;
+    const float* l = row_logits(logits, static_cast<size_t>(c));
     const Proposal p = llada ? llada_propose(l, V_, cfg_.temperature, cfg_.remasking, cfg_.seed, ustep, j)
                              : dream_propose(l, V_, cfg_.temperature, cfg_.remasking, cfg_.seed, ustep, j);
     cand[static_cast<size_t>(c)] = Candidate{j, p};
@@ -192,9 +194,31 @@ void Sequence::commit(const float* logits) {
   const auto chosen = llada ? select_candidates(cand, ev_.scheduled, cfg_.threshold)
                             : select_candidates(cand, ev_.scheduled);
   if (llada) refreshed_ = true;
+  if (cfg_.top_logprobs >= 0) record_logprobs(logits, cand, chosen);
   const bool stop = finish_step(ev_, cand, chosen);
   ++i_;
   if (stop) finish();
+}
+
+const float* Sequence::row_logits(const float* logits, size_t c) const {
+  const int64_t j = C_[c];
+  const int64_t row = cfg_.full_logits ? (blocks_ ? j : j - 1) : static_cast<int64_t>(c);  // Dream: j - 1 (4.6)
+  return logits + row * V_;
+}
+
+void Sequence::record_logprobs(const float* logits, const std::vector<Candidate>& cand,
+                               const std::vector<size_t>& chosen) {
+  auto one = [&](int64_t i, int) {
+    const size_t c = chosen[static_cast<size_t>(i)];
+    PositionLogprobs& p = res_.logprobs[static_cast<size_t>(cand[c].position - P())];
+    p = position_logprobs(row_logits(logits, c), V_, cand[c].proposal.token, cfg_.temperature, cfg_.top_logprobs);
+    p.step = ev_.step;
+  };
+  if (hooks_.pool && chosen.size() > 1) {
+    hooks_.pool->parallel_for(static_cast<int64_t>(chosen.size()), one);
+  } else {
+    for (size_t i = 0; i < chosen.size(); ++i) one(static_cast<int64_t>(i), 0);
+  }
 }
 
 bool Sequence::finish_step(StepEvent ev, const std::vector<Candidate>& cand, const std::vector<size_t>& chosen) {

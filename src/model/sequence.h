@@ -60,6 +60,10 @@ class Sequence {
   int64_t n() const { return static_cast<int64_t>(res_.canvas.size()); }
   std::vector<int64_t> masked_in(int64_t lo, int64_t hi) const;
   bool cancel_requested();
+  // The logits row of candidate C_[c] in a step's logits (Dream: the raw row before the position).
+  const float* row_logits(const float* logits, size_t c) const;
+  // GenerateResult::logprobs of the chosen candidates, from the rows they were proposed from.
+  void record_logprobs(const float* logits, const std::vector<Candidate>& cand, const std::vector<size_t>& chosen);
   void finish();
   // Reports a step and applies the early stop; returns true when the generation ends here.
   bool finish_step(StepEvent ev, const std::vector<Candidate>& cand, const std::vector<size_t>& chosen);
@@ -80,8 +84,9 @@ class Sequence {
   bool last_ = false;
   StepNeed need_;
   std::vector<int64_t> committed_;
-  // LLaDA: block b_, step i_ within it; Dream: step i_
-  int64_t nb_ = 0, S_ = 0, b_ = 0, i_ = 0, block_masked_ = 0;
+  // LLaDA: block b_ (of nb_, laid out as block_), step i_ within it; Dream: step i_
+  int64_t nb_ = 0, b_ = 0, i_ = 0, block_masked_ = 0;
+  LladaBlock block_;
   bool block_open_ = false, refreshed_ = false;
   std::optional<DreamSchedule> dream_sched_;
 };
