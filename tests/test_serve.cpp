@@ -435,6 +435,70 @@ TEST_F(ServeLlada, PromptListsSeedsAndStopCounts) {
   EXPECT_LT(fewer.j()["content"].get<std::string>().size(), shown.size());
 }
 
+// Any max_tokens works (the server's block length is 8; 13 does not divide); logprobs / top_logprobs equal
+// `dllm run --json --top-logprobs` for the same request, in OpenAI's chat and completions forms, whole and
+// streamed (the final chunk of a choice carries them: a diffusion answer's tokens become final out of order).
+TEST_F(ServeLlada, AnyMaxTokensAndLogprobs) {
+  Http h = post(*server_, "/v1/chat/completions",
+                R"({"messages": [{"role": "user", "content": "Hello there"}], "max_tokens": 13, "return_tokens": true})");
+  ASSERT_EQ(h.status, 200) << h.body;
+  EXPECT_LE(h.j()["choices"][0]["dllm"]["tokens"].size(), 13u);
+  const RunResult run = run_dllm({"run", "--json", "--model", data_path(kLlada), "--prompt", "Hello there",
+                                  "--max-tokens", "16", "--block-length", "8", "--top-logprobs", "3"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const json ref = json::parse(run.out);
+  const size_t n = ref["answer_length"].get<size_t>();
+  ASSERT_GE(n, 1u);
+  h = post(*server_, "/v1/chat/completions",
+           R"({"messages": [{"role": "user", "content": "Hello there"}], "logprobs": true, "top_logprobs": 3,
+               "return_tokens": true})");
+  ASSERT_EQ(h.status, 200) << h.body;
+  const json chat = h.j()["choices"][0];
+  const json content = chat["logprobs"]["content"];
+  ASSERT_EQ(content.size(), n) << h.body;
+  for (size_t i = 0; i < n; ++i) {
+    const json& want = ref["logprobs"][i];
+    EXPECT_DOUBLE_EQ(content[i]["logprob"].get<double>(), want["logprob"].get<double>()) << i;
+    ASSERT_EQ(content[i]["top_logprobs"].size(), 3u);
+    for (size_t k = 0; k < 3; ++k)
+      EXPECT_DOUBLE_EQ(content[i]["top_logprobs"][k]["logprob"].get<double>(),
+                       want["top_logprobs"][k]["logprob"].get<double>());
+    // Greedy: the committed token is the most probable one; its bytes are its text.
+    EXPECT_DOUBLE_EQ(content[i]["logprob"].get<double>(), content[i]["top_logprobs"][0]["logprob"].get<double>());
+    EXPECT_LE(content[i]["logprob"].get<double>(), 0.0);
+    std::string bytes;
+    for (const auto& b : content[i]["bytes"]) bytes += static_cast<char>(b.get<int>());
+    const Http t = post(*server_, "/detokenize", json({{"tokens", {chat["dllm"]["tokens"][i]}}}).dump());
+    EXPECT_EQ(bytes, t.j()["content"].get<std::string>()) << i;
+  }
+  // Completions' form, and a stream's final chunk.
+  h = post(*server_, "/v1/completions", R"({"prompt": "The sea is", "logprobs": 2, "max_tokens": 16})");
+  ASSERT_EQ(h.status, 200) << h.body;
+  const json lp = h.j()["choices"][0]["logprobs"];
+  ASSERT_TRUE(lp.is_object()) << h.body;
+  EXPECT_EQ(lp["tokens"].size(), lp["token_logprobs"].size());
+  EXPECT_EQ(lp["tokens"].size(), lp["top_logprobs"].size());
+  EXPECT_EQ(lp["tokens"].size(), lp["text_offset"].size());
+  EXPECT_EQ(h.j()["usage"]["completion_tokens"], lp["tokens"].size());
+  h = post(*server_, "/v1/chat/completions",
+           R"({"messages": [{"role": "user", "content": "Hello there"}], "logprobs": true, "stream": true})", {"-N"});
+  json streamed;
+  for (const auto& e : sse_events(h.body)) {
+    if (e == "[DONE]") continue;
+    const json c = json::parse(e);
+    if (!c["choices"].empty() && !c["choices"][0]["logprobs"].is_null()) streamed = c["choices"][0]["logprobs"];
+  }
+  ASSERT_EQ(streamed["content"].size(), n) << h.body;
+  for (size_t i = 0; i < n; ++i)
+    EXPECT_DOUBLE_EQ(streamed["content"][i]["logprob"].get<double>(), content[i]["logprob"].get<double>());
+  // Without logprobs: null; top_logprobs alone is a 400.
+  h = post(*server_, "/v1/completions", R"({"prompt": "Hi"})");
+  EXPECT_TRUE(h.j()["choices"][0]["logprobs"].is_null());
+  h = post(*server_, "/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})");
+  EXPECT_EQ(h.status, 400);
+  EXPECT_EQ(h.j()["error"]["param"], "top_logprobs");
+}
+
 TEST(Serve, CorsOriginAndBearerInAnyCase) {
   ServeProcess s({"--model", data_path(kLlada), "--max-tokens", "8", "--block-length", "8", "--api-key", "k1",
                   "--cors-origin", "https://app.example"});

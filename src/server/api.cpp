@@ -349,6 +349,7 @@ ApiRequest parse_request(const std::string& body, bool chat, const engine::Sampl
   } catch (const engine::RequestError& e) {
     throw request_error(e, chat);
   }
+  s.top_logprobs = r.logprobs ? static_cast<int>(r.top_logprobs) : -1;
   if (prompt) {
     r.requests = prompts_of(*prompt, request, limits.max_prompts);
   } else {
@@ -388,9 +389,47 @@ std::vector<int32_t> tokens_for_text(const model::Tokenizer& tok, const std::vec
   return std::vector<int32_t>(tokens.begin(), tokens.begin() + static_cast<long>(lo));
 }
 
-json choice_logprobs(const model::Tokenizer&, const engine::Answer&, size_t, const ApiRequest& r) {
+json choice_logprobs(const model::Tokenizer& tok, const engine::Answer& a, size_t count, const ApiRequest& r) {
   if (!r.logprobs) return nullptr;
-  return nullptr;
+  // JSON has no -inf: a token the model gives no chance is -9999 (OpenAI's floor).
+  auto value = [](double x) { return std::isfinite(x) ? x : -9999.0; };
+  auto bytes = [](const std::string& s) {
+    json b = json::array();
+    for (unsigned char c : s) b.push_back(c);
+    return b;
+  };
+  const size_t n = std::min(count, a.logprobs.size());
+  if (r.chat) {
+    json content = json::array();
+    for (size_t i = 0; i < n; ++i) {
+      const model::PositionLogprobs& p = a.logprobs[i];
+      auto entry = [&](const model::TokenLogprob& t) {
+        const std::string& piece = tok.token_piece(t.token);
+        return json{{"token", sanitize_utf8(piece)}, {"logprob", value(t.logprob)}, {"bytes", bytes(piece)}};
+      };
+      json e = entry(p.chosen);
+      json top = json::array();
+      for (const model::TokenLogprob& t : p.top) top.push_back(entry(t));
+      e["top_logprobs"] = std::move(top);
+      content.push_back(std::move(e));
+    }
+    return {{"content", std::move(content)}, {"refusal", nullptr}};
+  }
+  json tokens = json::array(), logprobs = json::array(), top = json::array(), offsets = json::array();
+  size_t offset = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const model::PositionLogprobs& p = a.logprobs[i];
+    const std::string piece = sanitize_utf8(tok.token_piece(p.chosen.token));
+    tokens.push_back(piece);
+    logprobs.push_back(value(p.chosen.logprob));
+    offsets.push_back(offset);
+    offset += piece.size();
+    json alternatives = json::object();
+    for (const model::TokenLogprob& t : p.top) alternatives[sanitize_utf8(tok.token_piece(t.token))] = value(t.logprob);
+    top.push_back(std::move(alternatives));
+  }
+  return {{"tokens", std::move(tokens)}, {"token_logprobs", std::move(logprobs)}, {"top_logprobs", std::move(top)},
+          {"text_offset", std::move(offsets)}};
 }
 
 TokenizeRequest parse_tokenize(const std::string& body) {
