@@ -472,7 +472,12 @@ TEST(Logprobs, EveryGeneratedPositionFromTheRowAndStepThatCommittedIt) {
         std::map<int64_t, int64_t> step_of;  // position -> the step that committed it
         GenerateHooks hooks;
         hooks.on_step = [&](const StepEvent& ev) {
-          for (int64_t j : ev.committed) step_of[j] = ev.step;
+          ASSERT_EQ(ev.logprobs.size(), static_cast<size_t>(c.max_tokens));
+          for (int64_t j : ev.committed) {
+            step_of[j] = ev.step;
+            EXPECT_EQ(ev.logprobs[static_cast<size_t>(j - 4)].step, ev.step);  // streamed as it is committed
+            EXPECT_EQ(ev.logprobs[static_cast<size_t>(j - 4)].chosen.token, ev.canvas[static_cast<size_t>(j)]);
+          }
         };
         FakeSource src(kV, varied);
         const GenerateResult r = generate(src, c, kPrompt, hooks);
@@ -519,7 +524,9 @@ TEST(Logprobs, NeverChangeTheGenerationAndAreEmptyWhenOff) {
       ThreadPool pool(3);
       GenerateHooks threaded;
       threaded.pool = &pool;
-      const GenerateResult off = generate(a, c, kPrompt);
+      GenerateHooks quiet;
+      quiet.on_step = [](const StepEvent& ev) { EXPECT_TRUE(ev.logprobs.empty()); };
+      const GenerateResult off = generate(a, c, kPrompt, quiet);
       c.top_logprobs = 5;
       const GenerateResult on = generate(b, c, kPrompt, threaded);
       EXPECT_TRUE(off.logprobs.empty());

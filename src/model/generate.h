@@ -103,6 +103,9 @@ struct StepEvent {
   double ms = 0;               // wall time of the step
   std::span<const int32_t> canvas;  // after the step
   int64_t prompt_length = 0;
+  // With GenerateConfig::top_logprobs >= 0: GenerateResult::logprobs after the step (one entry per generated
+  // position; those committed so far filled), for streaming them; empty when off.
+  std::span<const PositionLogprobs> logprobs;
 };
 
 struct GenerateHooks {

@@ -234,6 +234,7 @@ bool Sequence::finish_step(StepEvent ev, const std::vector<Candidate>& cand, con
   ev.masked_left = std::count(res_.canvas.begin() + P(), res_.canvas.end(), cfg_.mask_id);
   ev.canvas = res_.canvas;
   ev.prompt_length = P();
+  ev.logprobs = res_.logprobs;
   ev.ms = ms_since(t0_);
   ++res_.steps_run;
   res_.step_ms.push_back(ev.ms);
