@@ -503,7 +503,7 @@ TEST_F(ServeLlada, AnyMaxTokensAndLogprobs) {
 
 TEST(Serve, CorsOriginAndBearerInAnyCase) {
   ServeProcess s({"--model", data_path(kLlada), "--max-tokens", "8", "--block-length", "8", "--api-key", "k1",
-                  "--cors-origin", "https://app.example"});
+                  "--cors-origin", "https://app.example", "--allow-host", "dllm.internal"});
   const std::string body = R"({"prompt": "Hi"})";
   // The preflight of the allowed origin, then its request.
   Http h = curl({"-X", "OPTIONS", "-H", "Origin: https://app.example", "-H",
@@ -520,6 +520,9 @@ TEST(Serve, CorsOriginAndBearerInAnyCase) {
   EXPECT_EQ(h.status, 200);
   h = post(s, "/v1/completions", body, {"-H", "Authorization: Basic k1"});
   EXPECT_EQ(h.status, 401);
+  // A proxy's name, allowed by --allow-host; another name is refused (DNS rebinding).
+  EXPECT_EQ(get(s, "/health", {"-H", "Host: dllm.internal:8080"}).status, 200);
+  EXPECT_EQ(get(s, "/health", {"-H", "Host: rebound.example"}).status, 403);
   // Without --cors-origin (ServeLlada's server): no CORS header, preflights refused.
   EXPECT_EQ(s.stop(SIGTERM).exit_code, 0);
 }

@@ -104,8 +104,7 @@ class Server {
  public:
   Server(engine::Engine& engine, const ServerOptions& o)
       : engine_(engine), o_(o), scheduler_(engine, o.batch_size, o.max_queue, metrics_) {
-    const std::string h = host_name(o.host);
-    loopback_ = loopback_name(h) || h == "localhost";
+    loopback_ = loopback_name(lower(o.host));  // the bind address as given: 127.0.0.1, ::1, localhost
   }
 
   int run();
