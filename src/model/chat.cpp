@@ -2,45 +2,26 @@
 #include "model/chat.h"
 
 #include "common/error.h"
-#include "model/pretokenizer.h"
 #include "common/printable.h"
+#include "common/utf8.h"
 
 namespace dllm::model {
-
-namespace {
-
-// Python's str.isspace() set (characters with bidirectional class WS, B or S, or category Zs).
-bool python_isspace(uint32_t c) {
-  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
-         c == 0x3000;
-}
-
-// Length in bytes of the well-formed UTF-8 sequence starting at text[i]; 0 when it is not one.
-size_t utf8_len_at(std::string_view text, size_t i) {
-  const auto b = static_cast<unsigned char>(text[i]);
-  const size_t len = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
-  if (len == 0 || i + len > text.size()) return 0;
-  return is_valid_utf8(text.substr(i, len)) ? len : 0;
-}
-
-uint32_t cpt_at(std::string_view text, size_t i, size_t len) { return decode_utf8_lenient(text.substr(i, len))[0]; }
-
-}  // namespace
 
 std::string python_strip(std::string_view text) {
   size_t begin = 0;
   while (begin < text.size()) {
-    const size_t len = utf8_len_at(text, begin);
-    if (len == 0 || !python_isspace(cpt_at(text, begin, len))) break;
+    uint32_t c = 0;
+    const size_t len = utf8_len_at(text, begin, &c);
+    if (len == 0 || !python_isspace(c)) break;
     begin += len;
   }
   size_t end = text.size();
   while (end > begin) {
     size_t start = end - 1;  // back up to the lead byte of the last sequence
     while (start > begin && end - start < 4 && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) --start;
-    const size_t len = utf8_len_at(text, start);
-    if (len != end - start || !python_isspace(cpt_at(text, start, len))) break;
+    uint32_t c = 0;
+    const size_t len = utf8_len_at(text, start, &c);
+    if (len != end - start || !python_isspace(c)) break;
     end = start;
   }
   return std::string(text.substr(begin, end - begin));
