@@ -348,7 +348,8 @@ TEST(TokenizerLoad, UnsupportedModelAndMissingKeys) {
     Tokenizer t(*f);
     FAIL() << "no error";
   } catch (const dllm::Error& e) {
-    EXPECT_STREQ(e.what(), "unsupported tokenizer model 'llama' (tokenizer.ggml.model); dllm supports gpt2 (byte-level BPE)");
+    EXPECT_STREQ(e.what(), "unsupported tokenizer model 'llama' (tokenizer.ggml.model); dllm supports gpt2 (byte-level "
+                 "BPE) and gemma4 (BPE over UTF-8 with byte fallback)");
   }
   GgufWriter w2;
   w2.str("general.architecture", "llada");
