@@ -4,6 +4,7 @@
 #include "common/error.h"
 #include "common/printable.h"
 #include "common/utf8.h"
+#include "model/arch.h"
 
 namespace dllm::model {
 
@@ -27,12 +28,27 @@ std::string python_strip(std::string_view text) {
   return std::string(text.substr(begin, end - begin));
 }
 
+namespace {
+
+// Each architecture's template, for files without a tokenizer.chat_template: llada-moe's are LLaDA's Llama-3
+// style template, rnd1's ChatML with the default system turn, as the fixture files declare; diffusion-gemma's the
+// Gemma-4 turns. Architectures enter here when their text side works (tokenize), which may be before the
+// forward does (arch.cpp's kArchitectures, which `run` needs).
+struct ArchTemplate {
+  std::string_view arch;
+  ChatTemplate tmpl;
+};
+constexpr ArchTemplate kArchTemplates[] = {
+    {"llada", ChatTemplate::LLaDA},   {"llada-moe", ChatTemplate::LLaDA},         {"dream", ChatTemplate::Dream},
+    {"rnd1", ChatTemplate::Dream},    {"diffusion-gemma", ChatTemplate::Gemma4},
+};
+
+}  // namespace
+
 ChatTemplate chat_template_for_arch(std::string_view arch) {
-  // For files without a tokenizer.chat_template: llada-moe's are LLaDA's Llama-3 style template, rnd1's
-  // ChatML with the default system turn, as the fixture files declare.
-  if (arch == "llada" || arch == "llada-moe") return ChatTemplate::LLaDA;
-  if (arch == "dream" || arch == "rnd1") return ChatTemplate::Dream;
-  throw Error("unsupported model architecture: " + shown(arch) + " (supported: llada, dream, llada-moe, rnd1)");
+  for (const ArchTemplate& a : kArchTemplates)
+    if (a.arch == arch) return a.tmpl;
+  throw Error("unsupported model architecture: " + shown(arch) + " (supported: " + supported_architectures() + ")");
 }
 
 namespace {
@@ -65,6 +81,8 @@ ChatTemplate chat_template_of(std::string_view arch, std::string_view file_templ
   if (file_template.find("<|start_header_id|>") != std::string_view::npos &&
       file_template.find("<|end_header_id|>") != std::string_view::npos)
     return ChatTemplate::LLaDA;
+  if (file_template.find("<|turn>") != std::string_view::npos && file_template.find("<turn|>") != std::string_view::npos)
+    return ChatTemplate::Gemma4;
   if (file_template.find("<|im_start|>") != std::string_view::npos) {
     const std::string sys = default_system_turn(file_template);
     if (sys.empty()) return ChatTemplate::ChatML;
@@ -72,7 +90,7 @@ ChatTemplate chat_template_of(std::string_view arch, std::string_view file_templ
   }
   if (note) {
     *note = "the file's tokenizer.chat_template is not one dllm renders (Llama-3 headers as LLaDA's, ChatML with "
-            "or without Dream's default system turn): prompts use the " + std::string(chat_template_name(by_arch)) +
+            "or without Dream's default system turn, Gemma-4 turns): prompts use the " + std::string(chat_template_name(by_arch)) +
             " template of architecture " + std::string(arch) + "; --no-chat sends the prompt as it is";
   }
   return by_arch;
@@ -83,12 +101,13 @@ const char* chat_template_name(ChatTemplate t) {
     case ChatTemplate::LLaDA: return "LLaDA";
     case ChatTemplate::Dream: return "Dream (ChatML)";
     case ChatTemplate::ChatML: return "ChatML";
+    case ChatTemplate::Gemma4: return "Gemma-4";
   }
   throw Error("internal error: unknown chat template");
 }
 
 std::string render_chat_messages(ChatTemplate tmpl, const std::vector<ChatMessage>& messages,
-                                 std::string_view bos_text) {
+                                 std::string_view bos_text, bool add_generation_prompt) {
   std::string out;
   switch (tmpl) {
     case ChatTemplate::LLaDA:
@@ -98,7 +117,7 @@ std::string render_chat_messages(ChatTemplate tmpl, const std::vector<ChatMessag
         out += python_strip(m.content);
         out += "<|eot_id|>";
       }
-      out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+      if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
       break;
     case ChatTemplate::Dream:
       if (messages.empty() || messages.front().role != "system")
@@ -106,8 +125,25 @@ std::string render_chat_messages(ChatTemplate tmpl, const std::vector<ChatMessag
       [[fallthrough]];
     case ChatTemplate::ChatML:
       for (const ChatMessage& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
-      out += "<|im_start|>assistant\n";
+      if (add_generation_prompt) out += "<|im_start|>assistant\n";
       break;
+    case ChatTemplate::Gemma4: {
+      // The fixture's and Google's templates: {{ bos_token }}, a leading system/developer message as the system
+      // turn, every message trimmed, the assistant's role written "model".
+      out.append(bos_text);
+      size_t first = 0;
+      if (!messages.empty() && (messages[0].role == "system" || messages[0].role == "developer")) {
+        out += "<|turn>system\n" + python_strip(messages[0].content) + "<turn|>\n";
+        first = 1;
+      }
+      for (size_t i = first; i < messages.size(); ++i) {
+        const ChatMessage& m = messages[i];
+        out += "<|turn>" + (m.role == "assistant" ? std::string("model") : m.role) + "\n";
+        out += python_strip(m.content) + "<turn|>\n";
+      }
+      if (add_generation_prompt) out += "<|turn>model\n";
+      break;
+    }
   }
   return out;
 }
@@ -128,9 +164,10 @@ std::string render_chat(ChatTemplate tmpl, std::string_view user, std::string_vi
   return render_chat_messages(tmpl, one_turn(user, system), bos_text);
 }
 
-std::vector<int32_t> chat_messages_ids(const Tokenizer& tok, ChatTemplate tmpl, const std::vector<ChatMessage>& messages) {
+std::vector<int32_t> chat_messages_ids(const Tokenizer& tok, ChatTemplate tmpl, const std::vector<ChatMessage>& messages,
+                                       bool add_generation_prompt) {
   const std::string bos_text = tok.bos() >= 0 ? tok.token_text(tok.bos()) : std::string();
-  std::string text = render_chat_messages(tmpl, messages, bos_text);
+  std::string text = render_chat_messages(tmpl, messages, bos_text, add_generation_prompt);
   // llama.cpp (common/chat.cpp) drops the template's BOS text when the tokenizer adds BOS anyway,
   // so the prompt starts with exactly one BOS either way.
   if (tok.add_bos() && !bos_text.empty() && text.compare(0, bos_text.size(), bos_text) == 0)
