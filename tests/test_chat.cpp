@@ -196,3 +196,69 @@ TEST(Chat, TheFilesTemplateDecides) {
   EXPECT_EQ(note, "");
   EXPECT_THROW(chat_template_of("qwen2", llada), dllm::Error);
 }
+
+// ---- Gemma-4 turns (DiffusionGemma) ------------------------------------------------------------------
+// tests/data/diffusion-gemma/chat.jsonl: four conversations rendered by the llama.cpp fork's chat-template code from
+// the tiny model's tokenizer.chat_template (a short Gemma-4 template), with their ids; BOS comes from tokenization.
+
+namespace {
+
+const Loaded& gemma4() {
+  static Loaded g(dllm::test::data_path("diffusion-gemma/tiny-diffusion-gemma-A-vocab.gguf"));
+  return g;
+}
+
+std::vector<dllm::model::ChatMessage> messages_of(const json& v) {
+  std::vector<dllm::model::ChatMessage> out;
+  for (const json& m : v) out.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+  return out;
+}
+
+}  // namespace
+
+TEST(Chat, Gemma4TemplateIsRecognised) {
+  using dllm::model::chat_template_of;
+  const Loaded& g = gemma4();
+  std::string note = "stale";
+  EXPECT_EQ(chat_template_of("diffusion-gemma", g.tok->chat_template(), &note), ChatTemplate::Gemma4);
+  EXPECT_EQ(note, "");
+  EXPECT_EQ(dllm::model::chat_template_for_arch("diffusion-gemma"), ChatTemplate::Gemma4);  // no template: the same
+  EXPECT_STREQ(dllm::model::chat_template_name(ChatTemplate::Gemma4), "Gemma-4");
+}
+
+TEST(Chat, Gemma4ConversationsMatchTheFork) {
+  const Loaded& g = gemma4();
+  std::istringstream in(dllm::test::read_file(dllm::test::data_path("diffusion-gemma/chat.jsonl")));
+  int n = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    const json c = json::parse(line);
+    const auto messages = messages_of(c["messages"]);
+    const bool gen = c["add_generation_prompt"];
+    // The fork drops the template's leading BOS text; with an empty bos_text the render is its text exactly.
+    EXPECT_EQ(dllm::model::render_chat_messages(ChatTemplate::Gemma4, messages, "", gen), c["rendered"].get<std::string>())
+        << c["id"];
+    EXPECT_EQ(dllm::model::render_chat_messages(ChatTemplate::Gemma4, messages, "<bos>", gen),
+              "<bos>" + c["rendered"].get<std::string>())
+        << c["id"];
+    EXPECT_EQ(dllm::model::chat_messages_ids(*g.tok, ChatTemplate::Gemma4, messages, gen),
+              c["ids"].get<std::vector<int32_t>>())
+        << c["id"];
+    ++n;
+  }
+  EXPECT_EQ(n, 4);
+  // One user message the way `run` builds it, with and without a system turn; "developer" is a system turn too.
+  EXPECT_EQ(dllm::model::render_chat(ChatTemplate::Gemma4, " Hi ", "<bos>", "Be brief. "),
+            "<bos><|turn>system\nBe brief.<turn|>\n<|turn>user\nHi<turn|>\n<|turn>model\n");
+  EXPECT_EQ(dllm::model::render_chat_messages(ChatTemplate::Gemma4, {{"developer", "x"}, {"user", "y"}}, ""),
+            "<|turn>system\nx<turn|>\n<|turn>user\ny<turn|>\n<|turn>model\n");
+  EXPECT_EQ(dllm::model::prompt_ids(*g.tok, "diffusion-gemma", "Hello", false),
+            (std::vector<int32_t>{2, 6, 916, 600, 32, 366, 647, 637, 7, 32, 6, 321, 787, 32}));
+}
+
+TEST(Chat, WithoutTheGenerationPrompt) {
+  using dllm::model::render_chat_messages;
+  const std::vector<dllm::model::ChatMessage> m = {{"user", "hi"}};
+  EXPECT_EQ(render_chat_messages(ChatTemplate::ChatML, m, "", false), "<|im_start|>user\nhi<|im_end|>\n");
+  EXPECT_EQ(render_chat_messages(ChatTemplate::LLaDA, m, "<B>", false), "<B><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>");
+}

@@ -101,6 +101,10 @@ TEST(RunConfig, StopIdsAreTheVocabularysEndOfTextAndEndOfTurn) {
     const model::Tokenizer tok(*f);
     EXPECT_EQ(stop_ids(tok), (std::vector<int32_t>{eos, eot}));
   }
+  // gemma4 (DiffusionGemma): <eos>, and <turn|> and <|tool_response>, found by their text.
+  const auto g = gguf::File::open(test::data_path("diffusion-gemma/tiny-diffusion-gemma-A-vocab.gguf"));
+  const model::Tokenizer gtok(*g);
+  EXPECT_EQ(stop_ids(gtok), (std::vector<int32_t>{1, 7, 13}));
 }
 
 TEST(RunConfig, PromptIdsFromTextChatTemplateOrVerbatimTokens) {

@@ -243,3 +243,78 @@ TEST(Utf8CompletePrefix, HoldsBackIncompleteSequences) {
   EXPECT_EQ(utf8_complete_prefix("\xc3\xa9"), 2u);
   EXPECT_EQ(utf8_complete_prefix("a\xff"), 2u);              // invalid byte: nothing to wait for
 }
+
+// ---- gemma4 (DiffusionGemma's vocabulary) -----------------------------------------------------------
+// tests/data/diffusion-gemma: the fixture's synthetic 1536-token vocabulary (the F32 model's metadata without its
+// weights, make_vocab_gguf.py) and llama-tokenize's ids of the fork for 36 texts (../shared/fixtures/diffusion-gemma).
+
+namespace {
+
+std::string gemma4_path() { return dllm::test::data_path("diffusion-gemma/tiny-diffusion-gemma-A-vocab.gguf"); }
+
+}  // namespace
+
+TEST(TokenizerGemma4, LoadsVocabularyAndSpecialIds) {
+  const Tokenizer& tok = *vocab(gemma4_path()).tok;
+  EXPECT_EQ(tok.model(), dllm::model::TokenizerModel::Gemma4);
+  EXPECT_EQ(tok.pre(), "gemma4");
+  EXPECT_EQ(tok.n_vocab(), 1536);
+  EXPECT_EQ(tok.n_merges(), 1061u);
+  EXPECT_EQ(tok.bos(), 2);
+  EXPECT_EQ(tok.eos(), 1);
+  EXPECT_EQ(tok.unk(), 3);
+  EXPECT_EQ(tok.pad(), 0);
+  EXPECT_EQ(tok.mask(), 4);
+  EXPECT_TRUE(tok.add_bos());
+  EXPECT_FALSE(tok.add_eos());
+  // End of generation by text, as llama.cpp finds them: <eos>, <turn|> (also the eot), <|tool_response>.
+  EXPECT_EQ(tok.eot(), 7);
+  EXPECT_EQ(tok.eog(), (std::vector<int32_t>{1, 7, 13}));
+  EXPECT_TRUE(tok.is_control(6));         // <|turn>
+  EXPECT_TRUE(tok.is_user_defined(9));    // <|channel>
+  EXPECT_EQ(tok.token_piece(36), "  ");   // ▁▁: the pieces have spaces again
+  EXPECT_EQ(tok.token_piece(53), std::string(1, '\0'));  // <0x00>
+  EXPECT_FALSE(tok.chat_template().empty());
+}
+
+TEST(TokenizerGemma4, CasesMatchLlamaCpp) {
+  const Tokenizer& tok = *vocab(gemma4_path()).tok;
+  const std::vector<json> cases = read_jsonl("diffusion-gemma/cases.jsonl");
+  ASSERT_EQ(cases.size(), 36u);
+  for (const json& c : cases) {
+    const std::string text = c["text"];
+    const std::vector<int32_t> ids = tok.encode(text, /*parse_special=*/true, /*add_special=*/false);
+    EXPECT_EQ(show(ids), show(ids_of(c["ids"]))) << "case " << c["id"];
+    EXPECT_EQ(show(tok.encode(text, false, false)), show(ids_of(c["ids_no_parse_special"]))) << "case " << c["id"];
+    EXPECT_EQ(show(tok.encode(text, true, true)), show(ids_of(c["ids_with_bos"]))) << "case " << c["id"];
+    // Byte fallback makes every text come back byte for byte (no clean-up of spaces).
+    EXPECT_EQ(tok.detokenize(ids, raw_concat()), text) << "round trip of case " << c["id"];
+  }
+}
+
+TEST(TokenizerGemma4, ByteFallbackNewlineRunsAndSpecials) {
+  const Tokenizer& tok = *vocab(gemma4_path()).tok;
+  // A character the vocabulary lacks: its UTF-8 bytes as <0xXX> tokens (U+1F9A9 = F0 9F A6 A9; <0x00> is 53).
+  ASSERT_EQ(tok.token_id("\xf0\x9f\xa6\xa9"), -1);
+  EXPECT_EQ(tok.encode("\xf0\x9f\xa6\xa9"), (std::vector<int32_t>{53 + 0xF0, 53 + 0x9F, 53 + 0xA6, 53 + 0xA9}));
+  // Newline runs are pieces of their own, looked up whole: \n = 32, \n\n = 33, \n\n\n\n = 35.
+  EXPECT_EQ(tok.encode("\n"), (std::vector<int32_t>{32}));
+  EXPECT_EQ(tok.encode("\n\n"), (std::vector<int32_t>{33}));
+  EXPECT_EQ(tok.encode("\n\n\n\n"), (std::vector<int32_t>{35}));
+  // User-defined tokens are matched without special parsing, control tokens only with it.
+  EXPECT_EQ(tok.encode("<|channel>", false, false), (std::vector<int32_t>{9}));
+  EXPECT_EQ(tok.encode("<|turn>", true, false), (std::vector<int32_t>{6}));
+  EXPECT_NE(tok.encode("<|turn>", false, false), (std::vector<int32_t>{6}));
+  // BOS comes first with add_special; no EOS (add_eos_token false).
+  EXPECT_EQ(tok.encode("", true, true), (std::vector<int32_t>{2}));
+  // Invalid UTF-8: each bad byte read as U+FFFD (EF BF BD), which this vocabulary writes as bytes.
+  EXPECT_EQ(tok.encode("\xff"), (std::vector<int32_t>{53 + 0xEF, 53 + 0xBF, 53 + 0xBD}));
+}
+
+TEST(TokenizerGemma4, DetokenizeWritesSpaces) {
+  const Tokenizer& tok = *vocab(gemma4_path()).tok;
+  const std::vector<int32_t> ids = tok.encode("  Hello world\n", true, true);
+  EXPECT_EQ(tok.decode(ids), "<bos>  Hello world\n");
+  EXPECT_EQ(tok.detokenize(ids, {true, false, true}), "  Hello world\n");
+  EXPECT_EQ(tok.decode(tok.encode("<|turn>user\nHi<turn|>")), "<|turn>user\nHi<turn|>");
+}

@@ -172,3 +172,116 @@ TEST(TokenizeCommand, PromptFileAndStandardInput) {
   EXPECT_EQ(both.exit_code, 2);
   EXPECT_EQ(both.err, "ERROR: flags --prompt and --prompt-file cannot be combined: give one of them\n");
 }
+
+// ---- --messages: a whole conversation ---------------------------------------------------------------
+
+namespace {
+
+std::string gemma4_vocab() { return dllm::test::data_path("diffusion-gemma/tiny-diffusion-gemma-A-vocab.gguf"); }
+
+// A temporary file holding text, removed when the test ends.
+struct TempFile {
+  std::string path;
+  explicit TempFile(const std::string& text) {
+    char tpl[] = "/tmp/dllm-messages-XXXXXX";
+    const int fd = mkstemp(tpl);
+    EXPECT_GE(fd, 0);
+    path = tpl;
+    FILE* f = fdopen(fd, "wb");
+    std::fwrite(text.data(), 1, text.size(), f);
+    std::fclose(f);
+  }
+  ~TempFile() { std::remove(path.c_str()); }
+};
+
+std::string ids_line(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (int32_t id : ids) s += (s.empty() ? "" : " ") + std::to_string(id);
+  return s + "\n";
+}
+
+}  // namespace
+
+// The fork's conversations (tests/data/diffusion-gemma/chat.jsonl) through the binary: every one rendered with the
+// generation prompt gives exactly its ids, from a file and from standard input.
+TEST(TokenizeCommand, MessagesGiveTheForksConversationIds) {
+  std::istringstream in(dllm::test::read_file(dllm::test::data_path("diffusion-gemma/chat.jsonl")));
+  int n = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    const json c = json::parse(line);
+    if (!c["add_generation_prompt"].get<bool>()) continue;  // tokenize always adds it
+    const std::string want = ids_line(c["ids"].get<std::vector<int32_t>>());
+    const TempFile f(c["messages"].dump());
+    const auto r = dllm::test::run_dllm({"tokenize", "--model", gemma4_vocab(), "--messages", f.path});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, want) << c["id"];
+    EXPECT_EQ(r.err, "") << c["id"];
+    const auto s = dllm::test::run_dllm({"tokenize", "--model", gemma4_vocab(), "--messages", "-"}, c["messages"].dump());
+    EXPECT_EQ(s.exit_code, 0) << s.err;
+    EXPECT_EQ(s.out, want) << c["id"];
+    ++n;
+  }
+  EXPECT_EQ(n, 3);
+  // --prompt on the same file: the one-user-message conversation (chat.jsonl single_user).
+  const auto p = dllm::test::run_dllm({"tokenize", "--model", gemma4_vocab(), "--prompt", "Hello"});
+  EXPECT_EQ(p.exit_code, 0) << p.err;
+  EXPECT_EQ(p.out, "2 6 916 600 32 366 647 637 7 32 6 321 787 32\n");
+}
+
+// Every architecture: one user message through --messages is --prompt's conversation; a system turn and earlier
+// turns render as the file's template says.
+TEST(TokenizeCommand, MessagesOnEveryArchitecture) {
+  for (const std::string& model : {llada(), dream(), dllm::test::data_path("moe/gguf/tiny-llada-moe-Q8_0.gguf"),
+                                   dllm::test::data_path("moe/gguf/tiny-rnd1-Q8_0.gguf"), gemma4_vocab()}) {
+    const TempFile one(R"([{"role": "user", "content": "Why is water wet?"}])");
+    const auto m = dllm::test::run_dllm({"tokenize", "--model", model, "--messages", one.path});
+    const auto p = dllm::test::run_dllm({"tokenize", "--model", model, "--prompt", "Why is water wet?"});
+    EXPECT_EQ(m.exit_code, 0) << model << ": " << m.err;
+    EXPECT_EQ(m.out, p.out) << model;
+    const TempFile conv(R"([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+                            {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Why?"}])");
+    const auto c = dllm::test::run_dllm({"tokenize", "--model", model, "--messages", conv.path, "--json"});
+    EXPECT_EQ(c.exit_code, 0) << model << ": " << c.err;
+    if (c.exit_code != 0) continue;
+    const json out = json::parse(c.out);
+    std::string text;
+    for (const json& piece : out["pieces"]) text += piece.get<std::string>();
+    EXPECT_NE(text.find("Be brief."), std::string::npos) << model << ": " << text;
+    EXPECT_NE(text.find("Hello."), std::string::npos) << model << ": " << text;
+  }
+}
+
+TEST(TokenizeCommand, MessagesErrorsNameTheFileAndTheField) {
+  auto error_of = [](const std::string& content) {
+    const TempFile f(content);
+    const auto r = dllm::test::run_dllm({"tokenize", "--model", gemma4_vocab(), "--messages", f.path});
+    EXPECT_EQ(r.exit_code, 1) << content;
+    EXPECT_EQ(r.out, "");
+    const std::string prefix = "ERROR: --messages " + f.path + ": ";
+    EXPECT_EQ(r.err.rfind(prefix, 0), 0u) << r.err;
+    return r.err.substr(std::min(r.err.size(), prefix.size()));
+  };
+  EXPECT_EQ(error_of("[]").rfind("needs a non-empty JSON array of messages", 0), 0u);
+  EXPECT_EQ(error_of(R"({"role": "user", "content": "x"})").rfind("needs a non-empty JSON array", 0), 0u);
+  EXPECT_EQ(error_of("[{").rfind("not valid JSON (", 0), 0u);
+  EXPECT_EQ(error_of(R"([{"role": "user", "content": "x"}, "hi"])"), "messages[1] is not an object {\"role\", \"content\"}\n");
+  EXPECT_EQ(error_of(R"([{"role": "user", "content": "x"}, {"content": "y"}])"), "messages[1].role is missing\n");
+  EXPECT_EQ(error_of(R"([{"role": 3, "content": "x"}])"), "messages[0].role is not a string\n");
+  EXPECT_EQ(error_of(R"([{"role": "tool", "content": "x"}])"),
+            "messages[0].role must be system, user or assistant, got 'tool'\n");
+  EXPECT_EQ(error_of(R"([{"role": "user"}])"), "messages[0].content is missing\n");
+  EXPECT_EQ(error_of(R"([{"role": "user", "content": ["x"]}])"), "messages[0].content is not a string\n");
+
+  const auto missing = dllm::test::run_dllm({"tokenize", "--model", gemma4_vocab(), "--messages", "/nonexistent/m.json"});
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.err.find("cannot read --messages /nonexistent/m.json"), std::string::npos) << missing.err;
+  // Usage: one source of the conversation, and a template to render it with.
+  for (const auto& extra : {std::vector<std::string>{"--prompt", "x"}, std::vector<std::string>{"--no-chat"}}) {
+    std::vector<std::string> args = {"tokenize", "--model", gemma4_vocab(), "--messages", "-"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto r = dllm::test::run_dllm(args, "[]");
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find("flags --messages and " + extra[0] + " cannot be combined"), std::string::npos) << r.err;
+  }
+}

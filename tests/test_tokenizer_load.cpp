@@ -348,7 +348,8 @@ TEST(TokenizerLoad, UnsupportedModelAndMissingKeys) {
     Tokenizer t(*f);
     FAIL() << "no error";
   } catch (const dllm::Error& e) {
-    EXPECT_STREQ(e.what(), "unsupported tokenizer model 'llama' (tokenizer.ggml.model); dllm supports gpt2 (byte-level BPE)");
+    EXPECT_STREQ(e.what(), "unsupported tokenizer model 'llama' (tokenizer.ggml.model); dllm supports gpt2 (byte-level "
+                 "BPE) and gemma4 (BPE over UTF-8 with byte fallback)");
   }
   GgufWriter w2;
   w2.str("general.architecture", "llada");
@@ -359,4 +360,37 @@ TEST(TokenizerLoad, UnsupportedModelAndMissingKeys) {
   } catch (const dllm::Error& e) {
     EXPECT_STREQ(e.what(), "required metadata key missing: tokenizer.ggml.model");
   }
+}
+
+// gemma4 on a hand-made vocabulary: whatever tokenizer.ggml.pre says and even with add_bos_token = false (llama.cpp's
+// "workaround for Gemma 4"), BOS is added; spaces merge as U+2581; a newline run the vocabulary lacks is merged as
+// characters; a character without a token becomes its <0xXX> bytes.
+TEST(TokenizerGemma4Load, BosAlwaysEscapedSpacesAndByteFallback) {
+  const std::string sp = "\xe2\x96\x81";  // U+2581
+  std::vector<std::string> tokens = {"<pad>", "<eos>", "<bos>", "\n", sp, "a", "b", "ab", sp + "ab", "<turn|>"};
+  std::vector<int32_t> types = {3, 3, 3, 1, 1, 1, 1, 1, 1, 3};
+  const int32_t byte0 = int32_t(tokens.size());
+  static const char* hex = "0123456789ABCDEF";
+  for (int b = 0; b < 256; ++b) tokens.push_back(std::string("<0x") + hex[b >> 4] + hex[b & 15] + ">"), types.push_back(6);
+  GgufWriter w;
+  w.str("general.architecture", "diffusion-gemma");
+  w.str("tokenizer.ggml.model", "gemma4");
+  w.str("tokenizer.ggml.pre", "not-a-pre-tokenizer-dllm-knows");
+  w.strs("tokenizer.ggml.tokens", tokens);
+  w.i32s("tokenizer.ggml.token_type", types);
+  w.strs("tokenizer.ggml.merges", {"a b", sp + " ab"});
+  w.u32("tokenizer.ggml.bos_token_id", 2);
+  w.u32("tokenizer.ggml.eos_token_id", 1);
+  w.boolean("tokenizer.ggml.add_bos_token", false);
+  auto f = dllm::gguf::File::open(w.write());
+  const Tokenizer tok(*f);
+  EXPECT_EQ(tok.model(), dllm::model::TokenizerModel::Gemma4);
+  EXPECT_EQ(tok.pre(), "gemma4");
+  EXPECT_TRUE(tok.add_bos());
+  EXPECT_EQ(tok.eot(), 9);
+  EXPECT_EQ(tok.eog(), (std::vector<int32_t>{1, 9}));
+  const std::vector<int32_t> ids = tok.encode("ab ab\n\nx", true, true);
+  EXPECT_EQ(ids, (std::vector<int32_t>{2, 7, 8, 3, 3, byte0 + 'x'}));
+  EXPECT_EQ(tok.detokenize(ids, {true, false, true}), "ab ab\n\nx");
+  EXPECT_EQ(tok.token_piece(8), " ab");
 }

@@ -183,10 +183,15 @@ const std::vector<Command>& commands() {
                   kGenerationFlags),
        {}},
       {"tokenize",
-       "tokenize --model PATH --prompt TEXT [--no-chat] [--json]",
+       "tokenize --model PATH --prompt TEXT [--no-chat] [--json]   (or --messages FILE instead of --prompt)",
        "the prompt's token ids, as run feeds them",
-       "Prints the token ids of the chat-formatted prompt, the same ids run feeds the model.",
+       "Prints the token ids of the chat-formatted prompt, the same ids run feeds the model, or of a whole\n"
+       "conversation rendered with the file's chat template (--messages).",
        {kModel, kPrompt, kPromptFile, kNoChat,
+        {"messages", "FILE", "",
+         "a conversation instead of --prompt: a JSON array of {\"role\", \"content\"} messages (system, user, "
+         "assistant) as OpenAI's chat API takes them ('-': standard input), rendered with the generation prompt",
+         Kind::String},
         {"json", "", "off", "print {\"ids\": [...], \"pieces\": [...]}", Kind::Bool}},
        {"model"}},
       {"inspect",
@@ -473,6 +478,7 @@ void apply_flag(Settings& s, const Flag& f, const std::string& v) {
       if (name == "model") s.model = v;
       else if (name == "prompt") s.prompt = v, s.has_prompt = true;
       else if (name == "prompt-file") s.prompt_file = v, s.has_prompt_file = true;
+      else if (name == "messages") s.messages_file = v, s.has_messages = true;
       else if (name == "prompts-file") s.prompts_file = v, s.has_prompts_file = true;
       else if (name == "out") s.out = v;
       else if (name == "tensor") s.tensor = v;
@@ -650,6 +656,13 @@ Settings parse_command_line(const std::vector<std::string>& args, std::string* h
     if (s.prompts_file.empty()) throw usage_error("flag --prompts-file needs a value");
   } else if (s.command == "run" && seen.count("batch-size")) {
     throw usage_error("flag --batch-size needs --prompts-file");
+  } else if (s.command == "tokenize" && s.has_messages) {
+    // A conversation takes the place of the one user message; it has no meaning without the template.
+    for (auto [given, flag] : {std::pair{s.has_prompt, "--prompt"}, std::pair{s.has_prompt_file, "--prompt-file"},
+                               std::pair{s.no_chat, "--no-chat"}}) {
+      if (given) throw usage_error(std::string("flags --messages and ") + flag + " cannot be combined");
+    }
+    if (s.messages_file.empty()) throw usage_error("flag --messages needs a value");
   } else if (s.command == "run" || s.command == "tokenize") {
     const int prompts = int(s.has_prompt) + int(s.has_prompt_file) + int(s.has_prompt_tokens);
     if (prompts > 1) {

@@ -23,6 +23,8 @@ struct Settings {
   bool has_prompt = false;
   std::string prompt_file;            // --prompt-file ("-": standard input), read by run_command
   bool has_prompt_file = false;
+  std::string messages_file;          // tokenize --messages (a JSON array of messages; "-": standard input)
+  bool has_messages = false;
   std::vector<int64_t> prompt_tokens; // --prompt-tokens (run)
   bool has_prompt_tokens = false;
   bool no_chat = false;               // --no-chat

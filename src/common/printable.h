@@ -6,18 +6,9 @@
 #include <string>
 #include <string_view>
 
+#include "common/utf8.h"  // is_valid_utf8, sanitize_utf8, utf8_complete_prefix: printing's UTF-8 helpers
+
 namespace dllm {
-
-// True when text is well-formed UTF-8 (no overlongs, surrogates or code points past U+10FFFF).
-bool is_valid_utf8(std::string_view text);
-
-// The text as well-formed UTF-8: each byte that does not belong to a well-formed sequence becomes U+FFFD (as
-// Python's errors="replace" does byte by byte), for text that leaves as JSON (the server's answers).
-std::string sanitize_utf8(std::string_view text);
-
-// The length of text without a multi-byte sequence cut short at its end (a lead byte and fewer continuation
-// bytes than it announces): the part of a growing text that can be shown now without splitting a character.
-size_t utf8_complete_prefix(std::string_view text);
 
 // The text with \" \\ \n \t \r escaped, other C0 control bytes, DEL and bytes of invalid UTF-8 as \xNN, and the
 // characters a terminal or a text layout acts on (C1 controls U+0080..U+009F, bidi marks and overrides, line and

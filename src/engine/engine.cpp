@@ -12,10 +12,8 @@
 namespace dllm::engine {
 
 std::vector<int32_t> stop_ids(const model::Tokenizer& tok) {
-  std::vector<int32_t> out;
-  for (int32_t id : {tok.eos(), tok.eot()})
-    if (id >= 0 && std::find(out.begin(), out.end(), id) == out.end()) out.push_back(id);
-  return out;
+  // eos and eot (and gemma4's end-of-generation tokens), without duplicates.
+  return tok.eog();
 }
 
 model::GenerateConfig make_config(const Sampling& s, const model::HParams& hp, std::vector<int32_t> stops) {

@@ -2,56 +2,53 @@
 #include "model/chat.h"
 
 #include "common/error.h"
-#include "model/pretokenizer.h"
 #include "common/printable.h"
+#include "common/utf8.h"
+#include "model/arch.h"
 
 namespace dllm::model {
-
-namespace {
-
-// Python's str.isspace() set (characters with bidirectional class WS, B or S, or category Zs).
-bool python_isspace(uint32_t c) {
-  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
-         c == 0x3000;
-}
-
-// Length in bytes of the well-formed UTF-8 sequence starting at text[i]; 0 when it is not one.
-size_t utf8_len_at(std::string_view text, size_t i) {
-  const auto b = static_cast<unsigned char>(text[i]);
-  const size_t len = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
-  if (len == 0 || i + len > text.size()) return 0;
-  return is_valid_utf8(text.substr(i, len)) ? len : 0;
-}
-
-uint32_t cpt_at(std::string_view text, size_t i, size_t len) { return decode_utf8_lenient(text.substr(i, len))[0]; }
-
-}  // namespace
 
 std::string python_strip(std::string_view text) {
   size_t begin = 0;
   while (begin < text.size()) {
-    const size_t len = utf8_len_at(text, begin);
-    if (len == 0 || !python_isspace(cpt_at(text, begin, len))) break;
+    uint32_t c = 0;
+    const size_t len = utf8_len_at(text, begin, &c);
+    if (len == 0 || !python_isspace(c)) break;
     begin += len;
   }
   size_t end = text.size();
   while (end > begin) {
     size_t start = end - 1;  // back up to the lead byte of the last sequence
     while (start > begin && end - start < 4 && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) --start;
-    const size_t len = utf8_len_at(text, start);
-    if (len != end - start || !python_isspace(cpt_at(text, start, len))) break;
+    uint32_t c = 0;
+    const size_t len = utf8_len_at(text, start, &c);
+    if (len != end - start || !python_isspace(c)) break;
     end = start;
   }
   return std::string(text.substr(begin, end - begin));
 }
 
+namespace {
+
+// Each architecture's template, for files without a tokenizer.chat_template: llada-moe's are LLaDA's Llama-3
+// style template, rnd1's ChatML with the default system turn, as the fixture files declare; diffusion-gemma's the
+// Gemma-4 turns. Architectures enter here when their text side works (tokenize), which may be before the
+// forward does (arch.cpp's kArchitectures, which `run` needs).
+struct ArchTemplate {
+  std::string_view arch;
+  ChatTemplate tmpl;
+};
+constexpr ArchTemplate kArchTemplates[] = {
+    {"llada", ChatTemplate::LLaDA},   {"llada-moe", ChatTemplate::LLaDA},         {"dream", ChatTemplate::Dream},
+    {"rnd1", ChatTemplate::Dream},    {"diffusion-gemma", ChatTemplate::Gemma4},
+};
+
+}  // namespace
+
 ChatTemplate chat_template_for_arch(std::string_view arch) {
-  // For files without a tokenizer.chat_template: llada-moe's are LLaDA's Llama-3 style template, rnd1's
-  // ChatML with the default system turn, as the fixture files declare.
-  if (arch == "llada" || arch == "llada-moe") return ChatTemplate::LLaDA;
-  if (arch == "dream" || arch == "rnd1") return ChatTemplate::Dream;
-  throw Error("unsupported model architecture: " + shown(arch) + " (supported: llada, dream, llada-moe, rnd1)");
+  for (const ArchTemplate& a : kArchTemplates)
+    if (a.arch == arch) return a.tmpl;
+  throw Error("unsupported model architecture: " + shown(arch) + " (supported: " + supported_architectures() + ")");
 }
 
 namespace {
@@ -84,6 +81,8 @@ ChatTemplate chat_template_of(std::string_view arch, std::string_view file_templ
   if (file_template.find("<|start_header_id|>") != std::string_view::npos &&
       file_template.find("<|end_header_id|>") != std::string_view::npos)
     return ChatTemplate::LLaDA;
+  if (file_template.find("<|turn>") != std::string_view::npos && file_template.find("<turn|>") != std::string_view::npos)
+    return ChatTemplate::Gemma4;
   if (file_template.find("<|im_start|>") != std::string_view::npos) {
     const std::string sys = default_system_turn(file_template);
     if (sys.empty()) return ChatTemplate::ChatML;
@@ -91,7 +90,7 @@ ChatTemplate chat_template_of(std::string_view arch, std::string_view file_templ
   }
   if (note) {
     *note = "the file's tokenizer.chat_template is not one dllm renders (Llama-3 headers as LLaDA's, ChatML with "
-            "or without Dream's default system turn): prompts use the " + std::string(chat_template_name(by_arch)) +
+            "or without Dream's default system turn, Gemma-4 turns): prompts use the " + std::string(chat_template_name(by_arch)) +
             " template of architecture " + std::string(arch) + "; --no-chat sends the prompt as it is";
   }
   return by_arch;
@@ -102,12 +101,13 @@ const char* chat_template_name(ChatTemplate t) {
     case ChatTemplate::LLaDA: return "LLaDA";
     case ChatTemplate::Dream: return "Dream (ChatML)";
     case ChatTemplate::ChatML: return "ChatML";
+    case ChatTemplate::Gemma4: return "Gemma-4";
   }
   throw Error("internal error: unknown chat template");
 }
 
 std::string render_chat_messages(ChatTemplate tmpl, const std::vector<ChatMessage>& messages,
-                                 std::string_view bos_text) {
+                                 std::string_view bos_text, bool add_generation_prompt) {
   std::string out;
   switch (tmpl) {
     case ChatTemplate::LLaDA:
@@ -117,7 +117,7 @@ std::string render_chat_messages(ChatTemplate tmpl, const std::vector<ChatMessag
         out += python_strip(m.content);
         out += "<|eot_id|>";
       }
-      out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+      if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
       break;
     case ChatTemplate::Dream:
       if (messages.empty() || messages.front().role != "system")
@@ -125,8 +125,25 @@ std::string render_chat_messages(ChatTemplate tmpl, const std::vector<ChatMessag
       [[fallthrough]];
     case ChatTemplate::ChatML:
       for (const ChatMessage& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
-      out += "<|im_start|>assistant\n";
+      if (add_generation_prompt) out += "<|im_start|>assistant\n";
       break;
+    case ChatTemplate::Gemma4: {
+      // The fixture's and Google's templates: {{ bos_token }}, a leading system/developer message as the system
+      // turn, every message trimmed, the assistant's role written "model".
+      out.append(bos_text);
+      size_t first = 0;
+      if (!messages.empty() && (messages[0].role == "system" || messages[0].role == "developer")) {
+        out += "<|turn>system\n" + python_strip(messages[0].content) + "<turn|>\n";
+        first = 1;
+      }
+      for (size_t i = first; i < messages.size(); ++i) {
+        const ChatMessage& m = messages[i];
+        out += "<|turn>" + (m.role == "assistant" ? std::string("model") : m.role) + "\n";
+        out += python_strip(m.content) + "<turn|>\n";
+      }
+      if (add_generation_prompt) out += "<|turn>model\n";
+      break;
+    }
   }
   return out;
 }
@@ -147,9 +164,10 @@ std::string render_chat(ChatTemplate tmpl, std::string_view user, std::string_vi
   return render_chat_messages(tmpl, one_turn(user, system), bos_text);
 }
 
-std::vector<int32_t> chat_messages_ids(const Tokenizer& tok, ChatTemplate tmpl, const std::vector<ChatMessage>& messages) {
+std::vector<int32_t> chat_messages_ids(const Tokenizer& tok, ChatTemplate tmpl, const std::vector<ChatMessage>& messages,
+                                       bool add_generation_prompt) {
   const std::string bos_text = tok.bos() >= 0 ? tok.token_text(tok.bos()) : std::string();
-  std::string text = render_chat_messages(tmpl, messages, bos_text);
+  std::string text = render_chat_messages(tmpl, messages, bos_text, add_generation_prompt);
   // llama.cpp (common/chat.cpp) drops the template's BOS text when the tokenizer adds BOS anyway,
   // so the prompt starts with exactly one BOS either way.
   if (tok.add_bos() && !bos_text.empty() && text.compare(0, bos_text.size(), bos_text) == 0)

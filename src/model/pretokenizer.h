@@ -3,7 +3,7 @@
 // `tokenizer.ggml.pre` name. The Unicode work (general categories \p{L} \p{N}) is done by PCRE2
 // (UTF + UCP, JIT); pretokenizer.cpp adapts llama.cpp's patterns to it.
 #pragma once
-#include "common/printable.h"
+#include "common/utf8.h"
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -35,14 +35,10 @@ PreTokenizerInfo pre_tokenizer_info(std::string_view name);
 // The names accepted by pre_tokenizer_info, for messages.
 const char* supported_pre_tokenizers();
 
-// llama.cpp's lenient UTF-8 decoder (unicode_cpt_from_utf8): overlong forms and surrogates decode,
-// every byte that starts no decodable sequence becomes U+FFFD and is skipped alone.
-// Code points above U+10FFFF (lead bytes F5-F7), which llama.cpp cannot re-encode, become U+FFFD too.
-std::vector<uint32_t> decode_utf8_lenient(std::string_view text);
-// Appends the UTF-8 form of one code point (surrogates encode as 3 bytes, like llama.cpp).
-void append_utf8(uint32_t cpt, std::string* out);
-// True when text is well-formed UTF-8 (no overlong forms, surrogates or code points above U+10FFFF).
-using dllm::is_valid_utf8;  // common/printable.h
+// The UTF-8 helpers the tokenizers use, from common/utf8.h (llama.cpp's lenient decoder, the encoder, validity).
+using dllm::append_utf8;
+using dllm::decode_utf8_lenient;
+using dllm::is_valid_utf8;
 
 class PreTokenizer {
  public:

@@ -1,6 +1,7 @@
-// Byte-level BPE tokenizer (see tokenizer.h). Behaviour follows llama.cpp's llama-vocab.cpp for
-// tokenizer.ggml.model = gpt2: special-token partition, pre-tokenizer, BPE by merge rank with the
-// leftmost pair first, ignore_merges, byte fallback, detokenizer with clean_up_tokenization_spaces.
+// BPE tokenizer (see tokenizer.h). Behaviour follows llama.cpp's llama-vocab.cpp for tokenizer.ggml.model =
+// gpt2 (byte-level: special-token partition, pre-tokenizer, BPE by merge rank with the leftmost pair first,
+// ignore_merges, detokenizer with clean_up_tokenization_spaces) and gemma4 (the same partition and merges over
+// raw UTF-8 characters of `▁`-escaped text split into newline runs and the rest, <0xXX> byte fallback).
 #include "model/tokenizer.h"
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include "common/error.h"
 #include "model/pretokenizer.h"
 #include "common/printable.h"
+#include "common/utf8.h"
 
 namespace dllm::model {
 
@@ -72,6 +74,45 @@ std::string byte_decode(const std::string& text) {
   }
   return out;
 }
+
+// U+2581 LOWER ONE EIGHTH BLOCK: gemma4 vocabularies write a space as this character.
+constexpr std::string_view kEscapedSpace = "\xe2\x96\x81";
+
+// gemma4: every space as U+2581 (llama_escape_whitespace).
+std::string escape_spaces(std::string_view text) {
+  std::string out;
+  out.reserve(text.size() + text.size() / 2);
+  for (char c : text) {
+    if (c == ' ') out += kEscapedSpace;
+    else out.push_back(c);
+  }
+  return out;
+}
+
+// gemma4: every U+2581 back to a space (llama_unescape_whitespace), for the pieces of normal tokens.
+std::string unescape_spaces(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    if (text.compare(i, kEscapedSpace.size(), kEscapedSpace) == 0) {
+      out.push_back(' ');
+      i += kEscapedSpace.size();
+    } else {
+      out.push_back(text[i++]);
+    }
+  }
+  return out;
+}
+
+// The vocabulary text of a byte token: "<0x0A>" (upper-case hex, as the SentencePiece-style vocabularies write it).
+std::string byte_token_text(int b) {
+  static const char* hex = "0123456789ABCDEF";
+  return std::string("<0x") + hex[b >> 4] + hex[b & 15] + ">";
+}
+
+// gemma4's end-of-generation tokens, found by their text as llama.cpp's loader finds them (its EOG list), besides
+// tokenizer.ggml.eos_token_id: the end of a turn and the start of a tool's answer (the model stops to wait for it).
+constexpr std::string_view kGemma4EogTexts[] = {"<eos>", "<turn|>", "<|tool_response>"};
 
 // Texts llama.cpp's loader turns into control tokens whatever their stored type (its end-of-generation
 // and fill-in-the-middle lists), so that matching and detokenisation treat them the same way.
@@ -186,15 +227,26 @@ struct Tokenizer::Impl {
 
 Tokenizer::Tokenizer(const gguf::File& file) : impl_(std::make_unique<Impl>()) {
   const std::string_view model = file.get_string("tokenizer.ggml.model");
-  if (model != "gpt2")
+  if (model == "gpt2") {
+    model_ = TokenizerModel::Gpt2;
+    pre_name_ = std::string(file.get_string("tokenizer.ggml.pre"));
+    const PreTokenizerInfo info = pre_tokenizer_info(pre_name_);
+    ignore_merges_ = info.ignore_merges;
+    add_bos_ = info.add_bos_default;
+    clean_spaces_ = info.clean_spaces;
+    impl_->pretok = std::make_unique<PreTokenizer>(info.kind);
+  } else if (model == "gemma4") {
+    // llama.cpp sets the pre-tokenizer of this model itself, whatever tokenizer.ggml.pre says (real files have
+    // none): pieces are newline runs and the rest, no regex.
+    model_ = TokenizerModel::Gemma4;
+    pre_name_ = "gemma4";
+    add_bos_ = true;
+    clean_spaces_ = true;
+  } else {
     throw Error("unsupported tokenizer model '" + shown(model) +
-                "' (tokenizer.ggml.model); dllm supports gpt2 (byte-level BPE)");
-  pre_name_ = std::string(file.get_string("tokenizer.ggml.pre"));
-  const PreTokenizerInfo info = pre_tokenizer_info(pre_name_);
-  ignore_merges_ = info.ignore_merges;
-  add_bos_ = info.add_bos_default;
-  clean_spaces_ = info.clean_spaces;
-  impl_->pretok = std::make_unique<PreTokenizer>(info.kind);
+                "' (tokenizer.ggml.model); dllm supports gpt2 (byte-level BPE) and gemma4 (BPE over UTF-8 with "
+                "byte fallback)");
+  }
 
   load_tokens(file);
   load_merges(file);
@@ -240,15 +292,17 @@ void Tokenizer::load_tokens(const gguf::File& file) {
     if (t.attr & (kAttrUnknown | kAttrControl | kAttrUserDefined)) {
       t.piece = t.text;
     } else if (t.attr & kAttrNormal) {
-      t.piece = byte_decode(t.text);
+      t.piece = model_ == TokenizerModel::Gemma4 ? unescape_spaces(t.text) : byte_decode(t.text);
     } else if (t.attr & kAttrByte) {  // "<0xXX>"
       if (t.text.size() >= 5) t.piece.assign(1, static_cast<char>(std::strtol(t.text.substr(3, 2).c_str(), nullptr, 16)));
     }
   }
 
+  // The token of each byte: gpt2's byte alphabet character, gemma4's "<0xXX>" fallback token.
   const ByteAlphabet& a = alphabet();
   for (int b = 0; b < 256; ++b) {
-    impl_->byte_token[b] = impl_->text_to_id.find(a.byte_to_utf8[b]);
+    impl_->byte_token[b] = impl_->text_to_id.find(model_ == TokenizerModel::Gemma4 ? byte_token_text(b)
+                                                                                   : a.byte_to_utf8[b]);
   }
 
   // Special-token matcher.
@@ -316,10 +370,21 @@ void Tokenizer::load_specials(const gguf::File& file) {
   read_id("tokenizer.ggml.mask_token_id", &mask_);
   if (eot_ < 0) eot_ = token_id("<|eot_id|>");
   if (eot_ < 0) eot_ = token_id("<|im_end|>");
+  if (eot_ < 0 && model_ == TokenizerModel::Gemma4) eot_ = token_id("<turn|>");
+  for (int32_t id : {eos_, eot_})
+    if (id >= 0 && std::find(eog_.begin(), eog_.end(), id) == eog_.end()) eog_.push_back(id);
+  if (model_ == TokenizerModel::Gemma4) {
+    for (std::string_view text : kGemma4EogTexts) {
+      const int32_t id = token_id(text);
+      if (id >= 0 && std::find(eog_.begin(), eog_.end(), id) == eog_.end()) eog_.push_back(id);
+    }
+  }
 
   if (file.find("tokenizer.chat_template")) chat_template_ = std::string(file.get_string("tokenizer.chat_template"));
   if (file.find("tokenizer.ggml.add_bos_token")) add_bos_ = file.get_bool("tokenizer.ggml.add_bos_token");
   if (file.find("tokenizer.ggml.add_eos_token")) add_eos_ = file.get_bool("tokenizer.ggml.add_eos_token");
+  // llama.cpp adds BOS for gemma4 even where the file says add_bos_token = false (its "workaround for Gemma 4").
+  if (model_ == TokenizerModel::Gemma4) add_bos_ = true;
   if (add_bos_ && bos_ < 0)
     throw Error("tokenizer.ggml.add_bos_token is true, but tokenizer.ggml.bos_token_id is not set");
   if (add_eos_ && eos_ < 0)
@@ -430,6 +495,25 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special
 }
 
 void Tokenizer::encode_fragment(std::string_view text, std::vector<int32_t>* out) const {
+  if (model_ == TokenizerModel::Gemma4) {
+    // Invalid UTF-8 is read as llama.cpp reads it (each bad byte as U+FFFD), then spaces become U+2581 and the
+    // text splits into newline runs and the rest ([^\n]+|[\n]+).
+    std::string valid;
+    if (!is_valid_utf8(text)) {
+      for (uint32_t c : decode_utf8_lenient(text)) append_utf8(c, &valid);
+      text = valid;
+    }
+    const std::string escaped = escape_spaces(text);
+    const std::string_view e = escaped;
+    for (size_t at = 0; at < e.size();) {
+      const bool newline = e[at] == '\n';
+      size_t end = at;
+      while (end < e.size() && (e[end] == '\n') == newline) ++end;
+      encode_piece(e.substr(at, end - at), out);
+      at = end;
+    }
+    return;
+  }
   std::string storage;
   std::vector<std::string_view> pieces;
   impl_->pretok->split(text, &storage, &pieces);
@@ -439,7 +523,8 @@ void Tokenizer::encode_fragment(std::string_view text, std::vector<int32_t>* out
 void Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>* out) const {
   const auto* bytes = reinterpret_cast<const unsigned char*>(piece.data());
   const size_t n = piece.size();
-  if (n == 1) {
+  const bool gemma4 = model_ == TokenizerModel::Gemma4;
+  if (n == 1 && !gemma4) {
     if (impl_->byte_token[bytes[0]] >= 0) out->push_back(impl_->byte_token[bytes[0]]);
     return;
   }
@@ -456,16 +541,32 @@ void Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>* out) 
   std::vector<int32_t> result;
   int32_t whole = -1;
   if (ignore_merges_) whole = token_id(byte_encode(piece));
+  // gemma4: a run of newlines is one token when the vocabulary has it (llama.cpp looks such a piece up whole).
+  if (gemma4 && piece.find_first_not_of('\n') == std::string_view::npos) whole = token_id(piece);
   if (whole >= 0) {
     result.push_back(whole);
   } else {
-    // BPE: one symbol per byte; repeatedly merge the adjacent pair with the lowest merge rank (ties:
-    // the leftmost), using a priority queue of candidate pairs that are re-checked when popped.
-    std::vector<int32_t> id(n), prev(n), next(n);
-    for (size_t i = 0; i < n; ++i) {
-      id[i] = impl_->byte_token[bytes[i]];
-      prev[i] = static_cast<int32_t>(i) - 1;
-      next[i] = i + 1 < n ? static_cast<int32_t>(i + 1) : -1;
+    // BPE: one symbol per byte (gpt2: bytes are the alphabet) or per UTF-8 character (gemma4; a character the
+    // vocabulary lacks is a symbol no merge names); repeatedly merge the adjacent pair with the lowest merge
+    // rank (ties: the leftmost), using a priority queue of candidate pairs that are re-checked when popped.
+    std::vector<int32_t> id, prev, next;
+    std::vector<size_t> begin, len;  // each symbol's bytes in piece
+    for (size_t i = 0; i < n;) {
+      size_t l = 1;
+      if (gemma4) {
+        // As llama.cpp's unicode_len_utf8: the lead byte's length, cut at the end of the piece (the piece is
+        // valid UTF-8 here, so this is the character).
+        const unsigned char b = bytes[i];
+        l = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 1;
+        l = std::min(l, n - i);
+      }
+      const int32_t k = static_cast<int32_t>(id.size());
+      id.push_back(gemma4 ? token_id(piece.substr(i, l)) : impl_->byte_token[bytes[i]]);
+      prev.push_back(k - 1);
+      next.push_back(i + l < n ? k + 1 : -1);
+      begin.push_back(i);
+      len.push_back(l);
+      i += l;
     }
     struct Cand {
       int32_t rank, left, right, left_id, right_id;
@@ -477,21 +578,29 @@ void Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>* out) 
       auto it = impl_->merges.find(Impl::key(id[l], id[r]));
       if (it != impl_->merges.end()) queue.push({it->second.rank, l, r, id[l], id[r]});
     };
-    for (size_t i = 0; i + 1 < n; ++i) consider(static_cast<int32_t>(i), static_cast<int32_t>(i + 1));
+    for (size_t i = 0; i + 1 < id.size(); ++i) consider(static_cast<int32_t>(i), static_cast<int32_t>(i + 1));
     while (!queue.empty()) {
       const Cand c = queue.top();
       queue.pop();
       if (id[c.left] != c.left_id || next[c.left] != c.right || id[c.right] != c.right_id) continue;  // stale
       id[c.left] = impl_->merges.at(Impl::key(c.left_id, c.right_id)).result;
       id[c.right] = -2;  // gone
+      len[c.left] += len[c.right];
       next[c.left] = next[c.right];
       if (next[c.left] >= 0) prev[next[c.left]] = c.left;
       consider(prev[c.left], c.left);
       consider(c.left, next[c.left]);
     }
-    // A byte the vocabulary has no token for is dropped, as in llama.cpp.
-    for (int32_t i = 0; i >= 0; i = next[i])
-      if (id[i] >= 0) result.push_back(id[i]);
+    // A symbol the vocabulary has no token for: gemma4 writes its bytes as <0xXX> tokens; gpt2 drops the byte,
+    // as llama.cpp does.
+    for (int32_t i = 0; i >= 0; i = next[i]) {
+      if (id[i] >= 0) {
+        result.push_back(id[i]);
+      } else if (gemma4) {
+        for (size_t k = begin[i]; k < begin[i] + len[i]; ++k)
+          if (impl_->byte_token[bytes[k]] >= 0) result.push_back(impl_->byte_token[bytes[k]]);
+      }
+    }
   }
   out->insert(out->end(), result.begin(), result.end());
   if (!cacheable) return;

@@ -1,6 +1,8 @@
-// Byte-level BPE tokenizer read from a GGUF vocabulary (tokenizer.ggml.model = gpt2), producing the
-// ids llama.cpp's llama_tokenize produces for the same file: special tokens matched in the text first,
-// pre-tokenisation per tokenizer.ggml.pre (pretokenizer.h), then rank-ordered BPE merges per piece.
+// BPE tokenizer read from a GGUF vocabulary, producing the ids llama.cpp's llama_tokenize produces for the
+// same file: special tokens matched in the text first, then per tokenizer.ggml.model
+//   gpt2:   byte-level BPE; pre-tokenisation per tokenizer.ggml.pre (pretokenizer.h), rank-ordered merges per piece;
+//   gemma4: spaces written as U+2581, the text split into newline runs and the rest, rank-ordered merges of
+//           UTF-8 characters per piece, characters without a token as <0xXX> byte tokens, BOS always added.
 // Also the detokenizer (ids -> bytes, as llama_detokenize) and the special ids the samplers need.
 // No Unicode normalisation is applied (llama.cpp applies none; the Qwen tokenizer.json's NFC is not
 // reproduced, so non-NFC text can get other ids than in training: tests/data/tokenizer/README.md).
@@ -34,9 +36,15 @@ struct DetokenizeOptions {
   bool clean_spaces = true;      // apply the vocabulary's clean_up_tokenization_spaces, if it has it
 };
 
+// tokenizer.ggml.model values dllm reads.
+enum class TokenizerModel {
+  Gpt2,    // byte-level BPE (LLaDA, Dream, LLaDA-MoE, RND1)
+  Gemma4,  // BPE over `▁`-escaped UTF-8 with byte fallback (DiffusionGemma)
+};
+
 class Tokenizer {
  public:
-  // Reads and validates tokens, token types, merges, pre-tokenizer and special ids. Throws dllm::Error
+  // Reads and validates tokens (tokenizer.ggml.model gpt2 or gemma4), token types, merges, pre-tokenizer and special ids. Throws dllm::Error
   // naming the key at fault (unknown model or pre-tokenizer, duplicate token, merge naming an unknown
   // token, special id out of range, ...).
   explicit Tokenizer(const gguf::File& file);
@@ -66,12 +74,16 @@ class Tokenizer {
   bool is_user_defined(int32_t id) const { return (token_attr(id) & kAttrUserDefined) != 0; }
   bool is_unused(int32_t id) const { return (token_attr(id) & kAttrUnused) != 0; }
 
+  TokenizerModel model() const { return model_; }
   int32_t n_vocab() const { return static_cast<int32_t>(tokens_.size()); }
   size_t n_merges() const;
 
   // Special ids, -1 when the vocabulary has none. eot: tokenizer.ggml.eot_token_id, else the token
-  // "<|eot_id|>", else "<|im_end|>" (a fixed order, unlike llama.cpp's hash-order guess).
+  // "<|eot_id|>", else "<|im_end|>", else (gemma4) "<turn|>" (a fixed order, unlike llama.cpp's hash-order guess).
   int32_t bos() const { return bos_; }
+  // The tokens that end generation: eos, eot, and for gemma4 the tokens "<eos>", "<turn|>" and "<|tool_response>"
+  // found by their text, as llama.cpp's loader finds them (no duplicates; eos first).
+  const std::vector<int32_t>& eog() const { return eog_; }
   int32_t eos() const { return eos_; }
   int32_t eot() const { return eot_; }
   int32_t mask() const { return mask_; }
@@ -100,7 +112,9 @@ class Tokenizer {
   void encode_piece(std::string_view piece, std::vector<int32_t>* out) const;
   void check_id(int32_t id) const;
 
+  TokenizerModel model_ = TokenizerModel::Gpt2;
   std::vector<Token> tokens_;
+  std::vector<int32_t> eog_;
   std::string pre_name_;
   std::string chat_template_;
   int32_t bos_ = -1, eos_ = -1, eot_ = -1, mask_ = -1, pad_ = -1, unk_ = -1;
@@ -108,6 +122,6 @@ class Tokenizer {
   std::unique_ptr<Impl> impl_;
 };
 
-using dllm::utf8_complete_prefix;  // common/printable.h: what of a growing text can be shown now
+using dllm::utf8_complete_prefix;  // common/utf8.h: what of a growing text can be shown now
 
 }  // namespace dllm::model
