@@ -299,7 +299,7 @@ TEST(WeightTypes, TableMatchesGgmlAndNamesItsTypes) {
     EXPECT_EQ(r.block % act_block(r.act), 0) << r.name;
   }
   EXPECT_EQ(jit_type_list(), "Q4_K, Q5_K, Q6_K, Q8_0 and Q5_0");
-  EXPECT_EQ(gpu_type_list(), "Q4_K, Q5_K, Q6_K and Q8_0");
+  EXPECT_EQ(gpu_type_list(), "Q4_K, Q5_K, Q6_K, Q8_0 and Q5_0");
   for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::Q4_0, GgmlType::Q3_K, GgmlType::IQ4_XS}) {
     EXPECT_EQ(weight_traits(t), nullptr) << ggml_type_name(t);
     EXPECT_FALSE(jit_supports_type(t));

@@ -45,7 +45,7 @@ const WeightTypeTraits kTable[] = {
      /*gpu*/ true, /*nibbles*/ false, /*mins*/ false, 1},
     {GgmlType::Q5_0, "Q5_0", "q5_0", "q5_0_q8_0", 32, 22, ActFormat::Q8_0, 32, 2, 5, 5 + 1, 3, false, false, 8192, false,
      portable<BlockQ5_0, BlockQ8_0, kernel_order_dot_q5_0>, ref_q5_0,
-     /*gpu*/ false, /*nibbles*/ false, /*mins*/ false, 1},
+     /*gpu*/ true, /*nibbles*/ false, /*mins*/ false, 1},
 };
 constexpr int kCount = static_cast<int>(sizeof(kTable) / sizeof(kTable[0]));
 
