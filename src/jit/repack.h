@@ -26,9 +26,9 @@
 //                       and AMX (signed x signed tiles)
 //       meta    (2P): d fp16 [P]
 // Q5_0  as Q8_0, the bytes being ggml's q - 16 (in -16..15; XOR 0x80 for the VNNI families), so that
-//                     Q8_0's kernel bodies run it: 32P + 2P bytes where the GGUF has 22P (45% more), the
+//                     Q8_0's kernel bodies run it: 32P + 2P bytes where the GGUF has 22P (55% more), the
 //                     price of no unpacking in the kernels (the 704- and 2112-wide down projections of
-//                     DiffusionGemma's Q4_K_M files, a small part of the weights)
+//                     DiffusionGemma's Q4_K_M files; a 5-bit layout with its own body is left for later)
 // The AMX family uses the avx512-vnni layout (a vector is also a row of an AMX B tile: 16 weight rows x 4
 // k), except that its Q6_K bytes are ggml's signed q (q - 32 in -32..31) and its Q8_0 bytes unbiased
 // (Q5_K and Q5_0 have no AMX body: their matrices run the avx512-vnni kernels, matrix_family).
