@@ -64,17 +64,17 @@ model::HParams dream_7b() {
 }
 
 // Every kernel of the four quantised tiny fixtures (from their files) and of the two real shapes, in every
-// weight format (Q5_K included).
+// weight format (Q5_K and Q5_0 included).
 jc::KernelSet all_kernels() {
   jc::KernelSet set;
   for (const char* name : {"tiny-llada-Q8_0", "tiny-llada-Q4_K_M", "tiny-dream-Q8_0", "tiny-dream-Q4_K_M"}) {
     const auto file = gguf::File::open(data_path(std::string("models/") + name + ".gguf"));
     const model::HParams hp = model::read_hparams(*file);
     set.add(jc::kernels_for_model(hp, model::check_tensors(*file, hp)));
-    set.add(jc::kernels_for_hparams(hp, {jc::WeightFormat::Q8_0, jc::WeightFormat::Q4_K, jc::WeightFormat::Q5_K, jc::WeightFormat::Q6_K}));
+    set.add(jc::kernels_for_hparams(hp, {jc::WeightFormat::Q8_0, jc::WeightFormat::Q4_K, jc::WeightFormat::Q5_K, jc::WeightFormat::Q6_K, jc::WeightFormat::Q5_0}));
   }
   for (const model::HParams& hp : {llada_8b(), dream_7b()}) {
-    set.add(jc::kernels_for_hparams(hp, {jc::WeightFormat::Q8_0, jc::WeightFormat::Q4_K, jc::WeightFormat::Q5_K, jc::WeightFormat::Q6_K}));
+    set.add(jc::kernels_for_hparams(hp, {jc::WeightFormat::Q8_0, jc::WeightFormat::Q4_K, jc::WeightFormat::Q5_K, jc::WeightFormat::Q6_K, jc::WeightFormat::Q5_0}));
   }
   return set;
 }
@@ -123,7 +123,7 @@ TEST(GpuKernelSet, ModelsWithoutGpuKernelsAreNamed) {
   const model::HParams hp = model::read_hparams(*file);
   const model::ModelTensors t = model::check_tensors(*file, hp);
   const std::string err = jc::gpu_support_error(t);
-  EXPECT_EQ(err.rfind("tensor blk.0.attn_q.weight is F32: the GPU backend has matrix kernels for Q4_K, Q5_K, Q6_K and Q8_0", 0),
+  EXPECT_EQ(err.rfind("tensor blk.0.attn_q.weight is F32: the GPU backend has matrix kernels for Q4_K, Q5_K, Q6_K, Q8_0 and Q5_0", 0),
             0u)
       << err;
   EXPECT_THROW(jc::kernels_for_model(hp, t), Error);

@@ -57,7 +57,8 @@ SynthTensor synth_tensor(GgmlType type, int64_t n, int64_t k, uint32_t seed) {
   for (size_t off = 0; off < s.bytes.size(); off += bs) {
     uint16_t d = quant::f32_to_fp16(scale(rng)), dmin = quant::f32_to_fp16(scale(rng));
     switch (type) {
-      case GgmlType::Q8_0: std::memcpy(&s.bytes[off], &d, 2); break;
+      case GgmlType::Q8_0:
+      case GgmlType::Q5_0: std::memcpy(&s.bytes[off], &d, 2); break;
       case GgmlType::Q4_K:
       case GgmlType::Q5_K:
         std::memcpy(&s.bytes[off], &d, 2);
@@ -197,14 +198,14 @@ TEST(GpuWeightPack, TypesWithoutKernelsNameTheTensor) {
     FAIL() << "F16 accepted";
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(),
-                 "tensor blk.0.attn_q.weight is F16: the GPU backend has matrix kernels for Q4_K, Q5_K, Q6_K and Q8_0 "
+                 "tensor blk.0.attn_q.weight is F16: the GPU backend has matrix kernels for Q4_K, Q5_K, Q6_K, Q8_0 and Q5_0 "
                  "(run with --device cpu)");
   }
 }
 
-// Every GPU format of the weight table (Q5_K included, which the fixture models lack), on random blocks.
+// Every GPU format of the weight table (Q5_K and Q5_0 included, which the fixture models lack), on random blocks.
 TEST(GpuWeightPack, PackedSyntheticWeightsOfEveryFormatDecodeToTheReferenceValues) {
-  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q5_0}) {
     WeightFormat f = WeightFormat::Q8_0;
     ASSERT_TRUE(jc::weight_format_of(type, &f)) << ggml_type_name(type);
     EXPECT_EQ(f, type);
@@ -215,6 +216,8 @@ TEST(GpuWeightPack, PackedSyntheticWeightsOfEveryFormatDecodeToTheReferenceValue
   EXPECT_EQ((jc::GemmDesc{GgmlType::Q5_K, 256, 768}).name(), "dllm_gemm_q5_k_n256_k768");
   EXPECT_EQ(jc::act_format_for(GgmlType::Q5_K), jc::ActFormat::Q8_K);
   EXPECT_EQ(jc::act_format_for(GgmlType::Q8_0), jc::ActFormat::Q8_0);
+  EXPECT_EQ(jc::act_format_for(GgmlType::Q5_0), jc::ActFormat::Q8_0);
+  EXPECT_EQ((jc::GemmDesc{GgmlType::Q5_0, 704, 2112}).name(), "dllm_gemm_q5_0_n704_k2112");
 }
 
 // ---------------------------------------------------------------- kernels on the emulator
@@ -328,6 +331,10 @@ TEST(GpuEmulated, GemmQ4_K) {
 TEST(GpuEmulated, GemmQ5_K) {
   check_gemm(GgmlType::Q5_K, 24, 512, 37);
   check_gemm(GgmlType::Q5_K, 24, 512, 1);
+}
+TEST(GpuEmulated, GemmQ5_0) {
+  check_gemm(GgmlType::Q5_0, 24, 704, 37);  // DiffusionGemma's down-projection width: 22 k-blocks, padded to 24
+  check_gemm(GgmlType::Q5_0, 136, 96, 1);
 }
 TEST(GpuEmulated, GemmQ6_K) { check_gemm(GgmlType::Q6_K, 24, 512, 37); }
 
@@ -671,7 +678,7 @@ TEST(GpuEmulated, F16ModelIsRejectedNamingATensor) {
     model::Model::load(data_path("models/tiny-dream-F16.gguf"), opt);
     FAIL() << "an F16 model loaded on the GPU executor";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(".weight is F16: the GPU backend has matrix kernels for Q4_K, Q5_K, Q6_K and Q8_0"),
+    EXPECT_NE(std::string(e.what()).find(".weight is F16: the GPU backend has matrix kernels for Q4_K, Q5_K, Q6_K, Q8_0 and Q5_0"),
               std::string::npos)
         << e.what();
   }

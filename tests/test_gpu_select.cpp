@@ -112,7 +112,7 @@ TEST(GpuSelect, NvrtcMissing) {
 
 TEST(GpuSelect, ModelWithoutGpuKernels) {
   const auto m = machine({gpu(0, "NVIDIA L4", 8, 9, 20 * GiB)});
-  const std::string why = "tensor output.weight is F16: the GPU backend has matrix kernels for Q4_K, Q5_K, Q6_K and Q8_0 "
+  const std::string why = "tensor output.weight is F16: the GPU backend has matrix kernels for Q4_K, Q5_K, Q6_K, Q8_0 and Q5_0 "
                           "(run with --device cpu)";
   EXPECT_EQ(error_of("gpu", GiB, m, why), why);
   const jc::DeviceChoice c = jc::select_device("auto", GiB, m, why);

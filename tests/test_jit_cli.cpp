@@ -155,7 +155,7 @@ TEST(JitCli, BenchUsageErrors) {
       {"bench", "kernel", "--type", "Q4_K", "--n", "16", "--k", "256", "--isa", "portable"},
   };
   const auto q3 = run_dllm(bad[3]);
-  EXPECT_NE(q3.err.find("--type must be one of Q4_K, Q5_K, Q6_K and Q8_0, got 'Q3_K'"), std::string::npos) << q3.err;
+  EXPECT_NE(q3.err.find("--type must be one of Q4_K, Q5_K, Q6_K, Q8_0 and Q5_0, got 'Q3_K'"), std::string::npos) << q3.err;
   for (const auto& args : bad) {
     const auto r = run_dllm(args);
     std::string line;
@@ -351,7 +351,7 @@ TEST(JitCli, MatricesWithoutKernelsAreReportedOnceAndStillRight) {
   EXPECT_EQ(count(r.err), 1) << r.err;
   EXPECT_NE(r.err.find("15 weight matrices of type F16 (output.weight (F16) and 14 more)"), std::string::npos)
       << r.err;
-  EXPECT_NE(r.err.find("kernels exist for Q4_K, Q5_K, Q6_K and Q8_0"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("kernels exist for Q4_K, Q5_K, Q6_K, Q8_0 and Q5_0"), std::string::npos) << r.err;
   // The same logits as the reference executor's (only attention differs: f32 flash vs double), and as
   // llama.cpp's within test_logits' F16 bound (llama.cpp rounds activations to F16 for F16 products).
   auto rel_l2 = [](const std::string& got, const std::string& want) {

@@ -195,7 +195,8 @@ TEST(JitEmulated, EveryFamilyMatchesThePortableBits) {
       {GgmlType::Q6_K, 7, 33, 512},   {GgmlType::Q6_K, 17, 40, 256}, {GgmlType::Q6_K, 35, 5, 512},
       {GgmlType::Q6_K, 5, 37, 8448},  // past kTwoVectorMaxK: one-vector panels on avx512-vnni
       {GgmlType::Q8_0, 1, 16, 32},    {GgmlType::Q8_0, 7, 33, 96},   {GgmlType::Q8_0, 17, 40, 288},
-      {GgmlType::Q8_0, 35, 5, 64},
+      {GgmlType::Q8_0, 35, 5, 64},    {GgmlType::Q5_0, 1, 16, 32},   {GgmlType::Q5_0, 7, 33, 96},
+      {GgmlType::Q5_0, 17, 40, 704},  {GgmlType::Q5_0, 35, 5, 64},
   };
   ThreadPool pool(2);
   std::mt19937 rng(4321);

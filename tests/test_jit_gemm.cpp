@@ -1,7 +1,7 @@
 // The JIT GEMM of every kernel family (the portable twin included; the families this CPU lacks run in the x86
 // interpreter of x86_emu.h where libzydis-dev is installed, and skip otherwise) against the reference
 // integer dot products of model/quant_ref_dot.h, on shapes with tails: 1 row, odd row counts, N not a
-// multiple of the panel, K from one block to 4096, for every type of the weight table (Q4_K, Q5_K, Q6_K, Q8_0). Also: the integer parts
+// multiple of the panel, K from one block to 4096, for every type of the weight table (Q4_K, Q5_K, Q6_K, Q8_0, Q5_0). Also: the integer parts
 // exactly (unit scales make y equal the integer sums), and against dequantise + f32 dot.
 #include <gtest/gtest.h>
 
@@ -53,6 +53,10 @@ const Shape kShapes[] = {
     {GgmlType::Q8_0, 1, 16, 32},    {GgmlType::Q8_0, 3, 33, 96},   {GgmlType::Q8_0, 7, 8, 288},
     {GgmlType::Q8_0, 13, 100, 768}, {GgmlType::Q8_0, 17, 5, 32},   {GgmlType::Q8_0, 2, 24, 4096},
     {GgmlType::Q8_0, 25, 1, 64},    {GgmlType::Q8_0, 30, 40, 1024}, {GgmlType::Q8_0, 6, 16, 64},
+    // Q5_0 (Q8_0's layout and bodies): one and odd block counts, and DiffusionGemma's down-projection widths
+    {GgmlType::Q5_0, 1, 16, 32},    {GgmlType::Q5_0, 3, 33, 96},   {GgmlType::Q5_0, 7, 8, 704},
+    {GgmlType::Q5_0, 13, 100, 768}, {GgmlType::Q5_0, 17, 5, 32},   {GgmlType::Q5_0, 2, 24, 2112},
+    {GgmlType::Q5_0, 25, 1, 64},    {GgmlType::Q5_0, 30, 40, 1024}, {GgmlType::Q5_0, 6, 16, 64},
 };
 
 class GemmFamily : public ::testing::TestWithParam<Isa> {
@@ -97,12 +101,12 @@ TEST_P(GemmFamily, MatchesReferenceDotProducts) {
 }
 
 // With unit scales the float result is the integer sum itself (exact below 2^24): sum_scaled_q with
-// d = 1, dmin = 0, and -sum_mins with d = 0, dmin = 1 (Q4_K, Q5_K); sum of q_w*q_a for Q8_0.
+// d = 1, dmin = 0, and -sum_mins with d = 0, dmin = 1 (Q4_K, Q5_K); sum of q_w*q_a for Q8_0 and Q5_0.
 TEST_P(GemmFamily, IntegerPartsExact) {
   const Isa isa = GetParam();
   ThreadPool pool(2);
   std::mt19937 rng(99);
-  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0}) {
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::Q5_0}) {
     const bool mins = t == GgmlType::Q4_K || t == GgmlType::Q5_K;
     for (int variant = 0; variant < (mins ? 2 : 1); ++variant) {
       const int64_t rows = 5, n = 19, k = 1024;
@@ -116,6 +120,8 @@ TEST_P(GemmFamily, IntegerPartsExact) {
           reinterpret_cast<quant::BlockQ4_K*>(b)->dmin = fp16(variant ? 1.f : 0.f);
         } else if (t == GgmlType::Q6_K) {
           reinterpret_cast<quant::BlockQ6_K*>(b)->d = fp16(1.f);
+        } else if (t == GgmlType::Q5_0) {
+          reinterpret_cast<quant::BlockQ5_0*>(b)->d = fp16(1.f);
         } else {
           reinterpret_cast<quant::BlockQ8_0*>(b)->d = fp16(1.f);
         }
@@ -162,6 +168,13 @@ TEST_P(GemmFamily, IntegerPartsExact) {
             std::vector<quant::DotPartsQ6K> parts;
             quant::vec_dot_q6_K_q8_K(k, wr, a.row_blocks(r), &parts);
             for (const auto& p : parts) expect += p.sum_scaled_q;
+          } else if (t == GgmlType::Q5_0) {
+            const auto* ab = static_cast<const quant::BlockQ8_0*>(a.row_blocks(r));
+            for (int64_t e = 0; e < k; ++e) {
+              quant::BlockQ5_0 wb;
+              std::memcpy(&wb, wr + (e / 32) * 22, 22);
+              expect += (quant::q5_0_quant(wb, static_cast<int>(e % 32)) - 16) * ab[e / 32].qs[e % 32];
+            }
           } else {
             const auto* wb = reinterpret_cast<const quant::BlockQ8_0*>(wr);
             const auto* ab = static_cast<const quant::BlockQ8_0*>(a.row_blocks(r));
@@ -182,7 +195,7 @@ TEST_P(GemmFamily, CloseToDequantisedFloatProduct) {
   const Isa isa = GetParam();
   ThreadPool pool(2);
   std::mt19937 rng(7);
-  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0}) {
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::Q5_0}) {
     const int64_t rows = 6, n = 21, k = 512;
     SCOPED_TRACE(std::string(isa_name(isa)) + " " + ggml_type_name(t));
     const std::vector<uint8_t> w = random_weights(t, n, k, rng);
@@ -211,7 +224,7 @@ TEST_P(GemmFamily, RowsAreIndependentOfTheBatch) {
   const Isa isa = GetParam();
   ThreadPool pool(2);
   std::mt19937 rng(5);
-  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0}) {
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::Q5_0}) {
     const int64_t rows = 23, n = 40, k = 512;
     const std::vector<uint8_t> w = random_weights(t, n, k, rng);
     const std::vector<float> x = random_acts(rows, k, rng);

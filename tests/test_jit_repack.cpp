@@ -71,6 +71,31 @@ TEST(JitRepack, UnpackedQuantsEqualReferenceDecoders) {
   EXPECT_GE(checked, 10);
 }
 
+// Q5_0: unpack_q5_0's signed quants times d are ggml's dequantized values (test_quant checks the decoder
+// against ggml's), and q5_0_quant - 16, on every block of quants.gguf's Q5_0 tensors.
+TEST(JitRepack, UnpackedQ5_0EqualsReferenceDecoder) {
+  const auto file = gguf::File::open(dllm::test::data_path("quants/quants.gguf"));
+  int checked = 0;
+  for (const gguf::TensorInfo& t : file->tensors()) {
+    if (t.type() != GgmlType::Q5_0) continue;
+    for (uint64_t b = 0; b < t.nbytes / 22; ++b) {
+      const uint8_t* blk = t.data + b * 22;
+      int8_t q[32];
+      unpack_q5_0(blk, q);
+      quant::BlockQ5_0 ref;
+      std::memcpy(&ref, blk, 22);
+      float deq[32];
+      quant::dequantize_row(GgmlType::Q5_0, blk, deq, 32);
+      for (int j = 0; j < 32; ++j) {
+        ASSERT_EQ(q[j], quant::q5_0_quant(ref, j) - 16) << t.name << " block " << b;
+        ASSERT_EQ(quant::fp16_to_f32(ref.d) * q[j], deq[j]) << t.name << " block " << b << " element " << j;
+      }
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 10);
+}
+
 // quantize_acts (vectorised where the CPU allows) against the reference quantizers, byte for byte, on
 // rows built to hit the edge cases: ties of the largest magnitude with both signs, products landing on
 // .5 exactly, all-zero and tiny blocks, huge values, a NaN/inf block (handed to the reference code).
@@ -176,6 +201,43 @@ TEST(JitRepack, LayoutSizes) {
   EXPECT_EQ((std::vector<int64_t>{f.p, f.n_panels, f.quant_bytes, f.meta_bytes}),
             (std::vector<int64_t>{8, 3, 160 * 8, 20 * 8}));
   EXPECT_EQ(packed_layout(Isa::Avx512Vnni, GgmlType::Q5_K, 33, 512).p, 16);
+  // Q5_0: Q8_0's layout (a byte per weight, one fp16 d).
+  const PackedLayout g = packed_layout(Isa::Avx512Vnni, GgmlType::Q5_0, 17, 704);
+  EXPECT_EQ((std::vector<int64_t>{g.p, g.n_panels, g.nblocks, g.quant_bytes, g.meta_bytes}),
+            (std::vector<int64_t>{16, 2, 22, 32 * 16, 2 * 16}));
+}
+
+// The Q5_0 panels decoded back by the layout repack.h describes give every weight's signed quant (ggml's
+// q - 16; biased by 128 on the VNNI families) and d, on every family's panel width, padding rows zero. The
+// amx family prepares its Q5_0 matrices for avx512-vnni (no AMX body).
+TEST(JitRepack, Q5_0PanelsDecodeToTheQuants) {
+  std::mt19937 rng(50);
+  const int64_t n = 21, k = 96;
+  const std::vector<uint8_t> w = dllm::jit::test::random_weights(GgmlType::Q5_0, n, k, rng);
+  ThreadPool pool(2);
+  EXPECT_EQ(prepare_matrix(GgmlType::Q5_0, k, n, w.data(), Isa::Amx, pool).isa, Isa::Avx512Vnni);
+  for (Isa isa : {Isa::Avx2, Isa::AvxVnni, Isa::Avx512Vnni}) {
+    const QuantMatrix m = prepare_matrix(GgmlType::Q5_0, k, n, w.data(), isa, pool);
+    const PackedLayout& L = m.layout;
+    const int bias = isa == Isa::Avx2 ? 0 : 0x80;
+    for (int64_t row = 0; row < L.n_panels * L.p; ++row) {
+      const uint8_t* panel = m.packed.data() + (row / L.p) * L.panel_bytes;
+      const int p = static_cast<int>(row % L.p);
+      for (int64_t blk = 0; blk < L.nblocks; ++blk) {
+        const uint8_t* qv = panel + blk * L.quant_bytes;
+        const uint8_t* meta = panel + L.meta_offset() + blk * L.meta_bytes;
+        quant::BlockQ5_0 ref{};
+        if (row < n) std::memcpy(&ref, w.data() + row * (k / 32) * 22 + blk * 22, 22);
+        for (int e = 0; e < 32; ++e) {
+          const int q = static_cast<int8_t>(qv[(e / 4) * 4 * L.p + 4 * p + e % 4] ^ bias);
+          ASSERT_EQ(q, row < n ? quant::q5_0_quant(ref, e) - 16 : 0) << isa_name(isa) << " row " << row << " e " << e;
+        }
+        uint16_t d = 0;
+        std::memcpy(&d, meta + meta::q8_0_d(L.p) + 2 * p, 2);
+        ASSERT_EQ(d, ref.d);
+      }
+    }
+  }
 }
 
 // The Q5_K panels decoded back by the layout repack.h describes give every weight's 5-bit quant, scale
@@ -223,7 +285,7 @@ TEST(JitRepack, Q5KPanelsDecodeToTheQuants) {
 TEST(WeightTypes, TableMatchesGgmlAndNamesItsTypes) {
   int count = 0;
   const WeightTypeTraits* rows = weight_table(&count);
-  ASSERT_EQ(count, 4);
+  ASSERT_EQ(count, 5);
   for (int i = 0; i < count; ++i) {
     const WeightTypeTraits& r = rows[i];
     const auto info = ggml_type_info(static_cast<uint32_t>(r.type));
@@ -236,8 +298,8 @@ TEST(WeightTypes, TableMatchesGgmlAndNamesItsTypes) {
     EXPECT_EQ(act_block(r.act), r.act == ActFormat::Q8_0 ? 32 : 256);
     EXPECT_EQ(r.block % act_block(r.act), 0) << r.name;
   }
-  EXPECT_EQ(jit_type_list(), "Q4_K, Q5_K, Q6_K and Q8_0");
-  EXPECT_EQ(gpu_type_list(), "Q4_K, Q5_K, Q6_K and Q8_0");
+  EXPECT_EQ(jit_type_list(), "Q4_K, Q5_K, Q6_K, Q8_0 and Q5_0");
+  EXPECT_EQ(gpu_type_list(), "Q4_K, Q5_K, Q6_K, Q8_0 and Q5_0");
   for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::Q4_0, GgmlType::Q3_K, GgmlType::IQ4_XS}) {
     EXPECT_EQ(weight_traits(t), nullptr) << ggml_type_name(t);
     EXPECT_FALSE(jit_supports_type(t));
@@ -246,7 +308,7 @@ TEST(WeightTypes, TableMatchesGgmlAndNamesItsTypes) {
       FAIL() << ggml_type_name(t);
     } catch (const Error& e) {
       EXPECT_EQ(std::string(e.what()), "tensor blk.0.attn_output.weight is " + ggml_type_name(t) +
-                                           ": the JIT kernels take Q4_K, Q5_K, Q6_K and Q8_0");
+                                           ": the JIT kernels take Q4_K, Q5_K, Q6_K, Q8_0 and Q5_0");
     }
   }
   EXPECT_EQ(weight_traits_by_name("Q5_K_M"), nullptr);
@@ -284,7 +346,7 @@ TEST(JitKernelCache, EveryTypeGeneratesOnEveryFamily) {
 // has prefetcht0 exactly when it should (objdump), and prefetching changes no value (GemmFamily runs these plans
 // against the reference dots).
 TEST(JitKernelCache, OnlyTheAvx2FirstRowTilePrefetchesBelowFourRows) {
-  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0}) {
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::Q5_0}) {
     const std::vector<RowTile> tiles = plan_row_tiles(Isa::Avx2, t, 1024, 2048, 8);
     ASSERT_GE(tiles.size(), 2u);
     EXPECT_EQ(tiles[0].desc.prefetch, tiles[0].desc.m < 4) << tiles[0].desc.name();
@@ -378,7 +440,7 @@ TEST(JitRepack, ErrorsNameTheMatrix) {
 
 TEST(JitRepack, ParallelEqualsSerialAndTimeIsReported) {
   std::mt19937 rng(11);
-  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0}) {
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::Q5_0}) {
     const int64_t n = 77, k = 512;
     const std::vector<uint8_t> w = dllm::jit::test::random_weights(t, n, k, rng);
     ThreadPool one(1), two(2);

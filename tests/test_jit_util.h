@@ -43,6 +43,9 @@ inline std::vector<uint8_t> random_weights(GgmlType t, int64_t n, int64_t k, std
     } else if (t == GgmlType::Q6_K) {
       auto* b = reinterpret_cast<quant::BlockQ6_K*>(out.data()) + i;
       b->d = fp16((coin(rng) < 5 ? -1.f : 1.f) * mag(rng));
+    } else if (t == GgmlType::Q5_0) {
+      auto* b = reinterpret_cast<quant::BlockQ5_0*>(out.data()) + i;
+      b->d = fp16((coin(rng) < 5 ? -1.f : 1.f) * mag(rng));
     } else {
       auto* b = reinterpret_cast<quant::BlockQ8_0*>(out.data()) + i;
       b->d = fp16((coin(rng) < 5 ? -1.f : 1.f) * mag(rng));
@@ -89,6 +92,16 @@ inline RefResult reference_gemm(GgmlType t, const uint8_t* w, int64_t n, const Q
         std::vector<quant::DotPartsQ6K> parts;
         v = quant::vec_dot_q6_K_q8_K(k, wr, ar, &parts);
         for (const auto& p : parts) exact += p.exact_f64(), scale += p.abs_f64();
+      } else if (t == GgmlType::Q5_0) {
+        std::vector<int32_t> sumi;
+        v = quant::vec_dot_q5_0_q8_0(k, wr, ar, &sumi);
+        const auto* wb = reinterpret_cast<const quant::BlockQ5_0*>(wr);
+        const auto* ab = static_cast<const quant::BlockQ8_0*>(ar);
+        for (int64_t b = 0; b < k / 32; ++b) {
+          const double term = static_cast<double>(quant::fp16_to_f32(wb[b].d)) * quant::fp16_to_f32(ab[b].d) * sumi[b];
+          exact += term;
+          scale += std::fabs(term);
+        }
       } else {
         v = quant::vec_dot_q8_0_q8_0(k, wr, ar);
         const auto* wb = reinterpret_cast<const quant::BlockQ8_0*>(wr);

@@ -1,7 +1,8 @@
 // Reference integer dot products against ggml (tests/data/quants/dot.gguf + dot.json, see its README):
 // every super-block's integer parts (scales, mins, sum_scaled_q, sum_mins) equal ggml's exactly, and the
 // float results lie within 1e-6*abs_sum of the exact value; Q5_K x Q8_K against ggml's own dequantization
-// of the fixture's Q5_K tensors; Q8_0 x Q8_0 against an exact computation.
+// of the fixture's Q5_K tensors; Q8_0 x Q8_0 against an exact computation; Q5_0 x Q8_0 against ggml's own
+// dequantization of the fixture's Q5_0 tensors.
 // DLLM_QUANTS_DIR=<dir> runs the fixture tests on another set of the same files (e.g. a holdout set).
 #include <gtest/gtest.h>
 
@@ -208,69 +209,128 @@ TEST(QuantDot, KQuantDotEqualsDotOfDecodedRows) {
   }
 }
 
+// Calls f(t, r, w, wf) for every row r of every tensor t of type `type` in quants.gguf: w the ggml row, wf
+// ggml's own dequantization of it (quants-expected-f32.gguf, checked bit for bit against ggml's C decoder).
+// Returns the number of rows.
+template <class F>
+int for_each_decoded_row(GgmlType type, F f) {
+  const auto quants = File::open(quants_dir() + "/quants.gguf");
+  const auto expected = File::open(quants_dir() + "/quants-expected-f32.gguf");
+  int rows = 0;
+  for (const TensorInfo& t : quants->tensors()) {
+    if (t.type() != type) continue;
+    const TensorInfo* e = expected->find_tensor(std::string(t.name));
+    if (!e) throw std::runtime_error("quants-expected-f32.gguf has no tensor " + std::string(t.name));
+    for (int64_t r = 0; r < t.n_rows(); ++r, ++rows) {
+      std::vector<float> wf(static_cast<size_t>(t.ne[0]));
+      std::memcpy(wf.data(), e->data + r * e->row_bytes(), wf.size() * 4);
+      f(t, r, t.data + r * t.row_bytes(), wf);
+    }
+  }
+  return rows;
+}
+
 // Q5_K x Q8_K: ggml's fixture has no Q5_K dot products, but it has ggml's own dequantization of its Q5_K
 // tensors (quants-expected-f32.gguf, checked bit for bit against ggml's C decoder). The reference dot's
 // exact value (its integer parts scaled in float64) must equal the float64 dot of those decoded weights
 // with the decoded Q8_K activations, on every row (normal, outliers, constant, tiny, zero, positive,
 // uniform, LLM-like, log-magnitudes, sparse), and its float result must lie within 1e-6 of the scale.
 TEST(QuantDot, Q5_KExactValueEqualsGgmlDecodedDot) {
-  const auto quants = File::open(quants_dir() + "/quants.gguf");
-  const auto expected = File::open(quants_dir() + "/quants-expected-f32.gguf");
   std::mt19937 rng(505);
   std::normal_distribution<float> nd(0.f, 1.f);
-  int rows_checked = 0;
-  for (const TensorInfo& t : quants->tensors()) {
-    if (t.type() != GgmlType::Q5_K) continue;
-    const TensorInfo* e = expected->find_tensor(std::string(t.name));
-    ASSERT_NE(e, nullptr) << t.name;
+  const int rows_checked = for_each_decoded_row(GgmlType::Q5_K, [&](const TensorInfo& t, int64_t r, const uint8_t* w,
+                                                                    const std::vector<float>& wf) {
     const int64_t k = t.ne[0];
-    for (int64_t r = 0; r < t.n_rows(); ++r) {
-      std::vector<float> x(static_cast<size_t>(k));
-      for (auto& v : x) v = nd(rng);
-      std::vector<q::BlockQ8_K> qa(static_cast<size_t>(k / 256));
-      q::quantize_row_q8_K(x.data(), qa.data(), k);
-      const std::vector<float> xa = decode_row(GgmlType::Q8_K, reinterpret_cast<const uint8_t*>(qa.data()), k);
-      std::vector<float> wf(static_cast<size_t>(k));
-      std::memcpy(wf.data(), e->data + r * e->row_bytes(), wf.size() * 4);
-      std::vector<q::DotPartsQ4K> parts;
-      const float got = q::vec_dot_q5_K_q8_K(k, t.data + r * t.row_bytes(), qa.data(), &parts);
-      ASSERT_EQ(parts.size(), static_cast<size_t>(k / 256));
-      double exact = 0, scale = 0;
-      for (const auto& p : parts) exact += p.exact_f64(), scale += p.abs_f64();
-      // The decoded values are d*sc*q - dmin*m rounded to f32: within f32 rounding of each term.
-      EXPECT_NEAR(dot_f64(wf, xa), exact, 1e-6 * scale + 1e-30) << t.name << " row " << r;
-      EXPECT_NEAR(got, exact, 1e-6 * scale + 1e-30) << t.name << " row " << r;
-      // The integer parts, recomputed from the decoded weights: per sub-block q = (w + dmin*m) / (d*sc).
-      for (size_t b = 0; b < parts.size(); ++b) {
-        int64_t sum_scaled_q = 0;
-        bool recoverable = true;  // a zero step (d underflowed to 0, or a zero scale) hides the quants
-        for (int s = 0; s < 8; ++s) {
-          const double step = double(parts[b].d_w) * parts[b].scales[s];
-          if (step == 0) {
-            recoverable = recoverable && parts[b].scales[s] == 0;
-            continue;
-          }
-          int64_t dot = 0;
-          for (int l = 0; l < 32; ++l) {
-            const size_t i = b * 256 + 32 * s + l;
-            const double qw = (double(wf[i]) + double(parts[b].dmin_w) * parts[b].mins[s]) / step;
-            ASSERT_NEAR(qw, std::round(qw), 0.05) << t.name << " row " << r << " element " << i;
-            ASSERT_GE(std::lround(qw), 0);
-            ASSERT_LE(std::lround(qw), 31);
-            dot += std::lround(qw) * qa[b].qs[32 * s + l];
-          }
-          sum_scaled_q += dot * parts[b].scales[s];
+    std::vector<float> x(static_cast<size_t>(k));
+    for (auto& v : x) v = nd(rng);
+    std::vector<q::BlockQ8_K> qa(static_cast<size_t>(k / 256));
+    q::quantize_row_q8_K(x.data(), qa.data(), k);
+    const std::vector<float> xa = decode_row(GgmlType::Q8_K, reinterpret_cast<const uint8_t*>(qa.data()), k);
+    std::vector<q::DotPartsQ4K> parts;
+    const float got = q::vec_dot_q5_K_q8_K(k, w, qa.data(), &parts);
+    ASSERT_EQ(parts.size(), static_cast<size_t>(k / 256));
+    double exact = 0, scale = 0;
+    for (const auto& p : parts) exact += p.exact_f64(), scale += p.abs_f64();
+    // The decoded values are d*sc*q - dmin*m rounded to f32: within f32 rounding of each term.
+    EXPECT_NEAR(dot_f64(wf, xa), exact, 1e-6 * scale + 1e-30) << t.name << " row " << r;
+    EXPECT_NEAR(got, exact, 1e-6 * scale + 1e-30) << t.name << " row " << r;
+    // The integer parts, recomputed from the decoded weights: per sub-block q = (w + dmin*m) / (d*sc).
+    for (size_t b = 0; b < parts.size(); ++b) {
+      int64_t sum_scaled_q = 0;
+      bool recoverable = true;  // a zero step (d underflowed to 0, or a zero scale) hides the quants
+      for (int s = 0; s < 8; ++s) {
+        const double step = double(parts[b].d_w) * parts[b].scales[s];
+        if (step == 0) {
+          recoverable = recoverable && parts[b].scales[s] == 0;
+          continue;
         }
-        // Sub-blocks with a zero scale add nothing either way.
-        if (recoverable) EXPECT_EQ(sum_scaled_q, parts[b].sum_scaled_q) << t.name << " row " << r << " block " << b;
-        int64_t sum_mins = 0;
-        for (int j = 0; j < 16; ++j) sum_mins += int64_t{qa[b].bsums[j]} * parts[b].mins[j / 2];
-        EXPECT_EQ(sum_mins, parts[b].sum_mins);
+        int64_t dot = 0;
+        for (int l = 0; l < 32; ++l) {
+          const size_t i = b * 256 + 32 * s + l;
+          const double qw = (double(wf[i]) + double(parts[b].dmin_w) * parts[b].mins[s]) / step;
+          ASSERT_NEAR(qw, std::round(qw), 0.05) << t.name << " row " << r << " element " << i;
+          ASSERT_GE(std::lround(qw), 0);
+          ASSERT_LE(std::lround(qw), 31);
+          dot += std::lround(qw) * qa[b].qs[32 * s + l];
+        }
+        sum_scaled_q += dot * parts[b].scales[s];
       }
-      ++rows_checked;
+      // Sub-blocks with a zero scale add nothing either way.
+      if (recoverable) {
+        EXPECT_EQ(sum_scaled_q, parts[b].sum_scaled_q) << t.name << " row " << r << " block " << b;
+      }
+      int64_t sum_mins = 0;
+      for (int j = 0; j < 16; ++j) sum_mins += int64_t{qa[b].bsums[j]} * parts[b].mins[j / 2];
+      EXPECT_EQ(sum_mins, parts[b].sum_mins);
     }
-  }
+  });
   EXPECT_EQ(rows_checked, 7 + 3);
+}
+
+// Q5_0 x Q8_0 (ggml's vec_dot_q5_0_q8_0): the fixture has ggml's own dequantization of its Q5_0 tensors
+// (quants-expected-f32.gguf). Each block's integer sum, recovered from the decoded weights (q - 16 =
+// w / d: exact, d * (q - 16) is exact in f32), must equal the reference's sumi exactly; the exact value
+// must equal the float64 dot of the decoded weights and decoded Q8_0 activations, and the float result lie
+// within 1e-6 of the scale; on every row of every Q5_0 tensor, with all-zero and huge activation blocks.
+TEST(QuantDot, Q5_0ExactIntegersEqualGgmlDecodedDot) {
+  std::mt19937 rng(500);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const int rows_checked = for_each_decoded_row(GgmlType::Q5_0, [&](const TensorInfo& t, int64_t r, const uint8_t* w,
+                                                                    const std::vector<float>& wf) {
+    const int64_t k = t.ne[0];
+    std::vector<float> x(static_cast<size_t>(k));
+    for (auto& v : x) v = nd(rng);
+    std::fill(x.begin(), x.begin() + 32, 0.f);        // an all-zero block: d_a = 0
+    if (k >= 64) x[40] = 1e4f;                        // an outlier: the rest of its block rounds to 0
+    std::vector<q::BlockQ8_0> qa(static_cast<size_t>(k / 32));
+    q::quantize_row_q8_0(x.data(), qa.data(), k);
+    const std::vector<float> xa = decode_row(GgmlType::Q8_0, reinterpret_cast<const uint8_t*>(qa.data()), k);
+    std::vector<int32_t> sumi;
+    const float got = q::vec_dot_q5_0_q8_0(k, w, qa.data(), &sumi);
+    ASSERT_EQ(sumi.size(), static_cast<size_t>(k / 32));
+    double exact = 0, scale = 0;
+    for (int64_t b = 0; b < k / 32; ++b) {
+      q::BlockQ5_0 wb;
+      std::memcpy(&wb, w + b * 22, 22);
+      const double dw = q::fp16_to_f32(wb.d), da = q::fp16_to_f32(qa[b].d);
+      const double term = dw * da * sumi[b];
+      exact += term;
+      scale += std::fabs(term);
+      if (dw == 0) continue;  // a zero scale hides the quants
+      int64_t dot = 0;
+      for (int j = 0; j < 32; ++j) {
+        const double qw = double(wf[32 * b + j]) / dw;
+        ASSERT_EQ(qw, std::round(qw)) << t.name << " row " << r << " element " << 32 * b + j;
+        ASSERT_GE(qw, -16);
+        ASSERT_LE(qw, 15);
+        dot += std::lround(qw) * qa[b].qs[j];
+      }
+      EXPECT_EQ(dot, sumi[b]) << t.name << " row " << r << " block " << b;
+    }
+    EXPECT_NEAR(dot_f64(wf, xa), exact, 1e-12 * scale + 1e-30) << t.name << " row " << r;
+    EXPECT_NEAR(got, exact, 1e-6 * scale + 1e-30) << t.name << " row " << r;
+  });
+  EXPECT_EQ(rows_checked, 7 + 3 + 4);
 }
 
 TEST(QuantDot, Q8_0TimesQ8_0) {
@@ -327,6 +387,8 @@ TEST(QuantDot, RejectsBadLengths) {
   q::BlockQ5_K w5[2]{};
   EXPECT_THROW(q::vec_dot_q5_K_q8_K(128, w5, a), dllm::Error);
   EXPECT_THROW(q::vec_dot_q8_0_q8_0(40, b, b), dllm::Error);
+  q::BlockQ5_0 w50[2]{};
+  EXPECT_THROW(q::vec_dot_q5_0_q8_0(48, w50, b), dllm::Error);
   std::vector<q::DotPartsQ4K> parts(5);
   EXPECT_EQ(q::vec_dot_q4_K_q8_K(0, w4, a, &parts), 0.0f);
   EXPECT_TRUE(parts.empty());

@@ -22,16 +22,16 @@ namespace {
 
 const char* kPeakSynopsis = "bench peak [--threads N] [--isa F] [--json]";
 const char* kGemmSynopsis =
-    "bench gemm --type Q4_K|Q5_K|Q6_K|Q8_0 --n N --k K --rows M[,M...] [--threads N] [--isa F] [--warm] "
+    "bench gemm --type Q4_K|Q5_K|Q6_K|Q8_0|Q5_0 --n N --k K --rows M[,M...] [--threads N] [--isa F] [--warm] "
     "[--min-seconds S] [--no-peak] [--json]";
 
 const char* kKernelSynopsis =
-    "bench kernel --type Q4_K|Q5_K|Q6_K|Q8_0 --n N --k K [--rows M[,M...]] [--isa F] [--resident] [--json]";
+    "bench kernel --type Q4_K|Q5_K|Q6_K|Q8_0|Q5_0 --n N --k K [--rows M[,M...]] [--isa F] [--resident] [--json]";
 
 std::string gemm_help() {
-  return "  --type T         weight type: Q4_K, Q5_K, Q6_K or Q8_0\n"
+  return "  --type T         weight type: Q4_K, Q5_K, Q6_K, Q8_0 or Q5_0\n"
          "  --n N            weight rows (outputs)\n"
-         "  --k K            row length (inputs): a multiple of 256 (Q4_K, Q5_K, Q6_K) or 32 (Q8_0)\n"
+         "  --k K            row length (inputs): a multiple of 256 (Q4_K, Q5_K, Q6_K) or 32 (Q8_0, Q5_0)\n"
          "  --rows M[,M...]  activation rows; a list runs each\n"
          "  --threads N      worker threads (default: all logical CPUs)\n"
          "  --isa F          kernel family: " + isa_list() + " (default: the best this CPU\n"
@@ -133,7 +133,7 @@ GgmlType weight_type_flag(const std::string& name) {
 
 int bench_gemm(const std::vector<std::string>& args) {
   cxxopts::Options opts("dllm bench gemm", "Times the JIT GEMM on random repacked weights.");
-  opts.add_options()("type", "weight type: Q4_K, Q5_K, Q6_K or Q8_0", cxxopts::value<std::string>())(
+  opts.add_options()("type", "weight type: Q4_K, Q5_K, Q6_K, Q8_0 or Q5_0", cxxopts::value<std::string>())(
       "n-out", "weight rows (outputs)", cxxopts::value<int64_t>())("k-in", "row length (inputs)", cxxopts::value<int64_t>())(
       "rows", "activation rows; a comma-separated list runs each", cxxopts::value<std::string>())(
       "threads", "worker threads (default: all logical CPUs)", cxxopts::value<int>())(

@@ -121,7 +121,8 @@ void random_ggml_rows(GgmlType type, int64_t n, int64_t k, uint64_t seed, uint8_
       case GgmlType::Q4_K:
       case GgmlType::Q5_K: std::memcpy(p, &d, 2); std::memcpy(p + 2, &dmin, 2); break;
       case GgmlType::Q6_K: std::memcpy(p + 208, &d, 2); break;
-      case GgmlType::Q8_0: std::memcpy(p, &d, 2); break;
+      case GgmlType::Q8_0:
+      case GgmlType::Q5_0: std::memcpy(p, &d, 2); break;
       default: throw Error("random_ggml_rows: no random blocks for " + ggml_type_name(type));
     }
   }

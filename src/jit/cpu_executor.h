@@ -1,6 +1,6 @@
 // The JIT CPU executor: the model's Executor interface on top of the repacked weights and Xbyak GEMM
 // kernels (jit/gemm.h) and the vectorised flash attention (jit/attention). Matrices of the weight table
-// (jit/weight_types.h: Q4_K, Q5_K, Q6_K, Q8_0) are repacked once at load (in parallel; the source pages of
+// (jit/weight_types.h: Q4_K, Q5_K, Q6_K, Q8_0, Q5_0) are repacked once at load (in parallel; the source pages of
 // the mapping are released afterwards so the model is not held twice); activations are quantised to int8 once per input and shared by every matrix that
 // reads it (Q, K, V; gate, up). Matrices of other types (F32, F16, Q3_K, ...) go through the reference
 // executor, and load_warning() says so (the commands print it once on stderr).

@@ -6,7 +6,7 @@
 //   quantize_acts(act_format_for(w.type), x, rows, k, a, pool);  // once per input, shared by Q/K/V
 //   gemm(w, a, y, pool);                                          // y: rows x n floats, row stride n
 //
-// Numerics are ggml's: activations quantised to Q8_K (Q4_K/Q6_K weights) or Q8_0 (Q8_0 weights),
+// Numerics are ggml's: activations quantised to Q8_K (Q4_K/Q6_K weights) or Q8_0 (Q8_0 and Q5_0 weights),
 // exact integer block sums, f32 accumulation per block. The portable family computes the same values
 // with the reference dot products of model/quant_ref_dot.h (slowly).
 #pragma once

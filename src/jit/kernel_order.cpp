@@ -91,16 +91,30 @@ float kernel_order_dot_q6_K(int64_t n, const quant::BlockQ6_K* w, const quant::B
   return acc;
 }
 
-float kernel_order_dot_q8_0(int64_t n, const quant::BlockQ8_0* w, const quant::BlockQ8_0* a) {
+namespace {
+
+// Q8_0 and Q5_0 x Q8_0: one int32 dot and one fp16 scale per block of 32; quant(b, e) is element e, signed.
+template <class Block, class Quant>
+float dot_32_blocks(int64_t n, const Block* w, const quant::BlockQ8_0* a, Quant quant) {
   float acc = 0;
   for (int64_t i = 0; i < n / quant::kQK; ++i) {
-    const quant::BlockQ8_0 b = load(w, i);
+    const Block b = load(w, i);
     const quant::BlockQ8_0 x = load(a, i);
     int32_t dot = 0;
-    for (int e = 0; e < quant::kQK; ++e) dot += b.qs[e] * x.qs[e];
+    for (int e = 0; e < quant::kQK; ++e) dot += quant(b, e) * x.qs[e];
     acc = std::fma(static_cast<float>(dot), quant::fp16_to_f32(b.d) * quant::fp16_to_f32(x.d), acc);
   }
   return acc;
+}
+
+}  // namespace
+
+float kernel_order_dot_q8_0(int64_t n, const quant::BlockQ8_0* w, const quant::BlockQ8_0* a) {
+  return dot_32_blocks(n, w, a, [](const quant::BlockQ8_0& b, int e) { return int{b.qs[e]}; });
+}
+
+float kernel_order_dot_q5_0(int64_t n, const quant::BlockQ5_0* w, const quant::BlockQ8_0* a) {
+  return dot_32_blocks(n, w, a, [](const quant::BlockQ5_0& b, int e) { return quant::q5_0_quant(b, e) - 16; });
 }
 
 }  // namespace dllm::jit

@@ -8,9 +8,9 @@
 //   sum = fma(float(dot_s), float(scale_s) * d, sum)           for the sub-blocks s = 1, 2, ... in order
 //   sum = fma(-float(mins), dmin, sum)                         (Q4_K, Q5_K: mins = sum_j bsums[j] * min[j/2])
 //   acc = fma(sum, d_a, acc)                                   (acc starts at 0, blocks in order)
-// Per Q8_0 block: acc = fma(float(dot), d_w * d_a, acc).
+// Per Q8_0 or Q5_0 block: acc = fma(float(dot), d_w * d_a, acc).
 // The integer dots are exact in every family (dot_s = sum over the sub-block of q_w * q_a, Q6_K's q_w in
-// -32..31, Q4_K's in 0..15, Q5_K's in 0..31).
+// -32..31, Q4_K's in 0..15, Q5_K's in 0..31, Q5_0's in -16..15 (ggml's q - 16), Q8_0's in -128..127).
 #pragma once
 #include <cstdint>
 
@@ -23,5 +23,6 @@ float kernel_order_dot_q4_K(int64_t n, const quant::BlockQ4_K* w, const quant::B
 float kernel_order_dot_q5_K(int64_t n, const quant::BlockQ5_K* w, const quant::BlockQ8_K* a);
 float kernel_order_dot_q6_K(int64_t n, const quant::BlockQ6_K* w, const quant::BlockQ8_K* a);
 float kernel_order_dot_q8_0(int64_t n, const quant::BlockQ8_0* w, const quant::BlockQ8_0* a);
+float kernel_order_dot_q5_0(int64_t n, const quant::BlockQ5_0* w, const quant::BlockQ8_0* a);
 
 }  // namespace dllm::jit

@@ -71,16 +71,22 @@ void pack_q6_k(const void* const* rows, int P, bool signed_q, uint8_t* quant, ui
   }
 }
 
+// Q8_0, and Q5_0 in Q8_0's layout: its quants as signed bytes q - 16 (in -16..15), so that Q8_0's kernel
+// bodies compute ggml's vec_dot_q5_0_q8_0 integer for integer.
+template <class Block>
 void pack_q8_0(const void* const* rows, int P, bool bias128, uint8_t* quant, uint8_t* meta) {
   // Padding rows: weight 0 (stored as 0x80 when biased) and d = 0.
   std::memset(quant, bias128 ? 0x80 : 0, 32 * P);
   std::memset(meta, 0, 2 * P);
+  int8_t q[32];
   for (int p = 0; p < P; ++p) {
     if (!rows[p]) continue;
-    const auto& b = *static_cast<const BlockQ8_0*>(rows[p]);
+    const auto& b = *static_cast<const Block*>(rows[p]);
+    if constexpr (std::is_same_v<Block, quant::BlockQ5_0>) unpack_q5_0(&b, q);
+    else std::memcpy(q, b.qs, 32);
     for (int g = 0; g < 8; ++g)
       for (int e = 0; e < 4; ++e)
-        vbyte(quant + g * 4 * P, p, e) = static_cast<uint8_t>(b.qs[4 * g + e]) ^ (bias128 ? 0x80 : 0);
+        vbyte(quant + g * 4 * P, p, e) = static_cast<uint8_t>(q[4 * g + e]) ^ (bias128 ? 0x80 : 0);
     put_u16(meta + meta::q8_0_d(P) + 2 * p, b.d);
   }
 }
@@ -103,6 +109,16 @@ void unpack_q5_k(const void* block, uint8_t q[256]) {
       q[64 * c + l] = static_cast<uint8_t>((b.qs[32 * c + l] & 15) | ((b.qh[l] >> (2 * c)) & 1) << 4);
       q[64 * c + 32 + l] = static_cast<uint8_t>((b.qs[32 * c + l] >> 4) | ((b.qh[l] >> (2 * c + 1)) & 1) << 4);
     }
+}
+
+void unpack_q5_0(const void* block, int8_t q[32]) {
+  const auto& b = *static_cast<const quant::BlockQ5_0*>(block);
+  uint32_t qh;  // bit j: the fifth bit of element j
+  std::memcpy(&qh, b.qh, 4);
+  for (int j = 0; j < 16; ++j) {
+    q[j] = static_cast<int8_t>(((b.qs[j] & 15) | ((qh >> j) & 1) << 4) - 16);
+    q[j + 16] = static_cast<int8_t>(((b.qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4) - 16);
+  }
 }
 
 void unpack_q6_k(const void* block, uint8_t q[256]) {
@@ -184,7 +200,8 @@ QuantMatrix prepare_matrix(GgmlType type, int64_t k, int64_t n, const void* data
         case GgmlType::Q4_K: pack_scale_min<quant::BlockQ4_K>(rows, L.p, quant, meta); break;
         case GgmlType::Q5_K: pack_scale_min<quant::BlockQ5_K>(rows, L.p, quant, meta); break;
         case GgmlType::Q6_K: pack_q6_k(rows, L.p, signed_q6, quant, meta); break;
-        case GgmlType::Q8_0: pack_q8_0(rows, L.p, bias128, quant, meta); break;
+        case GgmlType::Q8_0: pack_q8_0<BlockQ8_0>(rows, L.p, bias128, quant, meta); break;
+        case GgmlType::Q5_0: pack_q8_0<quant::BlockQ5_0>(rows, L.p, bias128, quant, meta); break;
         default: throw Error(what + ": no repack for " + ggml_type_name(type));  // packed_layout refused it
       }
     }

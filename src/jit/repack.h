@@ -1,4 +1,4 @@
-// Weight repacking at load: ggml Q4_K / Q5_K / Q6_K / Q8_0 rows (the weight table's types) into the interleaved layout the JIT kernels
+// Weight repacking at load: ggml Q4_K / Q5_K / Q6_K / Q8_0 / Q5_0 rows (the weight table's types) into the interleaved layout the JIT kernels
 // read, so that one vpdpbusd multiplies P weight rows (16 in a zmm, 8 in a ymm) by 4 int8 activations.
 // Nothing but the kernels (and the tests) reads this layout.
 //
@@ -25,8 +25,13 @@
 //                       families (unsigned w + 128; the kernel subtracts 128 * sum(x)), as is for AVX2
 //                       and AMX (signed x signed tiles)
 //       meta    (2P): d fp16 [P]
+// Q5_0  as Q8_0, the bytes being ggml's q - 16 (in -16..15; XOR 0x80 for the VNNI families), so that
+//                     Q8_0's kernel bodies run it: 32P + 2P bytes where the GGUF has 22P (55% more), the
+//                     price of no unpacking in the kernels (the 704- and 2112-wide down projections of
+//                     DiffusionGemma's Q4_K_M files; a 5-bit layout with its own body is left for later)
 // The AMX family uses the avx512-vnni layout (a vector is also a row of an AMX B tile: 16 weight rows x 4
-// k), except that its Q6_K bytes are ggml's signed q (q - 32 in -32..31) and its Q8_0 bytes unbiased.
+// k), except that its Q6_K bytes are ggml's signed q (q - 32 in -32..31) and its Q8_0 bytes unbiased
+// (Q5_K and Q5_0 have no AMX body: their matrices run the avx512-vnni kernels, matrix_family).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -93,5 +98,7 @@ QuantMatrix prepare_matrix(GgmlType type, int64_t k, int64_t n, const void* data
 void unpack_q4_k(const void* block, uint8_t q[256]);
 void unpack_q5_k(const void* block, uint8_t q[256]);
 void unpack_q6_k(const void* block, uint8_t q[256]);
+// The signed quants of one Q5_0 block in element order: ggml's q - 16, in -16..15 (the value is d * q).
+void unpack_q5_0(const void* block, int8_t q[32]);
 
 }  // namespace dllm::jit

@@ -21,7 +21,7 @@ struct WeightTypeTraits {
   const char* name;        // ggml's spelling: "Q5_K"
   const char* tag;         // lower case, in GPU kernel names: "q5_k"
   const char* cpu_tag;     // in CPU kernel names: "q5k_q8k"
-  int block;               // values per block (256 for the K-quants, 32 for Q8_0)
+  int block;               // values per block (256 for the K-quants, 32 for Q8_0 and Q5_0)
   int block_bytes;         // bytes of one ggml block
   ActFormat act;           // the activation format
 
@@ -51,9 +51,9 @@ struct WeightTypeTraits {
 const WeightTypeTraits* weight_traits(GgmlType t);
 // The row named `name` ("Q5_K", as ggml spells it), or null.
 const WeightTypeTraits* weight_traits_by_name(const std::string& name);
-// The row of t, or a dllm::Error "<what> is <type>: the JIT kernels take Q4_K, Q5_K, Q6_K and Q8_0".
+// The row of t, or a dllm::Error "<what> is <type>: the JIT kernels take Q4_K, Q5_K, Q6_K, Q8_0 and Q5_0".
 const WeightTypeTraits& require_weight_traits(GgmlType t, const std::string& what);
-// The weight types with CPU kernels, in table order: "Q4_K, Q5_K, Q6_K and Q8_0" (for messages).
+// The weight types with CPU kernels, in table order: "Q4_K, Q5_K, Q6_K, Q8_0 and Q5_0" (for messages).
 std::string jit_type_list();
 // The same for the GPU kernels.
 std::string gpu_type_list();

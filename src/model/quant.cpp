@@ -111,6 +111,11 @@ int q5_k_quant(const BlockQ5_K& b, int k) {
   return low4 | bit << 4;
 }
 
+int q5_0_quant(const BlockQ5_0& b, int j) {
+  const int low4 = j < 16 ? (b.qs[j] & 0xf) : (b.qs[j - 16] >> 4);
+  return low4 | static_cast<int>((b.qh[j / 8] >> (j % 8)) & 1) << 4;
+}
+
 // The 6-bit quant at position k (0..255) of a Q6_K block, in -32..31. Within each half of 128:
 // elements l, l+32, l+64, l+96 (l < 32) take ql[l] low, ql[l+32] low, ql[l] high, ql[l+32] high,
 // with qh[l] bits 0-1, 2-3, 4-5, 6-7 on top.

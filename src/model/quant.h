@@ -93,6 +93,9 @@ void scale_min_k4(int j, const uint8_t* scales, uint8_t* sc, uint8_t* m);
 int q4_k_quant(const BlockQ4_K& b, int k);
 int q5_k_quant(const BlockQ5_K& b, int k);
 int q6_k_quant(const BlockQ6_K& b, int k);
+// Quant j (0..31) of a Q5_0 block in 0..31 (the value is d * (q - 16)): the low nibble of qs[j % 16]
+// (j < 16) or its high nibble, with bit j of qh (a little-endian u32) as bit 4.
+int q5_0_quant(const BlockQ5_0& b, int j);
 
 // ---- Reference activation quantizers ----
 

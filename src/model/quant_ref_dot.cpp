@@ -1,4 +1,4 @@
-// Reference integer dot products (Q4_K, Q5_K and Q6_K x Q8_K, Q8_0 x Q8_0): the oracles of the JIT and GPU
+// Reference integer dot products (Q4_K, Q5_K and Q6_K x Q8_K, Q8_0 and Q5_0 x Q8_0): the oracles of the JIT and GPU
 // GEMM kernels. Integer parts are exact; the float result follows ggml's scalar kernels.
 #include "model/quant_ref_dot.h"
 
@@ -136,6 +136,21 @@ float vec_dot_q8_0_q8_0(int64_t n, const void* x, const void* y) {
     int32_t sumi = 0;
     for (int j = 0; j < kQK; ++j) sumi += bx.qs[j] * by.qs[j];
     sum += static_cast<float>(sumi) * (fp16_to_f32(bx.d) * fp16_to_f32(by.d));
+  }
+  return sum;
+}
+
+float vec_dot_q5_0_q8_0(int64_t n, const void* w, const void* a, std::vector<int32_t>* sumi) {
+  check_n(n, kQK, "vec_dot_q5_0_q8_0");
+  if (sumi) sumi->clear();
+  float sum = 0;
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const auto bw = load_block<BlockQ5_0>(w, i);
+    const auto ba = load_block<BlockQ8_0>(a, i);
+    int32_t s = 0;
+    for (int j = 0; j < kQK; ++j) s += (q5_0_quant(bw, j) - 16) * ba.qs[j];
+    sum += static_cast<float>(s) * (fp16_to_f32(bw.d) * fp16_to_f32(ba.d));
+    if (sumi) sumi->push_back(s);
   }
   return sum;
 }

@@ -1,6 +1,6 @@
 // Reference integer dot products of quantized weights with quantized activations, as ggml's CPU kernels
-// compute them: Q4_K, Q5_K and Q6_K x Q8_K (the activation row quantized by quantize_row_q8_K) and
-// Q8_0 x Q8_0. Besides the float result they expose each super-block's exact integer parts, so a fast
+// compute them: Q4_K, Q5_K and Q6_K x Q8_K (the activation row quantized by quantize_row_q8_K), and
+// Q8_0 and Q5_0 x Q8_0 (the activation row quantized by quantize_row_q8_0). Besides the float result they expose each super-block's exact integer parts, so a fast
 // (JIT, GPU) kernel can be checked integer for integer, and its float result against an exact value.
 #pragma once
 #include <cstdint>
@@ -54,5 +54,11 @@ float vec_dot_q6_K_q8_K(int64_t n, const void* w, const void* a, std::vector<Dot
 // Dot product of n elements (n a multiple of 32) of two Q8_0 rows, as ggml's scalar kernel does it:
 // per block sumi = sum(x.qs*y.qs) (exact int), then sum += float(sumi) * (d_x*d_y), in float.
 float vec_dot_q8_0_q8_0(int64_t n, const void* x, const void* y);
+
+// Dot product of n elements (n a multiple of 32) of a Q5_0 weight row w with a Q8_0 activation row a, as
+// ggml's vec_dot_q5_0_q8_0: per block sumi = sum((q_w - 16) * a.qs) with q_w = nibble | high bit << 4 in
+// 0..31 (exact int), then sum += float(sumi) * (d_w*d_a), in float. When sumi is not null it receives
+// each block's integer sum.
+float vec_dot_q5_0_q8_0(int64_t n, const void* w, const void* a, std::vector<int32_t>* sumi = nullptr);
 
 }  // namespace dllm::quant

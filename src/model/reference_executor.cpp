@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "common/error.h"
 #include "model/quant.h"
@@ -20,11 +21,12 @@ namespace {
 constexpr int64_t kRowTile = 8;  // weight rows dequantized together (reused across all activation rows)
 
 // Whether the JIT (and ggml) multiplies weights of this type with int8 activations, and with which
-// activation format: Q8_K rows for the K-quants, Q8_0 rows for Q8_0.
+// activation format: Q8_K rows for the K-quants, Q8_0 rows for Q8_0 and Q5_0.
 bool has_integer_dot(GgmlType t) {
-  return t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K || t == GgmlType::Q8_0;
+  return t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K || t == GgmlType::Q8_0 ||
+         t == GgmlType::Q5_0;
 }
-bool q8_0_activations(GgmlType t) { return t == GgmlType::Q8_0; }
+bool q8_0_activations(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::Q5_0; }
 
 // One weight row against one quantized activation row: the blocks' exact values summed in double.
 double quantized_dot(GgmlType t, const uint8_t* w, const uint8_t* a, int64_t k) {
@@ -36,6 +38,17 @@ double quantized_dot(GgmlType t, const uint8_t* w, const uint8_t* a, int64_t k) 
       int32_t sum = 0;
       for (int i = 0; i < quant::kQK; ++i) sum += int32_t(wb[b].qs[i]) * ab[b].qs[i];
       s += double(quant::fp16_to_f32(wb[b].d)) * quant::fp16_to_f32(ab[b].d) * sum;
+    }
+    return s;
+  }
+  if (t == GgmlType::Q5_0) {
+    const auto* ab = reinterpret_cast<const quant::BlockQ8_0*>(a);
+    for (int64_t b = 0; b < k / quant::kQK; ++b) {
+      quant::BlockQ5_0 wb;  // 22 bytes: no alignment to rely on
+      std::memcpy(&wb, w + b * static_cast<int64_t>(sizeof(wb)), sizeof(wb));
+      int32_t sum = 0;  // ggml's vec_dot_q5_0_q8_0: (q - 16) times the activations
+      for (int i = 0; i < quant::kQK; ++i) sum += (quant::q5_0_quant(wb, i) - 16) * ab[b].qs[i];
+      s += double(quant::fp16_to_f32(wb.d)) * quant::fp16_to_f32(ab[b].d) * sum;
     }
     return s;
   }

@@ -79,10 +79,13 @@ inline const std::map<std::string, Launcher>& emulated_kernels() {
     add_gemm_all_formats<1024, 256>(m);
     add_gemm_all_formats<24, 512>(m);  // unit tests: a partial block of columns
     add_gemm_all_formats<136, 96>(m);  // Q8_0 unit test: k-blocks padded (3 -> 4)
+    add_gemm<WT_Q5_0, 136, 96>(m);     // Q5_0 unit tests (no fixture model has Q5_0): the same, and
+    add_gemm<WT_Q5_0, 24, 704>(m);     // DiffusionGemma's down-projection width (22 k-blocks -> 24)
     add_quant_all<256>(m);
     add_quant_all<768>(m);
     add_quant_all<512>(m);
     add_quant_all<96>(m);
+    add_quant_all<704>(m);
     add_pack<4, 64, 64, PK_NORM, 0>(m);  // llada q, k
     add_pack<4, 64, 64, PK_NONE, 1>(m);  // llada v
     add_pack<4, 64, 64, PK_NEOX, 0>(m);  // dream q

@@ -119,7 +119,7 @@ KernelSet kernels_for_model(const model::HParams& hp, const model::ModelTensors&
 KernelSet kernels_for_hparams(const model::HParams& hp, const std::vector<WeightFormat>& formats);
 
 // "" when every matrix of the model has a GPU kernel, else the error for the first one that has not:
-// "tensor blk.0.attn_q.weight is F16: the GPU backend has matrix kernels for Q4_K, Q5_K, Q6_K and Q8_0
+// "tensor blk.0.attn_q.weight is F16: the GPU backend has matrix kernels for Q4_K, Q5_K, Q6_K, Q8_0 and Q5_0
 //  (run with --device cpu)" (the list from the weight table). Also rejects shapes the kernels cannot take (N not a multiple of 8).
 std::string gpu_support_error(const model::ModelTensors& tensors);
 

@@ -12,7 +12,7 @@ namespace dllm::jit::cuda {
 
 namespace {
 
-// Byte formats (Q8_0, Q5_K, Q6_K): records [kb/2][lane] of 16 bytes, words (kb%2)*2 + (kk>=16).
+// Byte formats (Q8_0, Q5_0, Q5_K, Q6_K): records [kb/2][lane] of 16 bytes, words (kb%2)*2 + (kk>=16).
 size_t byte_offset(int64_t kb, int col, int kk) {
   const int lane = col * 4 + (kk % 16) / 4;
   const int word = static_cast<int>(kb % 2) * 2 + kk / 16;
@@ -54,6 +54,14 @@ void pack_column(const gguf::TensorInfo& t, const PackedLayout& L, const uint8_t
         const auto b = block_at<quant::BlockQ8_0>(row, kb);
         ts[kb * 8 + col] = quant::fp16_to_f32(b.d);
         for (int kk = 0; kk < 32; ++kk) tq[byte_offset(kb, col, kk)] = static_cast<uint8_t>(b.qs[kk]);
+      }
+      break;
+    case WeightFormat::Q5_0:  // Q8_0's format: ggml's q - 16 as signed bytes, d per 32
+      for (int64_t kb = 0; kb < L.k / 32; ++kb) {
+        const auto b = block_at<quant::BlockQ5_0>(row, kb);
+        ts[kb * 8 + col] = quant::fp16_to_f32(b.d);
+        for (int kk = 0; kk < 32; ++kk)
+          tq[byte_offset(kb, col, kk)] = static_cast<uint8_t>(static_cast<int8_t>(quant::q5_0_quant(b, kk) - 16));
       }
       break;
     case WeightFormat::Q6_K:
@@ -152,6 +160,7 @@ float packed_value(const PackedLayout& L, const uint8_t* quants, const float* sc
   const float* ts = scales + static_cast<size_t>(tile) * L.scales_per_tile();
   switch (L.format) {
     case WeightFormat::Q8_0:
+    case WeightFormat::Q5_0:
       return ts[kb * 8 + col] * static_cast<float>(static_cast<int8_t>(tq[byte_offset(kb, col, kk)]));
     case WeightFormat::Q6_K:
       return ts[(kb * 2 + kk / 16) * 8 + col] * static_cast<float>(static_cast<int8_t>(tq[byte_offset(kb, col, kk)]));

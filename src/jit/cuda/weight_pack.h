@@ -1,6 +1,6 @@
-// Repacking of Q4_K / Q5_K / Q6_K / Q8_0 weight matrices into the layout the int8 tensor-core GEMM reads
+// Repacking of Q4_K / Q5_K / Q6_K / Q8_0 / Q5_0 weight matrices into the layout the int8 tensor-core GEMM reads
 // (kernels/gemm.cuh): quants as ready-made mma B fragments (Q4_K kept at 4 bits, two per byte; Q5_K (0..31),
-// Q6_K and Q8_0 as int8), and one f32 scale (plus one f32 min for Q4_K and Q5_K) per 32 values and column
+// Q6_K, Q8_0 and Q5_0 (q - 16) as int8), and one f32 scale (plus one f32 min for Q4_K and Q5_K) per 32 values and column
 // (per 16 values for Q6_K). Scales are computed exactly as the reference decoder computes them (d*sc, dmin*m in f32),
 // so the packed weights decode to the reference values bit for bit. Columns are processed in ranges of
 // 8-column tiles so a large matrix can be packed and uploaded piece by piece.

@@ -72,7 +72,7 @@ Vmm GemmGenerator<Vmm>::vdot_b(int r, int v) const {
 
 template <class Vmm>
 Vmm GemmGenerator<Vmm>::vsb(int r, int v) const {
-  if (desc_.wtype == GgmlType::Q8_0) throw Error(kernel_name() + ": super-block sum misuse");
+  if (act_format_for(desc_.wtype) == ActFormat::Q8_0) throw Error(kernel_name() + ": super-block sum misuse");
   return Vmm(2 * mv_ + slot(r, v));
 }
 
@@ -343,7 +343,8 @@ void GemmGenerator<Vmm>::generate() {
         case GgmlType::Q4_K:
         case GgmlType::Q5_K: body_q4k(); break;
         case GgmlType::Q6_K: body_q6k(); break;
-        case GgmlType::Q8_0: body_q8_0(2); break;
+        case GgmlType::Q8_0:
+        case GgmlType::Q5_0: body_q8_0(2); break;  // Q5_0 repacked as Q8_0's bytes (repack.h)
         default: throw Error("cannot generate kernel " + desc_.name() + ": no body for " + ggml_type_name(desc_.wtype));
       }
       advance(per_iter);

@@ -30,7 +30,7 @@ class GemmGenerator : public JitGenerator {
   // One block of one panel for all M rows, per weight type (gemm_q4k.cpp: Q4_K and Q5_K, gemm_q6k.cpp,
   // gemm_q8_0.cpp).
   // Pointers on entry: reg_wq_ (this block's quants), reg_wm_ (its meta record), reg_xq_/xd_/xs_/xc_
-  // (this block of activation row 0). Q8_0 handles `blocks` (1 or 2) consecutive blocks at once.
+  // (this block of activation row 0). Q8_0 (and Q5_0, repacked as Q8_0) handles `blocks` (1 or 2) consecutive blocks at once.
   void body_q4k();          // Q4_K and Q5_K
   void body_q5k_avx2();     // Q5_K on AVX2 (ymm only)
   void q4k_mins_and_accumulate();  // their mins term and the accumulator update

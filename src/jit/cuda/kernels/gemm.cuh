@@ -4,6 +4,7 @@
 // sub-blocks) yields the exact int32 dot product of one 32-value block; the block scales are applied in
 // f32 right after it:
 //   Q8_0:  x_w = s*q                 acc += da*s * dot
+//   Q5_0:  as Q8_0, q = ggml's q - 16 (in -16..15) as bytes
 //   Q4_K:  x_w = s*q - m (q in 0..15) acc += da*s * dot - m * (da*sum(q_a))
 //   Q5_K:  x_w = s*q - m (q in 0..31) as Q4_K, quants as bytes
 //   Q6_K:  x_w = s_h*q per 16 values  acc += da * (s_lo*dot_lo + s_hi*dot_hi)
@@ -14,7 +15,7 @@
 // no block synchronisation are needed.
 //
 // Weight fragment layout, per 8-column tile nt and 16-byte lane record:
-//   byte formats (Q8_0, Q5_K, Q6_K as q-32): records [nt][kb/2][lane]; words {b0, b1} of kb even, then odd;
+//   byte formats (Q8_0, Q5_0 as q-16, Q5_K, Q6_K as q-32): records [nt][kb/2][lane]; words {b0, b1} of kb even, then odd;
 //   nibble format (Q4_K): records [nt][kb/4][lane]; word j = k-block 4*(kb/4)+j, byte i = q(k=4t+i) |
 //   q(k=16+4t+i) << 4, so b0 = w & 0x0F0F0F0F and b1 = (w >> 4) & 0x0F0F0F0F.
 //   lane 4g+t of tile nt covers column 8*nt + g.
@@ -23,7 +24,7 @@
 #define DLLM_CUDA_GEMM_CUH
 
 // ggml's type ids (the host's WeightFormat is the GgmlType of the weight table).
-enum { WT_Q8_0 = 8, WT_Q4_K = 12, WT_Q5_K = 13, WT_Q6_K = 14 };
+enum { WT_Q5_0 = 6, WT_Q8_0 = 8, WT_Q4_K = 12, WT_Q5_K = 13, WT_Q6_K = 14 };
 constexpr int kGemmWarps = 4;    // warps per block, side by side along N
 constexpr int kGemmMTiles = 2;   // 16-row tiles per warp
 constexpr int kGemmNTiles = 4;   // 8-column tiles per warp
