@@ -380,3 +380,28 @@ TEST(HubQuant, MixtureOfExpertsReposPickTheirQuants) {
   EXPECT_EQ(pick(rnd1, "o/RND1-Base-0910-GGUF", "IQ4_XS"), "RND1-Base-0910-IQ4_XS.gguf");
   EXPECT_EQ(quant_label("RND1-Base-0910-Q4_K_M.gguf"), "Q4_K_M");
 }
+
+// unsloth/diffusiongemma-26B-A4B-it-GGUF's names: plain and dynamic (UD-...-K_XL) quants, an mmproj file and a
+// split BF16 in a folder.
+TEST(HubQuant, DiffusionGemmaRepoPicksItsQuants) {
+  const std::string repo = "unsloth/diffusiongemma-26B-A4B-it-GGUF";
+  auto fs = files({"diffusiongemma-26B-A4B-it-Q4_K_M.gguf", "diffusiongemma-26B-A4B-it-UD-Q4_K_XL.gguf",
+                   "diffusiongemma-26B-A4B-it-Q8_0.gguf", "diffusiongemma-26B-A4B-it-UD-IQ2_XXS.gguf",
+                   "diffusiongemma-26B-A4B-it-Q5_K_S.gguf", "diffusiongemma-26B-A4B-it-IQ4_NL.gguf",
+                   "mmproj-F16.gguf", "BF16/diffusiongemma-26B-A4B-it-BF16-00001-of-00002.gguf",
+                   "BF16/diffusiongemma-26B-A4B-it-BF16-00002-of-00002.gguf", "README.md"});
+  EXPECT_EQ(pick(fs, repo, ""), "diffusiongemma-26B-A4B-it-Q4_K_M.gguf");
+  EXPECT_EQ(pick(fs, repo, "Q4_K_XL"), "diffusiongemma-26B-A4B-it-UD-Q4_K_XL.gguf");
+  EXPECT_EQ(pick(fs, repo, "UD-Q4_K_XL"), "diffusiongemma-26B-A4B-it-UD-Q4_K_XL.gguf");
+  EXPECT_EQ(pick(fs, repo, "iq2_xxs"), "diffusiongemma-26B-A4B-it-UD-IQ2_XXS.gguf");
+  EXPECT_EQ(pick(fs, repo, "Q8_0"), "diffusiongemma-26B-A4B-it-Q8_0.gguf");
+  EXPECT_EQ(quant_label("diffusiongemma-26B-A4B-it-UD-Q4_K_XL.gguf"), "Q4_K_XL");
+  EXPECT_EQ(quant_label("diffusiongemma-26B-A4B-it-UD-IQ2_XXS.gguf"), "IQ2_XXS");
+  // A quant that is not there lists every choice by its label.
+  const std::string e = error_of([&] { pick(fs, repo, "Q3_K_M"); });
+  for (const char* c : {"Q4_K_XL (", "IQ2_XXS (", "Q5_K_S (", "IQ4_NL (", "Q8_0 ("})
+    EXPECT_NE(e.find(c), std::string::npos) << c << " in " << e;
+  EXPECT_EQ(e.find("mmproj"), std::string::npos) << e;
+  // The split BF16 is two files: ambiguous, named.
+  EXPECT_THROW(choose_gguf(fs, ModelId{repo, "BF16"}), AmbiguousError);
+}

@@ -96,9 +96,11 @@ std::optional<ModelId> parse_model_id(const std::string& spec) {
   return id;
 }
 
+// Quant words as llama.cpp's and unsloth's repositories name them: Q4_K_M, IQ4_XS, Q5_0, and unsloth's dynamic
+// UD-Q4_K_XL (whose label is Q4_K_XL; the spec may say either).
 std::string quant_label(const std::string& file_name) {
   static const std::regex kQuant(
-      "(I?Q[1-8]_(K(_[SML])?|[0-9](_[0-9]_[0-9])?|XXS|XS|S|M|NL|L)|TQ[12]_0|BF16|F16|F32|MXFP4)",
+      "(I?Q[1-8]_(K(_(XL|[SML]))?|[0-9](_[0-9]_[0-9])?|XXS|XS|S|M|NL|L)|TQ[12]_0|BF16|F16|F32|MXFP4)",
       std::regex::icase | std::regex::optimize);
   std::string name = base_name(file_name), label;
   // The last whole word (a run of letters, digits and '_') that is a quant name.
