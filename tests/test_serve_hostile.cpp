@@ -322,6 +322,22 @@ TEST_F(Hostile, CapsAndBursts) {
   EXPECT_TRUE(healthy(port()));
 }
 
+// 3. A keep-alive connection left idle after its answer is closed at the idle bound (5 s), not held open
+// for the idle and header bounds together.
+TEST_F(Hostile, IdleKeepAliveConnectionsAreClosed) {
+  const int fd = connect_to(port());
+  send_some(fd, "GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n");
+  char buf[512];
+  ASSERT_GT(recv(fd, buf, sizeof buf, 0), 0);
+  const auto t0 = Clock::now();
+  const std::string rest = read_all(fd);  // until the server closes (20 s at most)
+  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  close(fd);
+  EXPECT_TRUE(rest.empty()) << rest;
+  EXPECT_GT(secs, 4.0);
+  EXPECT_LT(secs, 8.0);
+}
+
 // 4. 150 connections at once: each gets an answer (no reset from a short listen backlog).
 TEST_F(Hostile, ManyConnectionsAtOnceAllGetAnAnswer) {
   std::vector<std::thread> clients;

@@ -174,6 +174,20 @@ struct HttpServer::Impl::Conn : std::enable_shared_from_this<Conn> {
 
   void read_next(bool first) {
     if (!srv.accepting) return close();
+    if (!first && buf.size() == 0) {
+      // Keep-alive: the next request's first byte within the idle bound, then its header within its own.
+      arm(srv.limits.idle_timeout);
+      socket.async_wait(tcp::socket::wait_read, [self = shared_from_this()](const boost::system::error_code& ec) {
+        if (self->closed) return;
+        if (ec) return self->close();
+        self->read_header();
+      });
+      return;
+    }
+    read_header();
+  }
+
+  void read_header() {
     parser.emplace();
     parser->header_limit(static_cast<uint32_t>(std::min<size_t>(srv.limits.max_header_bytes, UINT32_MAX)));
     parser->body_limit(srv.limits.max_body_bytes);
@@ -181,8 +195,7 @@ struct HttpServer::Impl::Conn : std::enable_shared_from_this<Conn> {
     req.remote_addr = remote_addr;
     req.remote_port = remote_port;
     req.start = Clock::now();
-    // A new connection's first request, or a keep-alive wait with nothing buffered: the idle bound first.
-    arm(first || buf.size() > 0 ? srv.limits.header_timeout : srv.limits.idle_timeout + srv.limits.header_timeout);
+    arm(srv.limits.header_timeout);
     bhttp::async_read_header(socket, buf, *parser,
                              [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
                                self->on_header(ec);
