@@ -509,7 +509,7 @@ TEST(HostileStream, StepEventsAreBoundedDoneIsKept) {
 
 TEST(HostileJson, PreviewsAreBoundedAndFlat) {
   json deep = json::array();
-  for (int i = 0; i < 5000; ++i) deep = json::array({deep});
+  for (int i = 0; i < 100; ++i) deep = json::array({deep});  // deeper than the parse allows
   EXPECT_EQ(server::shown_json(deep), "an array of 1 value");
   EXPECT_EQ(server::shown_json(json(std::string(1000, 'x'))).size(), 34u + 2 + 3);
   EXPECT_THROW(server::parse_json_body(std::string(40, '[') + std::string(40, ']')), server::ApiError);

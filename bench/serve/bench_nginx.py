@@ -18,9 +18,11 @@ Records requests/s (requests over the wall time of the whole load), time to firs
 with answer text) and time to answer (p50, p90, p99, mean, max), errors, the kernel's count of connections
 refused by a full listen queue during the load (TcpExt ListenOverflows: each costs the client a 1 s SYN
 retransmit), and for the nginx setups how many requests each replica answered (the access log). The edge's
-limits are raised above the load (the bench measures throughput, not the limits). Writes results.json,
-results.csv and machine.txt (the machine as bench/serve/bench_serve.py records it, plus nginx -v and the git
-commit) into --out. The listen-overflow count is the whole machine's: other programs' overflows count too.
+limits are raised above the load (the bench measures throughput, not the limits). Every setup runs at once
+(idle replicas cost nothing) and the --repeats alternate between the setups; a setup's row is its median run
+(rps_runs keeps every run's rate). Writes results.json, results.csv, machine.txt (the machine as
+bench/serve/bench_serve.py records it, plus nginx -v and the git commit) and serve_nginx.png (matplotlib from
+build/venv when present) into --out. The listen-overflow count is the whole machine's: other programs' overflows count too.
 """
 import argparse
 import csv
@@ -180,50 +182,93 @@ def load(port, clients, per_client):
             "ttft_s": percentiles([r[0] for r in results]), "answer_s": percentiles([r[1] for r in results])}
 
 
-def run_setup(a, name, replicas, threads, via_nginx, workdir):
+def start_setup(a, procs, name, replicas, threads, via_nginx, workdir):
+    """Starts a setup's replicas (and nginx) and warms them up; returns (port, nginx prefix or None)."""
+    ports = free_ports(replicas + 1)
+    rports, nport = ports[:replicas], ports[-1]
+    for k, port in enumerate(rports):
+        cmd = [a.dllm, "serve", "--model", a.model, "--port", str(port), "--threads", str(threads),
+               "--batch-size", str(a.batch_size), "--max-queue", str(max(64, a.clients)), "--max-tokens", "16",
+               "--block-length", "16"]
+        p = procs.start(cmd, os.path.join(workdir, f"{name}-replica{k}.log"))
+        wait_health(port, p)
+    port, prefix = rports[0], None
+    if via_nginx:
+        prefix = os.path.join(workdir, f"{name}-nginx")
+        render.write(prefix, f"{HOST}:{nport}", [f"{HOST}:{p}" for p in rports], **EDGE)
+        user = "user root;" if os.geteuid() == 0 else ""
+        ng = procs.start(render.command(a.nginx, prefix, user), os.path.join(prefix, "nginx.out"))
+        wait_health(nport, ng)
+        port = nport
+    for k in range(replicas):  # warm-up: every replica once (kernels generated, pages touched)
+        for rp in rports:
+            one_request(rp, "warm up", f"warm-{k}")
+    return port, prefix
+
+
+def measure(a, port, prefix):
+    """One load run; with nginx, how many requests each replica answered (from the access log)."""
+    if prefix:
+        open(os.path.join(prefix, "access.log"), "w").close()
+    r = load(port, a.clients, a.per_client)
+    if prefix:
+        per = {}
+        with open(os.path.join(prefix, "access.log")) as f:
+            for line in f:
+                e = json.loads(line)
+                if e["uri"] == "/v1/chat/completions":
+                    up = e["upstream"].split(",")[-1].strip()
+                    per[up] = per.get(up, 0) + 1
+        r["per_replica"] = per
+    return r
+
+
+def run_setups(a, names, table, workdir):
+    """Every setup started at once (idle replicas cost nothing), then the repeats alternate between them: each
+    setup's row is its median run by requests/s (all runs' rates kept in rps_runs)."""
     procs = Procs()
     try:
-        ports = free_ports(replicas + 1)
-        rports, nport = ports[:replicas], ports[-1]
-        for k, port in enumerate(rports):
-            cmd = [a.dllm, "serve", "--model", a.model, "--port", str(port), "--threads", str(threads),
-                   "--batch-size", str(a.batch_size), "--max-queue", str(max(64, a.clients)), "--max-tokens", "16",
-                   "--block-length", "16"]
-            p = procs.start(cmd, os.path.join(workdir, f"{name}-replica{k}.log"))
-            wait_health(port, p)
-        port = rports[0]
-        prefix = None
-        if via_nginx:
-            prefix = os.path.join(workdir, f"{name}-nginx")
-            render.write(prefix, f"{HOST}:{nport}", [f"{HOST}:{p}" for p in rports], **EDGE)
-            user = "user root;" if os.geteuid() == 0 else ""
-            ng = procs.start(render.command(a.nginx, prefix, user), os.path.join(prefix, "nginx.out"))
-            wait_health(nport, ng)
-            port = nport
-        for k in range(replicas):  # warm-up: every replica once (kernels generated, pages touched)
-            for rp in rports:
-                one_request(rp, "warm up", f"warm-{k}")
-        best = None
+        started = {}
+        for name in names:
+            replicas, threads, via = table[name]
+            started[name] = start_setup(a, procs, name, replicas, threads, via, workdir)
+        runs = {name: [] for name in names}
         for _ in range(a.repeats):
-            if prefix:
-                open(os.path.join(prefix, "access.log"), "w").close()
-            r = load(port, a.clients, a.per_client)
-            if best is None or r["rps"] > best["rps"]:
-                best = r
-                if prefix:
-                    per = {}
-                    with open(os.path.join(prefix, "access.log")) as f:
-                        for line in f:
-                            e = json.loads(line)
-                            if e["uri"] == "/v1/chat/completions":
-                                up = e["upstream"].split(",")[-1].strip()
-                                per[up] = per.get(up, 0) + 1
-                    best["per_replica"] = per
-        best.update({"setup": name, "replicas": replicas, "threads_per_replica": threads, "via_nginx": via_nginx,
-                     "clients": a.clients})
-        return best
+            for name in names:
+                runs[name].append(measure(a, *started[name]))
+        rows = []
+        for name in names:
+            ordered = sorted(runs[name], key=lambda r: r["rps"])
+            row = dict(ordered[len(ordered) // 2])
+            replicas, threads, via = table[name]
+            row.update({"setup": name, "replicas": replicas, "threads_per_replica": threads, "via_nginx": via,
+                        "clients": a.clients, "rps_runs": [round(r["rps"], 2) for r in runs[name]]})
+            rows.append(row)
+        return rows
     finally:
         procs.stop()
+
+
+def plot(rows, out):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("no matplotlib: no plot", file=sys.stderr)
+        return
+    names = [r["setup"] for r in rows]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    a.bar(names, [r["rps"] for r in rows], color="#4a8")
+    a.set_ylabel("requests / s (median run)")
+    a.set_title(f"{rows[0]['clients']} streaming clients")
+    for k in ("p50", "p99"):
+        b.plot(names, [r["answer_s"].get(k, 0) for r in rows], "o-", label=f"answer {k}")
+    b.set_ylabel("seconds")
+    b.set_title("time to the whole answer")
+    b.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
 
 
 def main():
@@ -254,12 +299,9 @@ def main():
     table = {"direct-1": (1, a.threads, False), "nginx-1": (1, a.threads, True), "nginx-2": (2, a.threads, True),
              "direct-1-2T": (1, 2 * a.threads, False)}
     workdir = tempfile.mkdtemp(prefix="dllm-bench-nginx-")
-    rows = []
     try:
-        for name in a.setups.split(","):
-            replicas, threads, via = table[name]
-            row = run_setup(a, name, replicas, threads, via, workdir)
-            rows.append(row)
+        rows = run_setups(a, a.setups.split(","), table, workdir)
+        for row in rows:
             print(json.dumps(row), flush=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -278,7 +320,8 @@ def main():
                         r["answered"], f"{r['rps']:.2f}", *(f"{t.get(k, 0):.4f}" for k in ("p50", "p90", "p99")),
                         *(f"{s.get(k, 0):.4f}" for k in ("p50", "p90", "p99", "max")),
                         r["listen_overflows"], json.dumps(r["errors"])])
-    print(f"wrote {a.out}/results.json, results.csv, machine.txt")
+    plot(rows, os.path.join(a.out, "serve_nginx.png"))
+    print(f"wrote {a.out}/results.json, results.csv, machine.txt, serve_nginx.png")
 
 
 if __name__ == "__main__":
