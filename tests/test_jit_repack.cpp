@@ -207,6 +207,19 @@ TEST(JitRepack, LayoutSizes) {
             (std::vector<int64_t>{16, 2, 22, 32 * 16, 2 * 16}));
 }
 
+// Calls f(row, p, blk, quants, meta) for every row of every panel (padding rows too) and every block of the
+// row: p is the row's lane in its panel, quants and meta the block's two regions of that panel.
+template <class F>
+void for_each_panel_block(const QuantMatrix& m, F f) {
+  const PackedLayout& L = m.layout;
+  for (int64_t row = 0; row < L.n_panels * L.p; ++row) {
+    const uint8_t* panel = m.packed.data() + (row / L.p) * L.panel_bytes;
+    for (int64_t blk = 0; blk < L.nblocks; ++blk)
+      f(row, static_cast<int>(row % L.p), blk, panel + blk * L.quant_bytes,
+        panel + L.meta_offset() + blk * L.meta_bytes);
+  }
+}
+
 // The Q5_0 panels decoded back by the layout repack.h describes give every weight's signed quant (ggml's
 // q - 16; biased by 128 on the VNNI families) and d, on every family's panel width, padding rows zero. The
 // amx family prepares its Q5_0 matrices for avx512-vnni (no AMX body).
@@ -220,23 +233,17 @@ TEST(JitRepack, Q5_0PanelsDecodeToTheQuants) {
     const QuantMatrix m = prepare_matrix(GgmlType::Q5_0, k, n, w.data(), isa, pool);
     const PackedLayout& L = m.layout;
     const int bias = isa == Isa::Avx2 ? 0 : 0x80;
-    for (int64_t row = 0; row < L.n_panels * L.p; ++row) {
-      const uint8_t* panel = m.packed.data() + (row / L.p) * L.panel_bytes;
-      const int p = static_cast<int>(row % L.p);
-      for (int64_t blk = 0; blk < L.nblocks; ++blk) {
-        const uint8_t* qv = panel + blk * L.quant_bytes;
-        const uint8_t* meta = panel + L.meta_offset() + blk * L.meta_bytes;
-        quant::BlockQ5_0 ref{};
-        if (row < n) std::memcpy(&ref, w.data() + row * (k / 32) * 22 + blk * 22, 22);
-        for (int e = 0; e < 32; ++e) {
-          const int q = static_cast<int8_t>(qv[(e / 4) * 4 * L.p + 4 * p + e % 4] ^ bias);
-          ASSERT_EQ(q, row < n ? quant::q5_0_quant(ref, e) - 16 : 0) << isa_name(isa) << " row " << row << " e " << e;
-        }
-        uint16_t d = 0;
-        std::memcpy(&d, meta + meta::q8_0_d(L.p) + 2 * p, 2);
-        ASSERT_EQ(d, ref.d);
+    for_each_panel_block(m, [&](int64_t row, int p, int64_t blk, const uint8_t* qv, const uint8_t* meta) {
+      quant::BlockQ5_0 ref{};
+      if (row < n) std::memcpy(&ref, w.data() + row * (k / 32) * 22 + blk * 22, 22);
+      for (int e = 0; e < 32; ++e) {
+        const int q = static_cast<int8_t>(qv[(e / 4) * 4 * L.p + 4 * p + e % 4] ^ bias);
+        ASSERT_EQ(q, row < n ? quant::q5_0_quant(ref, e) - 16 : 0) << isa_name(isa) << " row " << row << " e " << e;
       }
-    }
+      uint16_t d = 0;
+      std::memcpy(&d, meta + meta::q8_0_d(L.p) + 2 * p, 2);
+      ASSERT_EQ(d, ref.d);
+    });
   }
 }
 
@@ -250,34 +257,28 @@ TEST(JitRepack, Q5KPanelsDecodeToTheQuants) {
   for (Isa isa : {Isa::Avx2, Isa::AvxVnni, Isa::Avx512Vnni}) {
     const QuantMatrix m = prepare_matrix(GgmlType::Q5_K, k, n, w.data(), isa, pool);
     const PackedLayout& L = m.layout;
-    for (int64_t row = 0; row < L.n_panels * L.p; ++row) {
-      const uint8_t* panel = m.packed.data() + (row / L.p) * L.panel_bytes;
-      const int p = static_cast<int>(row % L.p);
-      for (int64_t blk = 0; blk < L.nblocks; ++blk) {
-        const uint8_t* qv = panel + blk * L.quant_bytes;
-        const uint8_t* meta = panel + L.meta_offset() + blk * L.meta_bytes;
-        quant::BlockQ5_K ref{};
-        if (row < n) std::memcpy(&ref, w.data() + row * (k / 256) * 176 + blk * 176, 176);
-        for (int e = 0; e < 256; ++e) {
-          const int t = e / 64, half = (e % 64) / 32, j = (e % 32) / 4, b = e % 4;
-          const uint8_t nib = qv[(8 * t + j) * 4 * L.p + 4 * p + b];
-          const uint8_t h = qv[(32 + j) * 4 * L.p + 4 * p + b];
-          const int q = (half ? nib >> 4 : nib & 15) | ((h >> (2 * t + half)) & 1) << 4;
-          ASSERT_EQ(q, row < n ? quant::q5_k_quant(ref, e) : 0) << isa_name(isa) << " row " << row << " e " << e;
-        }
-        uint16_t d = 0, dmin = 0;
-        std::memcpy(&d, meta + meta::q4k_d(L.p) + 2 * p, 2);
-        std::memcpy(&dmin, meta + meta::q4k_dmin(L.p) + 2 * p, 2);
-        ASSERT_EQ(d, ref.d);
-        ASSERT_EQ(dmin, ref.dmin);
-        for (int s = 0; s < 8; ++s) {
-          uint8_t sc = 0, mn = 0;
-          quant::scale_min_k4(s, ref.scales, &sc, &mn);
-          ASSERT_EQ(meta[meta::q4k_scales(L.p) + s * L.p + p], row < n ? sc : 0);
-          ASSERT_EQ(meta[meta::q4k_mins(L.p) + (s / 2) * 2 * L.p + 2 * p + s % 2], row < n ? mn : 0);
-        }
+    for_each_panel_block(m, [&](int64_t row, int p, int64_t blk, const uint8_t* qv, const uint8_t* meta) {
+      quant::BlockQ5_K ref{};
+      if (row < n) std::memcpy(&ref, w.data() + row * (k / 256) * 176 + blk * 176, 176);
+      for (int e = 0; e < 256; ++e) {
+        const int t = e / 64, half = (e % 64) / 32, j = (e % 32) / 4, b = e % 4;
+        const uint8_t nib = qv[(8 * t + j) * 4 * L.p + 4 * p + b];
+        const uint8_t h = qv[(32 + j) * 4 * L.p + 4 * p + b];
+        const int q = (half ? nib >> 4 : nib & 15) | ((h >> (2 * t + half)) & 1) << 4;
+        ASSERT_EQ(q, row < n ? quant::q5_k_quant(ref, e) : 0) << isa_name(isa) << " row " << row << " e " << e;
       }
-    }
+      uint16_t d = 0, dmin = 0;
+      std::memcpy(&d, meta + meta::q4k_d(L.p) + 2 * p, 2);
+      std::memcpy(&dmin, meta + meta::q4k_dmin(L.p) + 2 * p, 2);
+      ASSERT_EQ(d, ref.d);
+      ASSERT_EQ(dmin, ref.dmin);
+      for (int s = 0; s < 8; ++s) {
+        uint8_t sc = 0, mn = 0;
+        quant::scale_min_k4(s, ref.scales, &sc, &mn);
+        ASSERT_EQ(meta[meta::q4k_scales(L.p) + s * L.p + p], row < n ? sc : 0);
+        ASSERT_EQ(meta[meta::q4k_mins(L.p) + (s / 2) * 2 * L.p + 2 * p + s % 2], row < n ? mn : 0);
+      }
+    });
   }
 }
 

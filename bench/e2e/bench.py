@@ -199,13 +199,21 @@ def baseline_of(name, runs):
     return b if b in runs else None
 
 
-def plot(rows, out_dir):
+def pyplot():
+    """matplotlib.pyplot without a display (Agg), or None with a note when matplotlib is not installed."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         print("matplotlib not installed: no plots (pip install matplotlib)", file=sys.stderr)
+        return None
+    return plt
+
+
+def plot(rows, out_dir):
+    plt = pyplot()
+    if plt is None:
         return []
     made = []
     exact = [r for r in rows if r["name"].startswith("exact-")]

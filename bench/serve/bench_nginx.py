@@ -42,7 +42,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "bench", "e2e"))
 sys.path.insert(0, os.path.join(ROOT, "deploy", "nginx"))
-from bench import machine_description  # noqa: E402
+from bench import machine_description, pyplot  # noqa: E402
 import render  # noqa: E402
 
 HOST = "127.0.0.1"
@@ -250,12 +250,8 @@ def run_setups(a, names, table, workdir):
 
 
 def plot(rows, out):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("no matplotlib: no plot", file=sys.stderr)
+    plt = pyplot()
+    if plt is None:
         return
     names = [r["setup"] for r in rows]
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))

@@ -29,7 +29,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "bench", "e2e"))
-from bench import DLLM, ensure_model, machine_description  # noqa: E402
+from bench import DLLM, ensure_model, machine_description, pyplot  # noqa: E402
 
 PROMPTS = ["Hello", "Tell me a story", "What is two plus two?", "Write a haiku about the sea.", "Name three colours.",
            "Why is the sky blue?", "Count to five.", "Say something nice.", "What is a diffusion model?",
@@ -129,12 +129,8 @@ def bench_file(model, clients, threads):
 
 
 def plot(rows, out):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("no matplotlib: no plot", file=sys.stderr)
+    plt = pyplot()
+    if plt is None:
         return
     cs = [r["clients"] for r in rows]
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))

@@ -10,6 +10,10 @@
 
 namespace dllm {
 
+// The text with ASCII letters lower-cased and every other byte as it is (HTTP header values, host names, quant
+// names: case-insensitive ASCII, whatever the C locale).
+std::string ascii_lower(std::string_view text);
+
 // True when text is well-formed UTF-8 (no overlongs, surrogates or code points past U+10FFFF).
 bool is_valid_utf8(std::string_view text);
 

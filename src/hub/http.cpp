@@ -8,6 +8,7 @@
 
 #include "hub/internal.h"
 #include "common/interrupt.h"
+#include "common/utf8.h"
 
 namespace dllm::hub {
 
@@ -18,11 +19,6 @@ void global_init() {
   std::call_once(once, [] {
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) throw Error("cannot initialise libcurl");
   });
-}
-
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
 }
 
 std::string trim(const std::string& s) {
@@ -49,7 +45,7 @@ size_t on_header(char* data, size_t size, size_t n, void* user) {
     t->headers.clear();  // a new response (after a redirect or a 100 Continue): keep the last one's only
   } else {
     size_t colon = line.find(':');
-    if (colon != std::string::npos) t->headers[lower(trim(line.substr(0, colon)))] = trim(line.substr(colon + 1));
+    if (colon != std::string::npos) t->headers[ascii_lower(trim(line.substr(0, colon)))] = trim(line.substr(colon + 1));
   }
   return size * n;
 }
@@ -91,8 +87,8 @@ std::string host_of(const std::string& url) {
 std::string origin_of(const std::string& url) {
   size_t colon = url.find("://");
   if (colon == std::string::npos || colon == 0) return "";
-  std::string scheme = lower(url.substr(0, colon));
-  std::string host = lower(host_of(url));
+  std::string scheme = ascii_lower(url.substr(0, colon));
+  std::string host = ascii_lower(host_of(url));
   if (size_t at = host.rfind('@'); at != std::string::npos) host = host.substr(at + 1);  // user:pass@
   size_t port_colon = host.rfind(':');
   if (port_colon == std::string::npos || host.find(']', port_colon) != std::string::npos) {
@@ -111,7 +107,7 @@ long http_stream(const Options& opts, const std::string& url, uint64_t from, Str
   t.curl = curl;
   char errbuf[CURL_ERROR_SIZE] = {0};
   std::string range = std::to_string(from) + "-";
-  const bool https = lower(url.substr(0, 8)) == "https://";
+  const bool https = ascii_lower(url.substr(0, 8)) == "https://";
   curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
   curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, errbuf);
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
@@ -191,8 +187,8 @@ HttpResponse http_get(const Options& opts, const std::string& url, size_t max_bo
 
 bool looks_like_html(const Headers& headers, const std::string& first_bytes) {
   auto it = headers.find("content-type");
-  if (it != headers.end() && lower(it->second).find("text/html") != std::string::npos) return true;
-  std::string head = lower(trim(first_bytes.substr(0, 256)));
+  if (it != headers.end() && ascii_lower(it->second).find("text/html") != std::string::npos) return true;
+  std::string head = ascii_lower(trim(first_bytes.substr(0, 256)));
   return head.rfind("<!doctype", 0) == 0 || head.rfind("<html", 0) == 0 || head.rfind("<head", 0) == 0;
 }
 

@@ -8,17 +8,13 @@
 
 #include "hub/internal.h"
 #include "common/printable.h"
+#include "common/utf8.h"
 
 namespace dllm::hub {
 
 namespace {
 
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-bool ends_with_gguf(const std::string& s) { return s.size() >= 5 && lower(s.substr(s.size() - 5)) == ".gguf"; }
+bool ends_with_gguf(const std::string& s) { return s.size() >= 5 && ascii_lower(s.substr(s.size() - 5)) == ".gguf"; }
 
 bool name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-'; }
 
@@ -41,7 +37,7 @@ bool word_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c
 
 // The quant occurs in the name as a whole word (case-insensitive).
 bool quant_matches(const std::string& name, const std::string& quant) {
-  std::string n = lower(name), q = lower(quant);
+  std::string n = ascii_lower(name), q = ascii_lower(quant);
   for (size_t pos = n.find(q); pos != std::string::npos; pos = n.find(q, pos + 1)) {
     bool start_ok = pos == 0 || !word_char(n[pos - 1]);
     size_t end = pos + q.size();
@@ -59,7 +55,7 @@ std::string base_name(const std::string& path) {
 std::vector<const RemoteFile*> gguf_candidates(const std::vector<RemoteFile>& files) {
   std::vector<const RemoteFile*> out;
   for (const auto& f : files)
-    if (ends_with_gguf(f.path) && lower(base_name(f.path)).rfind("mmproj", 0) != 0) out.push_back(&f);
+    if (ends_with_gguf(f.path) && ascii_lower(base_name(f.path)).rfind("mmproj", 0) != 0) out.push_back(&f);
   std::sort(out.begin(), out.end(), [](const RemoteFile* a, const RemoteFile* b) { return a->path < b->path; });
   return out;
 }

@@ -162,60 +162,54 @@ std::vector<model::ChatMessage> messages_of(const json& v) {
 }
 
 
-// Fields that ask for what this server does not do: refused naming the field unless their value asks
-// for nothing (the neutral values some clients always send).
-void refuse_unsupported(const std::string& key, const json& v) {
-  auto refuse = [&](const std::string& what) {
-    throw ApiError(400, "'" + key + "' is not supported by this server: " + what, "invalid_request_error", key,
-                   "unsupported_field");
-  };
-  if (v.is_null()) return;
+// Fields that ask for what this server does not do: refused naming the field unless their value asks for nothing
+// (null, or the neutral values some clients always send). True when key is one of them.
+bool unsupported_field(const std::string& key, const json& v) {
+  const auto number_is = [&](double x) { return v.is_number() && v.get<double>() == x; };
+  bool neutral = false;
+  const char* why = nullptr;
   if (key == "response_format") {
-    if (v.is_object() && v.value("type", json()) == "text" && v.size() == 1) return;
-    refuse("answers are plain text (no JSON mode or schema)");
+    neutral = v.is_object() && v.size() == 1 && v.value("type", json()) == "text";
+    why = "answers are plain text (no JSON mode or schema)";
   } else if (key == "tools" || key == "functions") {
-    if (v.is_array() && v.empty()) return;
-    refuse("no tool or function calling");
+    neutral = v.is_array() && v.empty();
+    why = "no tool or function calling";
   } else if (key == "tool_choice" || key == "function_call") {
-    if (v == "none") return;
-    refuse("no tool or function calling");
+    neutral = v == "none";
+    why = "no tool or function calling";
   } else if (key == "parallel_tool_calls") {
-    return;  // meaningless without tools
+    neutral = true;  // meaningless without tools
   } else if (key == "top_p" || key == "typical_p") {
-    if (v.is_number() && v.get<double>() == 1.0) return;
-    refuse("the diffusion samplers have no nucleus sampling (temperature is supported)");
+    neutral = number_is(1.0);
+    why = "the diffusion samplers have no nucleus sampling (temperature is supported)";
   } else if (key == "top_k" || key == "min_p") {
-    if (v.is_number() && v.get<double>() == 0.0) return;  // 0: off
-    refuse("the diffusion samplers have no top-k / min-p truncation (temperature is supported)");
+    neutral = number_is(0.0);  // 0: off
+    why = "the diffusion samplers have no top-k / min-p truncation (temperature is supported)";
   } else if (key == "frequency_penalty" || key == "presence_penalty") {
-    if (v.is_number() && v.get<double>() == 0.0) return;
-    refuse("the diffusion samplers have no repetition penalties");
+    neutral = number_is(0.0);
+    why = "the diffusion samplers have no repetition penalties";
   } else if (key == "repetition_penalty" || key == "repeat_penalty") {
-    if (v.is_number() && v.get<double>() == 1.0) return;
-    refuse("the diffusion samplers have no repetition penalties");
+    neutral = number_is(1.0);
+    why = "the diffusion samplers have no repetition penalties";
   } else if (key == "logit_bias") {
-    if (v.is_object() && v.empty()) return;
-    refuse("the diffusion samplers take no logit bias");
+    neutral = v.is_object() && v.empty();
+    why = "the diffusion samplers take no logit bias";
   } else if (key == "best_of") {
-    if (v == 1) return;
-    refuse("use n for several answers");
+    neutral = v == 1;
+    why = "use n for several answers";
   } else if (key == "echo" || key == "suffix") {
-    if (v == false || (v.is_string() && v.get_ref<const std::string&>().empty())) return;
-    refuse("not implemented");
+    neutral = v == false || (v.is_string() && v.get_ref<const std::string&>().empty());
+    why = "not implemented";
   } else if (key == "audio" || key == "modalities" || key == "prediction") {
-    if (key == "modalities" && v == json::array({"text"})) return;
-    refuse("this model reads and writes text only");
+    neutral = key == "modalities" && v == json::array({"text"});
+    why = "this model reads and writes text only";
+  } else {
+    return false;
   }
-}
-
-bool unsupported_key(const std::string& key) {
-  static const char* const keys[] = {"response_format", "tools", "functions", "tool_choice", "function_call",
-                                     "parallel_tool_calls", "top_p", "typical_p", "top_k", "min_p",
-                                     "frequency_penalty", "presence_penalty", "repetition_penalty", "repeat_penalty",
-                                     "logit_bias", "best_of", "echo", "suffix", "audio", "modalities", "prediction"};
-  for (const char* k : keys)
-    if (key == k) return true;
-  return false;
+  if (!v.is_null() && !neutral)
+    throw ApiError(400, "'" + key + "' is not supported by this server: " + why, "invalid_request_error", key,
+                   "unsupported_field");
+  return true;
 }
 
 // /v1/completions' prompt: a string, an array of token ids (verbatim), or an array of either (one choice
@@ -261,8 +255,8 @@ ApiRequest parse_request(const std::string& body, bool chat, const engine::Sampl
   const json* prompt = nullptr;
   bool has_prompt = false;
   for (const auto& [key, v] : obj.items()) {
-    if (unsupported_key(key)) {
-      refuse_unsupported(key, v);
+    if (unsupported_field(key, v)) {
+      continue;
     } else if (key == "model") {
       r.model = string(key, v);
     } else if (key == "messages" && chat) {

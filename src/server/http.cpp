@@ -23,6 +23,7 @@
 #include <unordered_set>
 
 #include "common/error.h"
+#include "common/utf8.h"
 
 namespace dllm::server {
 
@@ -46,11 +47,6 @@ bool is_http_error(const boost::system::error_code& ec) {
 std::string status_line(int status) {
   const auto reason = bhttp::obsolete_reason(bhttp::int_to_status(static_cast<unsigned>(status)));
   return "HTTP/1.1 " + std::to_string(status) + " " + std::string(reason.empty() ? "Unknown" : reason) + "\r\n";
-}
-
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
 }
 
 // Handler threads: a fixed set taking tasks in order.
@@ -211,7 +207,7 @@ struct HttpServer::Impl::Conn : std::enable_shared_from_this<Conn> {
     bool typed = false;
     for (const auto& [k, v] : extra) {
       out += k + ": " + v + "\r\n";
-      typed = typed || lower(k) == "content-type";
+      typed = typed || ascii_lower(k) == "content-type";
     }
     if (status == 204 || status == 304) body.clear();  // answers without a body
     if (!typed && !body.empty()) out += "Content-Type: application/json\r\n";
@@ -286,7 +282,7 @@ struct HttpServer::Impl::Conn : std::enable_shared_from_this<Conn> {
     const bool te = h.count(bhttp::field::transfer_encoding) > 0;
     if (lengths > 1) return refuse(400, "more than one Content-Length");
     if (te && lengths > 0) return refuse(400, "both Content-Length and Transfer-Encoding");
-    if (te && (h.count(bhttp::field::transfer_encoding) > 1 || lower(std::string(h[bhttp::field::transfer_encoding])) != "chunked"))
+    if (te && (h.count(bhttp::field::transfer_encoding) > 1 || ascii_lower(std::string(h[bhttp::field::transfer_encoding])) != "chunked"))
       return refuse(501, "the only Transfer-Encoding taken is chunked");
     if (lengths == 1) {
       const auto v = h[bhttp::field::content_length];
@@ -308,7 +304,7 @@ struct HttpServer::Impl::Conn : std::enable_shared_from_this<Conn> {
                     {{"Retry-After", "1"}});
     }
     reserved = want;
-    if (lower(std::string(h[bhttp::field::expect])) == "100-continue") {
+    if (ascii_lower(std::string(h[bhttp::field::expect])) == "100-continue") {
       out = "HTTP/1.1 100 Continue\r\n\r\n";
       arm(srv.limits.write_timeout);
       asio::async_write(socket, asio::buffer(out), [self = shared_from_this()](const boost::system::error_code& ec, size_t) {

@@ -20,6 +20,7 @@
 #include "server/metrics.h"
 #include "server/scheduler.h"
 #include "server/stream.h"
+#include "common/utf8.h"
 
 namespace dllm::server {
 
@@ -46,21 +47,16 @@ void send_error(HttpExchange& x, const ApiError& e, HttpHeaders h = {}) {
   send_json(x, e.status, error_body(e), std::move(h));
 }
 
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 // The host part of a Host header or an origin's authority: "[::1]:8080" -> "::1", "localhost:80" -> "localhost".
 std::string host_name(std::string h) {
   if (const size_t scheme = h.find("://"); scheme != std::string::npos) h = h.substr(scheme + 3);
   if (!h.empty() && h[0] == '[') {
     const size_t close = h.find(']');
-    return lower(close == std::string::npos ? h : h.substr(1, close - 1));
+    return ascii_lower(close == std::string::npos ? h : h.substr(1, close - 1));
   }
   if (const size_t colon = h.find(':'); colon != std::string::npos) h = h.substr(0, colon);
   if (const size_t slash = h.find('/'); slash != std::string::npos) h = h.substr(0, slash);
-  return lower(h);
+  return ascii_lower(h);
 }
 
 bool loopback_name(const std::string& h) {
@@ -104,7 +100,7 @@ class Server {
  public:
   Server(engine::Engine& engine, const ServerOptions& o)
       : engine_(engine), o_(o), scheduler_(engine, o.batch_size, o.max_queue, metrics_) {
-    loopback_ = loopback_name(lower(o.host));  // the bind address as given: 127.0.0.1, ::1, localhost
+    loopback_ = loopback_name(ascii_lower(o.host));  // the bind address as given: 127.0.0.1, ::1, localhost
   }
 
   int run();
@@ -281,8 +277,7 @@ bool Server::stream_events(Exchange& x, HttpExchange& out) {
 
 void Server::generate(const HttpRequest& req, HttpExchange& out, bool chat) {
   const HttpHeaders h = cors(req);
-  auto xp = std::make_unique<Exchange>();
-  Exchange& x = *xp;
+  Exchange x;
   try {
     if (stopping_) throw ApiError(503, "the server is shutting down", "server_error", "", "shutting_down");
     x.api = parse_request(req.body, chat, o_.defaults, o_.limits);
@@ -382,7 +377,7 @@ json Server::props() const {
 
 bool Server::origin_allowed(const std::string& origin) const {
   for (const std::string& o : o_.cors_origins)
-    if (o == "*" || lower(o) == lower(origin)) return true;
+    if (o == "*" || ascii_lower(o) == ascii_lower(origin)) return true;
   return false;
 }
 
@@ -409,7 +404,7 @@ HttpServer::Early Server::early(const HttpRequest& req) const {
   // A browser page of another origin: only those --cors-origin names (the server's own page sends its
   // own origin, which matches the Host).
   const size_t scheme = origin.find("://");
-  const bool same_origin = scheme != std::string::npos && !host.empty() && lower(origin.substr(scheme + 3)) == lower(host);
+  const bool same_origin = scheme != std::string::npos && !host.empty() && ascii_lower(origin.substr(scheme + 3)) == ascii_lower(host);
   if (!origin.empty() && !same_origin && !origin_allowed(origin))
     return refuse(ApiError(403, "cross-origin requests from '" + sanitize_utf8(escape_text(origin, 80)) +
                                     "' are not allowed (see --cors-origin)",
@@ -448,7 +443,7 @@ HttpServer::Early Server::early(const HttpRequest& req) const {
     // Authorization: Bearer KEY, the scheme in any case (RFC 9110).
     const std::string auth = req.header("Authorization");
     const size_t sp = auth.find(' ');
-    const bool ok = sp != std::string::npos && lower(auth.substr(0, sp)) == "bearer" &&
+    const bool ok = sp != std::string::npos && ascii_lower(auth.substr(0, sp)) == "bearer" &&
                     auth.substr(auth.find_first_not_of(' ', sp) == std::string::npos ? auth.size()
                                                                                      : auth.find_first_not_of(' ', sp)) ==
                         o_.api_key;
@@ -459,7 +454,7 @@ HttpServer::Early Server::early(const HttpRequest& req) const {
   }
   if (req.method == "POST") {
     // A body a browser may send cross-site without asking first (text/plain, forms) is not JSON.
-    const std::string type = lower(req.header("Content-Type"));
+    const std::string type = ascii_lower(req.header("Content-Type"));
     if (type.rfind("text/plain", 0) == 0 || type.rfind("multipart/form-data", 0) == 0)
       return refuse(ApiError(415, "the body must be JSON (Content-Type: application/json), got '" +
                                       sanitize_utf8(escape_text(type, 60)) + "'",
