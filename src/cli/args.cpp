@@ -204,13 +204,23 @@ const std::vector<Command>& commands() {
        {},
        true},
       {"logits",
-       "logits --model PATH --tokens IDS --rows POSITIONS --out FILE [--threads N] [--device D]",
+       "logits --model PATH --tokens IDS --rows POSITIONS --out FILE [--threads N] [--device D] "
+       "[--no-prompt-cache] [--self-cond FILE --self-cond-temperature T]",
        "one forward pass: the f32 logits of some canvas positions, into a file",
-       "Runs one forward pass over the given ids and writes f32 logits [rows, vocab], row major, to a file.",
+       "Runs one forward pass over the given ids and writes f32 logits [rows, vocab], row major, to a file. "
+       "DiffusionGemma: --tokens is the prompt then the canvas (its last canvas_length ids), --rows are absolute "
+       "positions inside the canvas; the prompt is encoded once into a key/value cache and the canvas run against "
+       "it, unless --no-prompt-cache runs one unified pass.",
        {kModel,
-        {"tokens", "IDS", "", "comma-separated token ids (the canvas)", Kind::Ids},
+        {"tokens", "IDS", "", "comma-separated token ids (the canvas; DiffusionGemma: prompt then canvas)", Kind::Ids},
         {"rows", "POSITIONS", "", "comma-separated canvas positions whose logits are written", Kind::Ids},
         {"out", "FILE", "", "output file", Kind::String},
+        {"no-prompt-cache", "", "", "DiffusionGemma: one unified pass over prompt and canvas instead of the cached prompt",
+         Kind::Bool},
+        {"self-cond", "FILE", "", "DiffusionGemma: the previous step's raw canvas logits, f32 [canvas_length, vocab]",
+         Kind::String},
+        {"self-cond-temperature", "T", "1", "DiffusionGemma: temperature of the self-conditioning probabilities",
+         Kind::Float0},
         kThreads,
         kDevice,
         kVerbose},
@@ -438,6 +448,7 @@ void apply_flag(Settings& s, const Flag& f, const std::string& v) {
       double x = parse_number(name, v);
       if (x < 0) throw usage_error("flag --" + name + " must be at least 0, got " + format_number(x));
       if (name == "temperature") s.temperature = x;
+      else if (name == "self-cond-temperature") s.self_cond_temperature = x, s.has_self_cond_temperature = true;
       return;
     }
     case Kind::Unit: {
@@ -482,6 +493,7 @@ void apply_flag(Settings& s, const Flag& f, const std::string& v) {
       else if (name == "prompts-file") s.prompts_file = v, s.has_prompts_file = true;
       else if (name == "out") s.out = v;
       else if (name == "tensor") s.tensor = v;
+      else if (name == "self-cond") s.self_cond_file = v;
       else if (name == "host") s.host = v;
       else if (name == "api-key") s.api_key = v;
       else if (name == "cors-origin") s.cors_origins = split_list(v);
@@ -497,6 +509,7 @@ void apply_flag(Settings& s, const Flag& f, const std::string& v) {
       else if (name == "dump-step-stats") s.dump_step_stats = true;
       else if (name == "json") s.json = true;
       else if (name == "dense") s.dense = true;
+      else if (name == "no-prompt-cache") s.no_prompt_cache = true;
       return;
   }
 }

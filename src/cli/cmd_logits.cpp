@@ -77,6 +77,8 @@ int cmd_logits(const Settings& s) {
   const Backend backend = engine::choose_backend(backend_request(s), &file, opt);
   print_backend_warning(backend);
   std::vector<int32_t> tokens(s.tokens.size());
+  int64_t n_prompt = 0;           // DiffusionGemma: the ids before the canvas
+  std::vector<float> self_cond;   // DiffusionGemma: --self-cond's logits
   opt.on_checked = [&](const model::HParams& hp) {  // before any weight is prepared
     for (size_t i = 0; i < s.tokens.size(); ++i) {
       if (s.tokens[i] >= hp.n_vocab) {
@@ -87,6 +89,40 @@ int cmd_logits(const Settings& s) {
       tokens[i] = static_cast<int32_t>(s.tokens[i]);
     }
     model::check_canvas(hp, tokens, s.rows);  // also the context length
+    const std::string label = model::arch_spec(hp.arch).label;
+    if (!hp.prompt_regions) {
+      if (s.no_prompt_cache) throw usage_error("flag --no-prompt-cache is for DiffusionGemma models only (this model is " + label + ")");
+      if (!s.self_cond_file.empty() || s.has_self_cond_temperature)
+        throw usage_error("flag --self-cond" + std::string(s.self_cond_file.empty() ? "-temperature" : "") +
+                          " is for DiffusionGemma models only (this model is " + label + ")");
+      return;
+    }
+    const int64_t C = hp.canvas_length;
+    if (n < C)
+      throw usage_error("--tokens: a " + label + " model needs the prompt then the canvas of " + std::to_string(C) +
+                        " ids (diffusion.canvas_length); got " + std::to_string(n) + " ids");
+    n_prompt = n - C;
+    for (int64_t r : s.rows) {
+      if (r < n_prompt)
+        throw usage_error("--rows: position " + std::to_string(r) + " is in the prompt: the canvas is positions " +
+                          std::to_string(n_prompt) + ".." + std::to_string(n - 1));
+    }
+    if (s.has_self_cond_temperature && s.self_cond_file.empty())
+      throw usage_error("flag --self-cond-temperature needs --self-cond FILE");
+    if (!s.self_cond_file.empty()) {
+      if (!(s.self_cond_temperature > 0)) throw usage_error("flag --self-cond-temperature must be above 0");
+      FILE* f = std::fopen(s.self_cond_file.c_str(), "rb");
+      if (!f) throw usage_error("--self-cond: cannot read " + s.self_cond_file + ": " + std::strerror(errno));
+      const size_t want = static_cast<size_t>(C * hp.n_vocab);
+      self_cond.resize(want + 1);
+      const size_t got = std::fread(self_cond.data(), sizeof(float), want + 1, f);
+      std::fclose(f);
+      if (got != want)
+        throw usage_error("--self-cond: " + s.self_cond_file + " holds " + (got > want ? "more than " : "") +
+                          std::to_string(got > want ? want : got) + " f32 values, expected " + std::to_string(want) +
+                          " (canvas_length " + std::to_string(C) + " x vocabulary " + std::to_string(hp.n_vocab) + ")");
+      self_cond.resize(want);
+    }
   };
   std::unique_ptr<model::Model> m = model::Model::load(file, opt);
   print_load_warning(m->executor());
@@ -94,7 +130,23 @@ int cmd_logits(const Settings& s) {
 
   // --- one forward pass, then the file ---
   const auto t1 = Clock::now();
-  std::vector<float> logits = m->forward(tokens, s.rows);
+  std::vector<float> logits(s.rows.size() * static_cast<size_t>(n_vocab));
+  model::ForwardRequest req{tokens, s.rows, logits.data()};
+  model::KVCache prompt_cache;
+  if (m->hparams().prompt_regions) {
+    req.n_prompt = n_prompt;
+    req.self_cond_logits = self_cond.empty() ? nullptr : self_cond.data();
+    req.self_cond_temperature = static_cast<float>(s.self_cond_temperature);
+    if (!s.no_prompt_cache && n_prompt > 0) {  // the prompt encoded once, then the canvas against it
+      const std::span<const int32_t> prompt(tokens.data(), static_cast<size_t>(n_prompt));
+      model::ForwardRequest enc{prompt, {}, nullptr, &prompt_cache, model::CacheMode::Extend};
+      enc.n_prompt = n_prompt;
+      m->forward(enc);
+      req.cache = &prompt_cache;
+      req.cache_mode = model::CacheMode::Prefix;
+    }
+  }
+  m->forward(req);
   const auto t2 = Clock::now();
   static_assert(std::endian::native == std::endian::little, "logits files are little-endian f32");
   write_atomically(s.out, logits.data(), logits.size() * sizeof(float));

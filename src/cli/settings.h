@@ -73,6 +73,10 @@ struct Settings {
   // logits
   std::vector<int64_t> tokens;        // --tokens
   std::vector<int64_t> rows;          // --rows
+  bool no_prompt_cache = false;       // --no-prompt-cache (logits, diffusion-gemma)
+  std::string self_cond_file;         // --self-cond FILE (logits, diffusion-gemma)
+  double self_cond_temperature = 1;   // --self-cond-temperature
+  bool has_self_cond_temperature = false;
   std::string out;                    // --out
 
   // inspect

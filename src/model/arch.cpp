@@ -13,7 +13,7 @@ namespace dllm::model {
 
 namespace {
 const ArchSpec* const kArchitectures[] = {&detail::kLLaDASpec, &detail::kDreamSpec, &detail::kLLaDAMoESpec,
-                                          &detail::kRND1Spec};
+                                          &detail::kRND1Spec, &detail::kDiffusionGemmaSpec};
 }  // namespace
 
 const ArchSpec& arch_spec(Arch arch) {
@@ -45,13 +45,7 @@ namespace {
 constexpr int64_t kMaxLayers = 4096;
 
 [[noreturn]] void invalid(const std::string& what) { throw Error("invalid metadata: " + what); }
-
-// A required unsigned key that must be at least 1.
-int64_t positive_key(const gguf::File& f, const std::string& key) {
-  uint64_t v = f.get_uint(key);
-  if (v == 0 || v > (uint64_t{1} << 40)) invalid(key + " = " + std::to_string(v));
-  return static_cast<int64_t>(v);
-}
+using detail::positive_key;
 
 int64_t optional_positive_key(const gguf::File& f, const std::string& key, int64_t fallback) {
   return f.find(key) ? positive_key(f, key) : fallback;
@@ -100,7 +94,10 @@ HParams read_hparams(const gguf::File& f) {
     invalid(a + "block_count = " + std::to_string(hp.n_layer) + " is more than " + std::to_string(kMaxLayers) +
             " layers");
   hp.n_head = positive_key(f, a + "attention.head_count");
-  hp.n_head_kv = optional_positive_key(f, a + "attention.head_count_kv", hp.n_head);
+  // A per-layer array (diffusion-gemma) is the architecture's to read (finish_hparams).
+  const gguf::Value* kv_key = f.find(a + "attention.head_count_kv");
+  hp.n_head_kv = kv_key && kv_key->type == gguf::ValueType::ARRAY ? hp.n_head
+                                                                  : optional_positive_key(f, a + "attention.head_count_kv", hp.n_head);
   const double eps = f.get_float(a + "attention.layer_norm_rms_epsilon");
   if (!(eps > 0 && eps < 1)) invalid(a + "attention.layer_norm_rms_epsilon = " + std::to_string(eps));
   hp.rms_eps = static_cast<float>(eps);
@@ -147,6 +144,14 @@ HParams read_hparams(const gguf::File& f) {
 
 namespace detail {
 
+void invalid_metadata(const std::string& what) { invalid(what); }
+
+int64_t positive_key(const gguf::File& f, const std::string& key) {
+  uint64_t v = f.get_uint(key);
+  if (v == 0 || v > (uint64_t{1} << 40)) invalid(key + " = " + std::to_string(v));
+  return static_cast<int64_t>(v);
+}
+
 void read_moe_hparams(const gguf::File& f, HParams& hp) {
   const std::string a = hp.arch_name + ".";
   hp.n_expert = positive_key(f, a + "expert_count");
@@ -166,7 +171,6 @@ void read_moe_hparams(const gguf::File& f, HParams& hp) {
 
 namespace {
 
-// Looks up one tensor and checks its type (decodable, row length a whole number of blocks) and shape.
 const gguf::TensorInfo* require(const gguf::File& f, const std::string& name, std::vector<int64_t> shape) {
   const gguf::TensorInfo* t = f.find_tensor(name);
   if (!t) throw Error("required tensor missing: " + name);
@@ -190,12 +194,18 @@ const gguf::TensorInfo* require(const gguf::File& f, const std::string& name, st
 
 std::vector<const gguf::TensorInfo*> LayerTensors::matrices() const {
   std::vector<const gguf::TensorInfo*> out;
-  for (const gguf::TensorInfo* t : {wq, wk, wv, wo, ffn_gate, ffn_up, ffn_down, ffn_gate_exps, ffn_up_exps, ffn_down_exps})
+  for (const gguf::TensorInfo* t :
+       {wq, wk, wv, wo, ffn_gate, ffn_up, ffn_down, ffn_gate_exps, ffn_up_exps, ffn_gate_up_exps, ffn_down_exps})
     if (t) out.push_back(t);
   return out;
 }
 
+const gguf::TensorInfo* detail::require_tensor(const gguf::File& f, const std::string& name, std::vector<int64_t> shape) {
+  return require(f, name, std::move(shape));
+}
+
 ModelTensors check_tensors(const gguf::File& f, const HParams& hp) {
+  if (const auto own = arch_spec(hp.arch).check_tensors) return own(f, hp);
   const int64_t D = hp.n_embd, Q = hp.q_dim(), KV = hp.kv_dim(), F = hp.n_ff, V = hp.n_vocab;
   const int64_t E = hp.n_expert, Fe = hp.n_ff_exp, d = hp.head_dim;
   ModelTensors m;

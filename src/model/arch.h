@@ -1,8 +1,9 @@
-// The supported architectures (llada, dream, llada-moe, rnd1) as the GGUF files present them:
+// The supported architectures (llada, dream, llada-moe, rnd1, diffusion-gemma) as the GGUF files present them:
 // hyperparameters read from metadata and the table of tensors, each checked for presence, type and shape
-// before any step. llada.cpp, dream.cpp, llada_moe.cpp and rnd1.cpp each describe one architecture;
-// arch.cpp holds what they share.
+// before any step. llada.cpp, dream.cpp, llada_moe.cpp, rnd1.cpp and diffusion_gemma.cpp each describe one
+// architecture; arch.cpp holds what they share.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <span>
@@ -13,12 +14,26 @@
 
 namespace dllm::model {
 
-enum class Arch { LLaDA, Dream, LLaDAMoE, RND1 };
+enum class Arch { LLaDA, Dream, LLaDAMoE, RND1, DiffusionGemma };
 
 // How RoPE pairs the dimensions of a head (algorithms.md 1.4.4).
 enum class RopeStyle {
   Norm,  // adjacent pairs (2p, 2p+1): llada (the converter permuted Q/K rows)
   Neox,  // half-split pairs (p, p + n_rot/2): dream
+};
+
+// One layer's attention geometry where layers differ (Gemma-4's sliding and global layers).
+struct LayerAttention {
+  int64_t n_head_kv = 0, head_dim = 0, n_rot = 0;
+  float rope_base = 0;
+  bool sliding = false;     // keys within the sliding window only (HParams::n_swa)
+  bool rope_freqs = false;  // RoPE frequencies divided by the rope_freqs tensor when the file has it
+};
+
+// Sampler defaults a uniform-state (DiffusionGemma) file carries as diffusion.eb_* keys; these values when absent.
+struct EntropyBoundDefaults {
+  int64_t max_steps = 48;
+  double t_min = 0.4, t_max = 0.8, entropy_bound = 0.1, stability = 1, confidence = 0.005;
 };
 
 struct HParams {
@@ -50,9 +65,33 @@ struct HParams {
   // q and k are RMS-normed per head (attn_q_norm, attn_k_norm: head_dim weights) before RoPE.
   bool qk_norm = false;
 
+  // --- diffusion-gemma (Gemma-4 backbone, uniform-state block diffusion) ---
+  // Per-layer attention geometry; empty = every layer has n_head_kv, head_dim, n_rot, rope_base above.
+  std::vector<LayerAttention> layer_attn;
+  int64_t n_swa = 0;          // sliding window: a sliding layer's query at q sees keys k with q - k < n_swa
+  float attn_scale = 0;       // applied to q.k; 0 = 1/sqrt(head_dim)
+  float embd_scale = 1;       // the embedding rows are multiplied by it (sqrt(n_embd) for Gemma)
+  float final_softcap = 0;    // logits = c * tanh(logits / c) when > 0
+  // The canvas is the last canvas_length positions: prompt positions before it attend causally (and get the
+  // encoder's per-layer scalar), canvas positions attend bidirectionally among themselves and to the prompt
+  // (the decoder's scalar); the canvas input is RMS-normed and can carry self-conditioning.
+  bool prompt_regions = false;
+  int64_t canvas_length = 0;  // diffusion.canvas_length
+  EntropyBoundDefaults eb;    // diffusion.eb_* (the sampler of part 2)
+
   bool moe() const { return n_expert > 0; }
   int64_t q_dim() const { return n_head * head_dim; }
   int64_t kv_dim() const { return n_head_kv * head_dim; }
+  // Layer l's geometry (the scalars when layers do not differ).
+  LayerAttention attn(int64_t l) const {
+    if (!layer_attn.empty()) return layer_attn[static_cast<size_t>(l)];
+    return LayerAttention{n_head_kv, head_dim, n_rot, rope_base, false, false};
+  }
+  int64_t max_kv_dim() const {
+    int64_t m = kv_dim();
+    for (const LayerAttention& a : layer_attn) m = std::max(m, a.n_head_kv * a.head_dim);
+    return m;
+  }
 };
 
 struct LayerTensors {
@@ -77,6 +116,18 @@ struct LayerTensors {
   const gguf::TensorInfo* ffn_gate_exps = nullptr;
   const gguf::TensorInfo* ffn_up_exps = nullptr;
   const gguf::TensorInfo* ffn_down_exps = nullptr;
+  // diffusion-gemma: post-norms, the shared MLP beside the experts (ffn_gate/up/down), the fused experts'
+  // gate_up [D, 2*F_exp, E] (gate rows first), the router's input scale and per-expert scales, region scalars
+  const gguf::TensorInfo* post_attention_norm = nullptr;
+  const gguf::TensorInfo* post_ffw_norm_1 = nullptr;
+  const gguf::TensorInfo* pre_ffw_norm_2 = nullptr;
+  const gguf::TensorInfo* post_ffw_norm_2 = nullptr;
+  const gguf::TensorInfo* post_ffw_norm = nullptr;
+  const gguf::TensorInfo* ffn_gate_up_exps = nullptr;
+  const gguf::TensorInfo* ffn_gate_inp_scale = nullptr;
+  const gguf::TensorInfo* ffn_down_exps_scale = nullptr;
+  const gguf::TensorInfo* layer_output_scale = nullptr;
+  const gguf::TensorInfo* enc_layer_output_scale = nullptr;
 
   // The weight matrices of the layer that the executors multiply by (dense FFN or experts, whichever
   // the layer has; the 3-D expert tensors stand for their per-expert slices of the same shape).
@@ -89,6 +140,12 @@ struct ModelTensors {
   const gguf::TensorInfo* output_norm = nullptr;
   const gguf::TensorInfo* output = nullptr;  // token_embd itself when the file ties them (no output.weight)
   std::vector<LayerTensors> layers;
+  // diffusion-gemma: the proportional RoPE factors of the global layers and the self-conditioning MLP
+  const gguf::TensorInfo* rope_freqs = nullptr;
+  const gguf::TensorInfo* self_cond_pre_norm = nullptr;
+  const gguf::TensorInfo* self_cond_gate = nullptr;
+  const gguf::TensorInfo* self_cond_up = nullptr;
+  const gguf::TensorInfo* self_cond_down = nullptr;
 };
 
 class LayerProgram;  // forward.h: the forward program as an architecture's layer builder sees it
@@ -97,6 +154,7 @@ class LayerProgram;  // forward.h: the forward program as an architecture's laye
 enum class SamplerKind {
   Blocks,     // LLaDA's generate.py: blocks, low_confidence/random, threshold, dual cache; raw row j for position j
   Timesteps,  // Dream's diffusion_generate: the timestep schedule over the whole canvas, row j-1 for position j
+  EntropyBound,  // DiffusionGemma's uniform-state entropy-bound sampler (not in the engine yet)
 };
 
 // What one architecture is, in one place (llada.cpp, dream.cpp): every other part of the program asks
@@ -116,10 +174,13 @@ struct ArchSpec {
   bool head_dim_from_key_length = false;
   // output.weight may be absent: the LM head is then token_embd (tied embeddings).
   bool tied_output = false;
+  // The architecture's own tensor table (diffusion-gemma); null = the common one of check_tensors.
+  ModelTensors (*check_tensors)(const gguf::File& file, const HParams& hp) = nullptr;
 };
 
 const ArchSpec& arch_spec(Arch arch);
-// Every supported architecture's entry, in the order messages list them (llada, dream, llada-moe, rnd1).
+// Every supported architecture's entry, in the order messages list them (llada, dream, llada-moe, rnd1,
+// diffusion-gemma).
 std::span<const ArchSpec* const> arch_specs();
 // nullptr for a name no supported architecture has.
 const ArchSpec* find_arch_spec(std::string_view name);
@@ -146,6 +207,13 @@ extern const ArchSpec kLLaDASpec;
 extern const ArchSpec kDreamSpec;
 extern const ArchSpec kLLaDAMoESpec;
 extern const ArchSpec kRND1Spec;
+extern const ArchSpec kDiffusionGemmaSpec;
+// Looks up one tensor and checks its type (decodable, row length a whole number of blocks) and shape
+// (arch.cpp's messages).
+const gguf::TensorInfo* require_tensor(const gguf::File& f, const std::string& name, std::vector<int64_t> shape);
+// A required unsigned metadata key that must be at least 1 (invalid metadata otherwise).
+int64_t positive_key(const gguf::File& f, const std::string& key);
+[[noreturn]] void invalid_metadata(const std::string& what);
 // Reads the mixture-of-experts keys {arch}.expert_count, expert_used_count, expert_feed_forward_length
 // (checked: 1 <= used <= count) into hp (shared by llada-moe and rnd1).
 void read_moe_hparams(const gguf::File& file, HParams& hp);

@@ -64,6 +64,23 @@ struct RopeSpec {
   RopeStyle style{};
   int64_t n_rot = 0;    // leading dims of a head that rotate
   float base = 10000;   // freq_base
+  // Optional per-pair frequency divisors (n_rot / 2 values, ggml's rope freq_factors: the angle of pair p
+  // is pos * base^(-2p/n_rot) / freq_factors[p]; 1e30 keeps a pair still). Owned by the caller.
+  const float* freq_factors = nullptr;
+};
+
+// The keys a query row attends to: store positions [lo, hi) (a mask that is one interval per row: causal,
+// sliding-window, bidirectional or block-causal rows all are).
+struct KeyRange {
+  int64_t lo = 0, hi = 0;
+  bool operator==(const KeyRange&) const = default;
+};
+
+// The gated activation of a GLU feed-forward: act(gate) * up.
+enum class Glu {
+  SiLU,      // silu(gate) * up in f32 (llama.cpp's swiglu)
+  GeluTanh,  // gelu_tanh(gate) * up: the tanh approximation read from an F16 table as ggml's CPU backend does
+             // (input rounded to F16, gelu of it rounded to F16; |x| >= 10 taken as 0 or x), product in f32
 };
 
 // Geometry of one attention call. Query rows and key/value rows are separate so that a caller can ask
@@ -73,7 +90,8 @@ struct AttentionShape {
   int64_t n_head = 0;     // query heads H
   int64_t n_head_kv = 0;  // key/value heads Hkv; query head h reads kv head h / (H / Hkv)
   int64_t head_dim = 0;   // d
-  float scale = 0;        // applied to q.k: 1/sqrt(d)
+  float scale = 0;        // applied to q.k: 1/sqrt(d) (1 for Gemma-4)
+  int64_t kv_dim() const { return n_head_kv * head_dim; }
 };
 
 // The experts of one mixture-of-experts layer as prepared for an executor: the router as a vector of
@@ -85,6 +103,11 @@ struct MoeLayer {
   int64_t n_expert = 0, n_used = 0, n_ff = 0;
   bool norm_weights = false;  // renormalise the top-k probabilities to sum 1 (rnd1); as they are otherwise
   std::vector<WeightHandle> gate, up, down;  // one per expert
+  Glu glu = Glu::SiLU;
+  // Gemma-4: the router reads rmsnorm(x) (no weight) / sqrt(D) * router_scale instead of the experts' input,
+  // and expert e's top-k weight is multiplied by expert_scale[e] after the renormalisation. Invalid / empty: off.
+  VectorHandle router_scale;
+  std::vector<float> expert_scale;
 };
 
 class Executor {
@@ -137,6 +160,12 @@ class Executor {
   virtual void attention(const AttentionShape& shape, const float* q, int64_t n_q, const float* k,
                          const float* v, int64_t n_kv, float* out) = 0;
 
+  // The same with a mask: query row i attends to keys [ranges[i].lo, ranges[i].hi) only (0 <= lo < hi <= n_kv).
+  // Default: each run of consecutive rows with one range is an unmasked attention() over that interval of keys
+  // (so a row's result depends only on its own range, never on its neighbours').
+  virtual void attention_ranges(const AttentionShape& shape, const float* q, int64_t n_q, const float* k,
+                                const float* v, int64_t n_kv, const KeyRange* ranges, float* out);
+
   // The LM head: `rows` final-normed rows [rows, D] times the output weight -> logits [rows, n_vocab].
   // The caller passes only the rows it needs logits for. Same contract as matmul; a backend may
   // override it (the vocabulary projection is the largest matrix of all).
@@ -154,34 +183,61 @@ class Executor {
   virtual Act activation(int32_t slot, int64_t rows, int64_t cols);
   // x[i] = row ids[i] of the embedding table, dequantised (rows of the file's mapping).
   virtual void embed(const gguf::TensorInfo& table, std::span<const int32_t> ids, Act x);
-  // ys[i][r] = rmsnorm(x[r]) * norm  times ws[i], for r < rows (norm in double as forward.h says).
+  // ys[i][r] = rmsnorm(x[r]) * norm  times ws[i], for r < rows (norm in double as forward.h says; an invalid
+  // norm multiplies by 1).
   virtual void norm_matmul(Act x, int64_t rows, VectorHandle norm, float eps, const WeightHandle* ws,
                            const Act* ys, int n);
   // y[r] += x[r] times w, r < rows (the residual added in f32).
   virtual void matmul_add(WeightHandle w, Act x, int64_t rows, Act y);
   // y[r] += (silu(gate[r]) * up[r]) times w, r < rows (silu and product in f32); gate is overwritten.
   virtual void swiglu_matmul_add(WeightHandle w, Act gate, Act up, int64_t rows, Act y);
+  // y[r] = act(gate[r]) * up[r] (Glu) times w, r < rows: written, not added; gate is overwritten.
+  virtual void glu_matmul(Glu glu, WeightHandle w, Act gate, Act up, int64_t rows, Act y);
+  // y[r] += rmsnorm(x[r] times w) * norm, r < rows (Gemma's post-norms; an invalid norm multiplies by 1).
+  virtual void matmul_norm_add(WeightHandle w, Act x, int64_t rows, VectorHandle norm, float eps, Act y);
+  // y[r] = rmsnorm(x[r]) * norm, r < rows (y may be x; an invalid norm multiplies by 1).
+  virtual void norm(Act x, int64_t rows, VectorHandle norm, float eps, Act y);
+  // y[r] += rmsnorm(x[r]) * norm, r < rows (an invalid norm multiplies by 1).
+  virtual void norm_add(Act x, int64_t rows, VectorHandle norm, float eps, Act y);
+  // y[r] += x[r], r < rows.
+  virtual void add(Act x, int64_t rows, Act y);
+  // x[r] *= s[r], r < s.size().
+  virtual void scale_rows(Act x, std::span<const float> s);
+  // x[r] = softmax(logits[r] / temperature) (over n_vocab values, host memory [rows, n_vocab]) times the
+  // embedding table [n_vocab rows of D] times `scale`, r < rows: the expected embedding of Gemma-4's
+  // self-conditioning. As the reference (llama.cpp's CPU backend) does it, the probabilities and the table's
+  // values are rounded to F16 first; sums in double.
+  virtual void soft_embed(const gguf::TensorInfo& table, const float* logits, int64_t rows, float temperature,
+                          float scale, Act x);
   // dst[i] = src[rows[i]].
   virtual void gather(Act src, std::span<const int64_t> rows, Act dst);
+  // dst[rows[i]] = src[i] (src and dst distinct).
+  virtual void scatter(Act src, std::span<const int64_t> rows, Act dst);
   // Keys and values of a sequence's store.
+  // kv_dim: the widest layer's Hkv * d (a layer's rows are shape.kv_dim() wide, packed, in its own buffer).
   virtual KvHandle kv_open(int64_t layers, int64_t positions, int64_t kv_dim);
   virtual void kv_close(KvHandle kv);
+  // Room for `positions` positions, the stored ones kept (a cached prefix that grows). Default: host stores.
+  virtual void kv_grow(KvHandle kv, int64_t positions);
   // Stores rows [row0, row0 + rows) of k and v as positions [pos0, pos0 + rows) of layer `layer`:
   // bias (when valid) then RoPE at those positions on the keys, bias on the values.
   virtual void kv_store(KvHandle kv, int64_t layer, Act k, Act v, int64_t row0, int64_t rows, int64_t pos0,
                         VectorHandle bk, VectorHandle bv, const RopeSpec& rope, const AttentionShape& shape);
   // out rows [row0, row0 + positions.size()) = attention of q's same rows (bias then RoPE at `positions`
-  // applied first; q is overwritten) over positions [0, n_kv) of layer `layer` of the store.
+  // applied first; q is overwritten) over positions [0, n_kv) of layer `layer` of the store, or with `ranges`
+  // (one per row, empty = every key) over each row's interval of them.
   virtual void attend(KvHandle kv, int64_t layer, int64_t n_kv, Act q, int64_t row0,
                       std::span<const int64_t> positions, VectorHandle bq, const RopeSpec& rope,
-                      const AttentionShape& shape, Act out);
-  // x[r] head by head (n_heads heads of head_dim values) = rmsnorm(head) * w (w: head_dim values), in
-  // place, r < rows (RMSNorm in double as norm_matmul). The per-head q/k norms of qk_norm layers.
+                      const AttentionShape& shape, Act out, std::span<const KeyRange> ranges = {});
+  // x[r] head by head (n_heads heads of head_dim values) = rmsnorm(head) * w (w: head_dim values; invalid:
+  // 1), in place, r < rows (RMSNorm in double as norm_matmul). The per-head q/k(/v) norms of qk_norm layers.
   virtual void head_norm(Act x, int64_t rows, int64_t n_heads, int64_t head_dim, VectorHandle w, float eps);
   // x[r] += sum over the top-k experts e of row r (router softmax of rmsnorm(x[r]) * norm) of
   // p_e * down_e(silu(gate_e(h)) * up_e(h)), h = rmsnorm(x[r]) * norm, r < rows; the weighted expert
   // outputs are summed in the order of the top-k (most probable first), in f32. Default: moe_ffn_on_host.
   virtual void moe_ffn(const MoeLayer& m, Act x, int64_t rows, VectorHandle norm, float eps);
+  // The same written to out [rows, D] instead of added to x (Gemma-4's experts, post-normed before the residual).
+  virtual void moe_ffn_to(const MoeLayer& m, Act x, int64_t rows, VectorHandle norm, float eps, Act out);
   // The router step of moe_ffn on host rows h [rows, D] (every executor routes on the host: the router is
   // a few thousand values per row): ids and weights of each row's top-k experts as moe_route computes them.
   // Default: moe_route. (A test overrides it to force one decision.)
@@ -200,7 +256,8 @@ class Executor {
   HostState& host();
   // Keeps its buffers in the executor's host state from layer to layer.
   friend void moe_ffn_on_host(Executor& ex, ThreadPool* pool, const MoeLayer& m, std::span<const float> router,
-                              std::span<const float> norm, float eps, float* x, int64_t rows, int64_t D);
+                              std::span<const float> norm, float eps, float* x, int64_t rows, int64_t D, float* out,
+                              std::span<const float> router_scale);
   ThreadPool* host_pool_ = nullptr;
   std::unique_ptr<HostState> host_;
 
@@ -228,8 +285,14 @@ void moe_route(std::span<const float> router, const float* h, int64_t rows, int6
 // for every expert's down (each expert over exactly its rows), the weighted outputs summed per row in
 // top-k order and added to x. router and norm are the host values of the layer's vectors. A device
 // executor calls it on a downloaded copy of its residual stream.
+// out (optional): the experts' sum written there instead of added to x. router_scale: m.router_scale's values.
 void moe_ffn_on_host(Executor& ex, ThreadPool* pool, const MoeLayer& m, std::span<const float> router,
-                     std::span<const float> norm, float eps, float* x, int64_t rows, int64_t D);
+                     std::span<const float> norm, float eps, float* x, int64_t rows, int64_t D, float* out = nullptr,
+                     std::span<const float> router_scale = {});
+
+// gelu_tanh(x) as ggml's CPU backend computes it (Glu::GeluTanh): 0 for x <= -10, x for x >= 10, else the
+// F16 table entry of x rounded to F16.
+float gelu_tanh_f16_table(float x);
 
 // Executor::head_norm on host rows x [rows, n_heads * head_dim] (in place).
 void head_norm_on_host(ThreadPool* pool, float* x, int64_t rows, int64_t n_heads, int64_t head_dim, const float* w,

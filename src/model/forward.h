@@ -26,16 +26,27 @@ struct ForwardWeights {
     WeightHandle wq, wk, wv, wo, ffn_gate, ffn_up, ffn_down;  // ffn_*: dense layers only
     VectorHandle q_norm, k_norm;  // per-head q/k norms (qk_norm architectures), else invalid
     MoeLayer moe;                 // mixture-of-experts layers (n_expert > 0)
+    // diffusion-gemma: post-norms (invalid elsewhere), the shared MLP is ffn_gate/up/down beside moe, and the
+    // per-layer scalars of prompt (encoder) and canvas (decoder) rows
+    VectorHandle post_attn_norm, post_ffw_norm_1, pre_ffw_norm_2, post_ffw_norm_2, post_ffw_norm;
+    float enc_scale = 1, dec_scale = 1;
   };
   const gguf::TensorInfo* token_embd = nullptr;  // rows are dequantized on lookup
   VectorHandle output_norm;
   WeightHandle output;
   std::vector<Layer> layers;
+  std::vector<float> rope_freqs;  // diffusion-gemma's global layers (empty: none)
+  // diffusion-gemma's self-conditioning MLP (invalid when the file has none)
+  VectorHandle sc_pre_norm;
+  WeightHandle sc_gate, sc_up, sc_down;
 };
 
 // Expert e of a 3-D expert tensor [k, n, E] as a 2-D tensor [k, n] over the same bytes, named
 // "NAME[e]" in `name` (which must outlive the returned value's use).
 gguf::TensorInfo expert_slice(const gguf::TensorInfo& t, int64_t e, std::string& name);
+// Rows [r0, r0 + n) of a 2-D tensor as a 2-D tensor over the same bytes, named "NAME[r0:r0+n]" in `name`
+// (the gate and up halves of a fused gate_up matrix).
+gguf::TensorInfo row_slice(const gguf::TensorInfo& t, int64_t r0, int64_t n, std::string& name);
 
 ForwardWeights prepare_forward_weights(const HParams& hp, const ModelTensors& tensors, Executor& executor);
 
@@ -50,7 +61,8 @@ class KVCache {
   void reset();  // frees the executor's store
   bool empty() const { return n == 0; }
 
-  int64_t n = 0;  // canvas length the cache was filled for; 0 = empty
+  int64_t n = 0;  // canvas length the cache was filled for (Fill), or positions encoded (Extend); 0 = empty
+  int64_t capacity = 0;  // positions the executor's store has room for
   KvHandle handle;
   Executor* owner = nullptr;
 };
@@ -61,6 +73,11 @@ enum class CacheMode {
   Fill,    // the exact pass, and every layer's keys/values of all positions are stored in the cache
   Reuse,   // only positions [row_begin, row_end) are computed, against the cached keys/values of the
            // other positions; their own keys/values overwrite the cache's (approximate by design)
+  // Architectures with a causal prompt (HParams::prompt_regions) and an exact prompt KV cache:
+  Extend,  // positions [cache->n, tokens.size()) are computed against the cached keys/values of [0, cache->n)
+           // and their own, and appended to the cache (cache->n becomes tokens.size()): the prompt encoded
+           // once (an empty cache is opened); must all lie in the prompt (tokens.size() <= n_prompt)
+  Prefix,  // the same computation, the cache left as it was: a canvas step against the cached prompt
 };
 
 // One sequence's part of a forward pass. tokens: its whole canvas (token i sits at position i).
@@ -75,6 +92,12 @@ struct ForwardRequest {
   KVCache* cache = nullptr;
   CacheMode cache_mode = CacheMode::None;
   int64_t row_begin = 0, row_end = 0;  // Reuse: the positions recomputed
+  // Architectures with prompt regions: tokens [0, n_prompt) are the prompt, the rest the canvas.
+  int64_t n_prompt = 0;
+  // Self-conditioning (diffusion-gemma): the previous step's raw logits of every canvas position
+  // ([tokens.size() - n_prompt, n_vocab], host memory) at this temperature; null = none.
+  const float* self_cond_logits = nullptr;
+  float self_cond_temperature = 1;
 };
 
 // The forward program of one pass as an architecture's layer builder (ArchSpec::build_layer) sees it: the
@@ -92,6 +115,12 @@ class LayerProgram {
   // RMSNorm -> router, top-k -> per expert: gate/up -> SwiGLU -> down over its rows -> weighted sum ->
   // residual (Executor::moe_ffn).
   virtual void moe_ffn(int64_t layer) = 0;
+  // Gemma-4: a shared GeGLU MLP and the routed experts side by side over the same residual, each post-normed,
+  // summed, normed and added: x += post_ffw_norm(post_ffw_norm_1(mlp(ffn_norm(x))) +
+  // post_ffw_norm_2(experts(pre_ffw_norm_2(x)))).
+  virtual void parallel_ffn(int64_t layer) = 0;
+  // The whole residual times the layer's scalar of each row's region (prompt: encoder, canvas: decoder).
+  virtual void region_scale(int64_t layer) = 0;
 };
 
 // Throws dllm::Error for an empty canvas, a canvas longer than the context, an id outside the

@@ -6,6 +6,7 @@
 // copy of its rows.
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <map>
 #include <numeric>
 
@@ -32,10 +33,14 @@ void for_rows(ThreadPool* pool, int64_t rows, F&& fn) {
 // y[c] = x[c] * scale * w[c] in double, rounded to f32; compiled for AVX-512, AVX2 and baseline x86-64.
 __attribute__((target_clones("avx512f", "avx2", "default"))) void scale_row(const float* x, double scale,
                                                                            const float* w, int64_t n, float* y) {
+  if (!w) {  // a norm without weight (Gemma-4's value and router norms)
+    for (int64_t c = 0; c < n; ++c) y[c] = static_cast<float>(static_cast<double>(x[c]) * scale);
+    return;
+  }
   for (int64_t c = 0; c < n; ++c) y[c] = static_cast<float>(static_cast<double>(x[c]) * scale * w[c]);
 }
 
-// out[r] = w * x[r] / sqrt(mean(x[r]^2) + eps), in double.
+// out[r] = w * x[r] / sqrt(mean(x[r]^2) + eps), in double (w null: 1).
 void rmsnorm(ThreadPool* pool, const float* x, int64_t rows, int64_t n, const float* w, float eps, float* out) {
   for_rows(pool, rows, [&](int64_t r) {
     const float* xr = x + r * n;
@@ -53,6 +58,7 @@ void add_bias(ThreadPool* pool, float* y, int64_t rows, int64_t n, const std::ve
   });
 }
 
+// x[r] += y[r]
 void add_rows(ThreadPool* pool, float* x, const float* y, int64_t rows, int64_t n) {
   for_rows(pool, rows, [&](int64_t r) {
     for (int64_t c = 0; c < n; ++c) x[r * n + c] += y[r * n + c];
@@ -69,19 +75,36 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void swiglu_row(flo
   }
 }
 
-// cos/sin of position * base^(-2p/n_rot) for positions 0..n_pos-1 and pairs p < n_rot/2, in double;
-// grown on demand (a position's values do not depend on the table's size).
+// gate[i] = gelu_tanh(gate[i]) * up[i] (Glu::GeluTanh).
+void geglu_row(float* gate, const float* up, int64_t n) {
+  for (int64_t c = 0; c < n; ++c) gate[c] = gelu_tanh_f16_table(gate[c]) * up[c];
+}
+
+void glu_rows(ThreadPool* pool, Glu glu, float* gate, const float* up, int64_t rows, int64_t n) {
+  for_rows(pool, rows, [&](int64_t r) {
+    if (glu == Glu::SiLU) swiglu_row(gate + r * n, up + r * n, n);
+    else geglu_row(gate + r * n, up + r * n, n);
+  });
+}
+
+// cos/sin of position * base^(-2p/n_rot) / freq_factors[p] for positions 0..n_pos-1 and pairs p < n_rot/2, in
+// double; grown on demand (a position's values do not depend on the table's size).
 class RopeTable {
  public:
+  bool is_for(const RopeSpec& spec) const {
+    return spec.n_rot == n_rot_ && spec.base == base_ && spec.freq_factors == factors_;
+  }
   void ensure(const RopeSpec& spec, int64_t n_pos) {
-    if (spec.n_rot == n_rot_ && spec.base == base_ && n_pos <= n_pos_) return;
-    n_rot_ = spec.n_rot, base_ = spec.base, n_pos_ = std::max(n_pos, 2 * n_pos_);
+    if (is_for(spec) && n_pos <= n_pos_) return;
+    if (!is_for(spec)) n_pos_ = 0;
+    n_rot_ = spec.n_rot, base_ = spec.base, factors_ = spec.freq_factors, n_pos_ = std::max(n_pos, 2 * n_pos_);
     half_ = n_rot_ / 2;
     cos_.assign(static_cast<size_t>(n_pos_ * half_), 0.0);
     sin_.assign(cos_.size(), 0.0);
     for (int64_t p = 0; p < half_; ++p) {
-      const double inv_freq = std::pow(static_cast<double>(base_), -2.0 * static_cast<double>(p) /
-                                                                       static_cast<double>(n_rot_));
+      double inv_freq = std::pow(static_cast<double>(base_), -2.0 * static_cast<double>(p) /
+                                                                 static_cast<double>(n_rot_));
+      if (factors_) inv_freq /= static_cast<double>(factors_[p]);
       for (int64_t pos = 0; pos < n_pos_; ++pos) {
         const double theta = static_cast<double>(pos) * inv_freq;
         cos_[static_cast<size_t>(pos * half_ + p)] = std::cos(theta);
@@ -96,7 +119,26 @@ class RopeTable {
  private:
   int64_t n_rot_ = -1, n_pos_ = 0, half_ = 0;
   float base_ = 0;
+  const float* factors_ = nullptr;
   std::vector<double> cos_, sin_;
+};
+
+// One table per RoPE flavour in use (Gemma-4 alternates sliding and global layers with different RoPE).
+class RopeTables {
+ public:
+  const RopeTable& get(const RopeSpec& spec, int64_t n_pos) {
+    for (RopeTable& t : tables_) {
+      if (t.is_for(spec)) {
+        t.ensure(spec, n_pos);
+        return t;
+      }
+    }
+    tables_.emplace_back().ensure(spec, n_pos);
+    return tables_.back();
+  }
+
+ private:
+  std::deque<RopeTable> tables_;
 };
 
 // Rotates the first n_rot dims of every head of rows x[r] (at position pos(r)) in place.
@@ -135,8 +177,8 @@ struct Executor::HostState {
   std::vector<std::vector<float>> vectors;
   std::map<int32_t, Buffer> buffers;
   std::vector<std::unique_ptr<Kv>> kv;  // null = closed (index reused)
-  std::vector<float> scratch, normed;
-  RopeTable rope;
+  std::vector<float> scratch, normed, soft;
+  RopeTables rope;
   // moe_ffn_on_host's buffers, kept so that a layer neither allocates nor zeroes them again.
   struct Moe {
     std::vector<float> h, xin, gate, up, wts;
@@ -210,7 +252,7 @@ void Executor::norm_matmul(Act x, int64_t rows, VectorHandle norm, float eps, co
   auto& h = host();
   const int64_t D = h.buf(x).cols;
   h.normed.resize(static_cast<size_t>(std::max<int64_t>(rows, 1) * D));
-  rmsnorm(host_pool_, h.at(x), rows, D, h.vec(norm)->data(), eps, h.normed.data());
+  rmsnorm(host_pool_, h.at(x), rows, D, h.vec(norm) ? h.vec(norm)->data() : nullptr, eps, h.normed.data());
   float* outs[8];
   if (n > 8) throw Error("internal error: norm_matmul takes at most 8 products");
   for (int i = 0; i < n; ++i) outs[i] = h.at(ys[i]);
@@ -227,11 +269,102 @@ void Executor::matmul_add(WeightHandle w, Act x, int64_t rows, Act y) {
 
 void Executor::swiglu_matmul_add(WeightHandle w, Act gate, Act up, int64_t rows, Act y) {
   auto& h = host();
-  const int64_t F = h.buf(gate).cols;
-  float* g = h.at(gate);
-  const float* u = h.at(up);
-  for_rows(host_pool_, rows, [&](int64_t r) { swiglu_row(g + r * F, u + r * F, F); });
+  glu_rows(host_pool_, Glu::SiLU, h.at(gate), h.at(up), rows, h.buf(gate).cols);
   matmul_add(w, gate, rows, y);
+}
+
+void Executor::glu_matmul(Glu glu, WeightHandle w, Act gate, Act up, int64_t rows, Act y) {
+  auto& h = host();
+  glu_rows(host_pool_, glu, h.at(gate), h.at(up), rows, h.buf(gate).cols);
+  matmul(w, h.at(gate), rows, h.at(y));
+}
+
+void Executor::matmul_norm_add(WeightHandle w, Act x, int64_t rows, VectorHandle norm, float eps, Act y) {
+  auto& h = host();
+  const int64_t n = h.buf(y).cols;
+  float* o = h.scratch_for(rows * n);
+  matmul(w, h.at(x), rows, o);
+  const std::vector<float>* nw = h.vec(norm);
+  rmsnorm(host_pool_, o, rows, n, nw ? nw->data() : nullptr, eps, o);
+  add_rows(host_pool_, h.at(y), o, rows, n);
+}
+
+void Executor::norm(Act x, int64_t rows, VectorHandle norm, float eps, Act y) {
+  auto& h = host();
+  const std::vector<float>* nw = h.vec(norm);
+  rmsnorm(host_pool_, h.at(x), rows, h.buf(x).cols, nw ? nw->data() : nullptr, eps, h.at(y));
+}
+
+void Executor::norm_add(Act x, int64_t rows, VectorHandle norm, float eps, Act y) {
+  auto& h = host();
+  const int64_t n = h.buf(x).cols;
+  float* o = h.scratch_for(rows * n);
+  const std::vector<float>* nw = h.vec(norm);
+  rmsnorm(host_pool_, h.at(x), rows, n, nw ? nw->data() : nullptr, eps, o);
+  add_rows(host_pool_, h.at(y), o, rows, n);
+}
+
+void Executor::add(Act x, int64_t rows, Act y) {
+  auto& h = host();
+  add_rows(host_pool_, h.at(y), h.at(x), rows, h.buf(x).cols);
+}
+
+void Executor::scale_rows(Act x, std::span<const float> s) {
+  auto& h = host();
+  const int64_t n = h.buf(x).cols;
+  float* xd = h.at(x);
+  for_rows(host_pool_, static_cast<int64_t>(s.size()), [&](int64_t r) {
+    const float f = s[static_cast<size_t>(r)];
+    for (int64_t c = 0; c < n; ++c) xd[r * n + c] *= f;
+  });
+}
+
+void Executor::soft_embed(const gguf::TensorInfo& table, const float* logits, int64_t rows, float temperature,
+                          float scale, Act x) {
+  auto& h = host();
+  const int64_t D = table.ne[0], V = table.ne[1];
+  const auto sz = [](int64_t v) { return static_cast<size_t>(v); };
+  // The probabilities of every row, rounded to F16 (the reference multiplies F16 by F16).
+  h.soft.resize(sz(rows * V));
+  float* p = h.soft.data();
+  const double inv_t = 1.0 / static_cast<double>(temperature);
+  for_rows(host_pool_, rows, [&](int64_t r) {
+    const float* l = logits + r * V;
+    float* pr = p + r * V;
+    double mx = -INFINITY;
+    for (int64_t v = 0; v < V; ++v) mx = std::max(mx, static_cast<double>(l[v]) * inv_t);
+    double sum = 0;
+    for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(l[v]) * inv_t - mx);
+    for (int64_t v = 0; v < V; ++v) {
+      const float pv = static_cast<float>(std::exp(static_cast<double>(l[v]) * inv_t - mx) / sum);
+      pr[v] = quant::fp16_to_f32(quant::f32_to_fp16(pv));
+    }
+  });
+  // Sums over the vocabulary in order, per output value: table rows decoded (and rounded to F16) a block
+  // at a time, every output row accumulating them in double.
+  constexpr int64_t kBlock = 256;
+  std::vector<double> acc(sz(rows * D), 0.0);
+  std::vector<float> rowsbuf(sz(kBlock * D));
+  for (int64_t v0 = 0; v0 < V; v0 += kBlock) {
+    const int64_t nv = std::min(kBlock, V - v0);
+    for_rows(host_pool_, nv, [&](int64_t i) {
+      float* e = rowsbuf.data() + i * D;
+      quant::dequantize_row(table.type(), table.data + static_cast<uint64_t>(v0 + i) * table.row_bytes(), e, D);
+      for (int64_t c = 0; c < D; ++c) e[c] = quant::fp16_to_f32(quant::f32_to_fp16(e[c]));
+    });
+    for_rows(host_pool_, rows, [&](int64_t r) {
+      double* a = acc.data() + r * D;
+      const float* pr = p + r * V + v0;
+      for (int64_t i = 0; i < nv; ++i) {
+        const double pv = pr[i];
+        if (pv == 0) continue;
+        const float* e = rowsbuf.data() + i * D;
+        for (int64_t c = 0; c < D; ++c) a[c] += pv * e[c];
+      }
+    });
+  }
+  float* out = h.at(x);
+  for (int64_t i = 0; i < rows * D; ++i) out[i] = static_cast<float>(acc[sz(i)] * static_cast<double>(scale));
 }
 
 void Executor::gather(Act src, std::span<const int64_t> rows, Act dst) {
@@ -242,6 +375,14 @@ void Executor::gather(Act src, std::span<const int64_t> rows, Act dst) {
   const float* s = h.at(src);
   for (size_t i = 0; i < rows.size(); ++i) std::copy_n(s + rows[i] * n, n, tmp + static_cast<int64_t>(i) * n);
   std::copy_n(tmp, rows.size() * static_cast<size_t>(n), h.at(dst));
+}
+
+void Executor::scatter(Act src, std::span<const int64_t> rows, Act dst) {
+  auto& h = host();
+  const int64_t n = h.buf(src).cols;
+  const float* s = h.at(src);
+  float* d = h.at(dst);
+  for (size_t i = 0; i < rows.size(); ++i) std::copy_n(s + static_cast<int64_t>(i) * n, n, d + rows[i] * n);
 }
 
 KvHandle Executor::kv_open(int64_t layers, int64_t positions, int64_t kv_dim) {
@@ -260,6 +401,15 @@ KvHandle Executor::kv_open(int64_t layers, int64_t positions, int64_t kv_dim) {
   return KvHandle{static_cast<int32_t>(h.kv.size() - 1)};
 }
 
+void Executor::kv_grow(KvHandle kv, int64_t positions) {
+  auto& s = host().store(kv);
+  if (positions <= s.positions) return;
+  // A layer's rows are packed at its own width (<= kv_dim) from the start of its buffer: growing appends.
+  for (auto* lv : {&s.k, &s.v})
+    for (std::vector<float>& l : *lv) l.resize(static_cast<size_t>(positions * s.kv_dim), 0.0f);
+  s.positions = positions;
+}
+
 void Executor::kv_close(KvHandle kv) {
   auto& h = host();
   if (kv.valid() && static_cast<size_t>(kv.index) < h.kv.size()) h.kv[static_cast<size_t>(kv.index)].reset();
@@ -269,7 +419,9 @@ void Executor::kv_store(KvHandle kv, int64_t layer, Act k, Act v, int64_t row0, 
                         VectorHandle bk, VectorHandle bv, const RopeSpec& spec, const AttentionShape& shape) {
   auto& h = host();
   auto& s = h.store(kv);
-  const int64_t KV = s.kv_dim;
+  const int64_t KV = shape.kv_dim();  // this layer's width (at most the store's)
+  if (KV > s.kv_dim || layer < 0 || layer >= static_cast<int64_t>(s.k.size()))
+    throw Error("internal error: key/value layer out of range");
   if (pos0 < 0 || pos0 + rows > s.positions) throw Error("internal error: key/value positions out of range");
   float* kd = s.k[static_cast<size_t>(layer)].data() + pos0 * KV;
   float* vd = s.v[static_cast<size_t>(layer)].data() + pos0 * KV;
@@ -277,36 +429,77 @@ void Executor::kv_store(KvHandle kv, int64_t layer, Act k, Act v, int64_t row0, 
   std::copy_n(h.at(v) + row0 * KV, rows * KV, vd);
   add_bias(host_pool_, kd, rows, KV, h.vec(bk));
   add_bias(host_pool_, vd, rows, KV, h.vec(bv));
-  h.rope.ensure(spec, pos0 + rows);
-  rope(host_pool_, h.rope, spec.style, kd, rows, [pos0](int64_t r) { return pos0 + r; }, shape.n_head_kv,
-       shape.head_dim);
+  rope(host_pool_, h.rope.get(spec, pos0 + rows), spec.style, kd, rows, [pos0](int64_t r) { return pos0 + r; },
+       shape.n_head_kv, shape.head_dim);
 }
 
 void Executor::attend(KvHandle kv, int64_t layer, int64_t n_kv, Act q, int64_t row0,
                       std::span<const int64_t> positions, VectorHandle bq, const RopeSpec& spec,
-                      const AttentionShape& shape, Act out) {
+                      const AttentionShape& shape, Act out, std::span<const KeyRange> ranges) {
   auto& h = host();
   auto& s = h.store(kv);
+  if (n_kv > s.positions) throw Error("internal error: attending to more positions than the store holds");
   const int64_t Q = shape.n_head * shape.head_dim, rows = static_cast<int64_t>(positions.size());
   float* qd = h.at(q) + row0 * Q;
   add_bias(host_pool_, qd, rows, Q, h.vec(bq));
   int64_t max_pos = 0;
   for (int64_t p : positions) max_pos = std::max(max_pos, p + 1);
-  h.rope.ensure(spec, max_pos);
-  rope(host_pool_, h.rope, spec.style, qd, rows, [&](int64_t r) { return positions[static_cast<size_t>(r)]; },
-       shape.n_head, shape.head_dim);
-  attention(shape, qd, rows, s.k[static_cast<size_t>(layer)].data(), s.v[static_cast<size_t>(layer)].data(), n_kv,
-            h.at(out) + row0 * Q);
+  rope(host_pool_, h.rope.get(spec, max_pos), spec.style, qd, rows,
+       [&](int64_t r) { return positions[static_cast<size_t>(r)]; }, shape.n_head, shape.head_dim);
+  const float* kd = s.k[static_cast<size_t>(layer)].data();
+  const float* vd = s.v[static_cast<size_t>(layer)].data();
+  if (ranges.empty()) {
+    attention(shape, qd, rows, kd, vd, n_kv, h.at(out) + row0 * Q);
+    return;
+  }
+  if (static_cast<int64_t>(ranges.size()) != rows) throw Error("internal error: one key range per query row");
+  attention_ranges(shape, qd, rows, kd, vd, n_kv, ranges.data(), h.at(out) + row0 * Q);
+}
+
+void Executor::attention_ranges(const AttentionShape& shape, const float* q, int64_t n_q, const float* k,
+                                const float* v, int64_t n_kv, const KeyRange* ranges, float* out) {
+  const int64_t Q = shape.n_head * shape.head_dim, KV = shape.kv_dim();
+  for (int64_t i = 0; i < n_q;) {
+    const KeyRange r = ranges[i];
+    if (r.lo < 0 || r.hi > n_kv || r.lo >= r.hi) throw Error("internal error: bad key range");
+    int64_t j = i + 1;
+    while (j < n_q && ranges[j] == r) ++j;
+    attention(shape, q + i * Q, j - i, k + r.lo * KV, v + r.lo * KV, r.hi - r.lo, out + i * Q);
+    i = j;
+  }
 }
 
 void Executor::head_norm(Act x, int64_t rows, int64_t n_heads, int64_t head_dim, VectorHandle w, float eps) {
   auto& h = host();
-  head_norm_on_host(host_pool_, h.at(x), rows, n_heads, head_dim, h.vec(w)->data(), eps);
+  head_norm_on_host(host_pool_, h.at(x), rows, n_heads, head_dim, h.vec(w) ? h.vec(w)->data() : nullptr, eps);
 }
 
 void Executor::moe_ffn(const MoeLayer& m, Act x, int64_t rows, VectorHandle norm, float eps) {
   auto& h = host();
-  moe_ffn_on_host(*this, host_pool_, m, *h.vec(m.router), *h.vec(norm), eps, h.at(x), rows, h.buf(x).cols);
+  moe_ffn_on_host(*this, host_pool_, m, *h.vec(m.router), *h.vec(norm), eps, h.at(x), rows, h.buf(x).cols, nullptr,
+                  host_vector(m.router_scale));
+}
+
+void Executor::moe_ffn_to(const MoeLayer& m, Act x, int64_t rows, VectorHandle norm, float eps, Act out) {
+  auto& h = host();
+  moe_ffn_on_host(*this, host_pool_, m, *h.vec(m.router), *h.vec(norm), eps, h.at(x), rows, h.buf(x).cols, h.at(out),
+                  host_vector(m.router_scale));
+}
+
+float gelu_tanh_f16_table(float x) {
+  if (x <= -10.0f) return 0.0f;
+  if (x >= 10.0f) return x;
+  // ggml's table: every F16 input's gelu_tanh computed in f32 (tanhf) and rounded to F16.
+  static const std::vector<uint16_t> table = [] {
+    std::vector<uint16_t> t(65536);
+    for (uint32_t i = 0; i < 65536; ++i) {
+      const float f = quant::fp16_to_f32(static_cast<uint16_t>(i));
+      const float g = 0.5f * f * (1.0f + std::tanh(0.79788456080286535587989211986876f * f * (1.0f + 0.044715f * f * f)));
+      t[i] = quant::f32_to_fp16(g);
+    }
+    return t;
+  }();
+  return quant::fp16_to_f32(table[quant::f32_to_fp16(x)]);
 }
 
 void Executor::route(const MoeLayer& m, std::span<const float> router, const float* h, int64_t rows, int64_t D,
@@ -365,7 +558,8 @@ void moe_route(std::span<const float> router, const float* h, int64_t rows, int6
 }
 
 void moe_ffn_on_host(Executor& ex, ThreadPool* pool, const MoeLayer& m, std::span<const float> router,
-                     std::span<const float> norm, float eps, float* x, int64_t rows, int64_t D) {
+                     std::span<const float> norm, float eps, float* x, int64_t rows, int64_t D, float* out,
+                     std::span<const float> router_scale) {
   if (rows <= 0) return;
   const int64_t E = m.n_expert, k = m.n_used, F = m.n_ff;
   if (static_cast<int64_t>(m.gate.size()) != E || static_cast<int64_t>(m.up.size()) != E ||
@@ -378,8 +572,20 @@ void moe_ffn_on_host(Executor& ex, ThreadPool* pool, const MoeLayer& m, std::spa
   s.h.resize(sz(rows * D));
   s.ids.resize(sz(R));
   s.wts.resize(sz(R));
+  if (!router_scale.empty()) {
+    // Gemma-4: the router reads rmsnorm(x) / sqrt(D) * router_scale; the experts read the normed rows.
+    if (static_cast<int64_t>(router_scale.size()) != D) throw Error("internal error: bad router scale");
+    std::vector<float> scale(router_scale.begin(), router_scale.end());
+    const double inv = 1.0 / std::sqrt(static_cast<double>(D));
+    for (float& v : scale) v = static_cast<float>(v * inv);
+    rmsnorm(pool, x, rows, D, scale.data(), eps, s.h.data());
+    ex.route(m, router, s.h.data(), rows, D, s.ids.data(), s.wts.data());
+  }
   rmsnorm(pool, x, rows, D, norm.data(), eps, s.h.data());
-  ex.route(m, router, s.h.data(), rows, D, s.ids.data(), s.wts.data());
+  if (router_scale.empty()) ex.route(m, router, s.h.data(), rows, D, s.ids.data(), s.wts.data());
+  if (!m.expert_scale.empty()) {
+    for (int64_t i = 0; i < rows * k; ++i) s.wts[sz(i)] *= m.expert_scale[sz(s.ids[sz(i)])];
+  }
 
   // The (row, slot) pairs grouped by expert (expert order, rows in increasing order within an expert):
   // expert e's pairs are order[row0[e] .. row0[e] + n[e]); pair i sits at position slot[i] of that order.
@@ -410,7 +616,7 @@ void moe_ffn_on_host(Executor& ex, ThreadPool* pool, const MoeLayer& m, std::spa
   }
   const int groups = static_cast<int>(E);
   ex.matmul_grouped(s.ws.data(), s.ys.data(), 2, s.row0.data(), s.n.data(), groups, xin, D);
-  for_rows(pool, R, [&](int64_t i) { swiglu_row(gate + i * F, up + i * F, F); });
+  glu_rows(pool, m.glu, gate, up, R, F);
   for (int64_t e = 0; e < E; ++e) {
     s.ws[sz(e)] = m.down[sz(e)], s.ys[sz(e)] = xin + s.row0[sz(e)] * D;  // xin is free again: [R, D]
   }
@@ -427,6 +633,10 @@ void moe_ffn_on_host(Executor& ex, ThreadPool* pool, const MoeLayer& m, std::spa
       const float w = wts[sz(r * k + j)];
       for (int64_t c = 0; c < D; ++c) acc[c] += y[c] * w;
     }
+    if (out) {
+      std::copy_n(acc, D, out + r * D);
+      return;
+    }
     float* xr = x + r * D;
     for (int64_t c = 0; c < D; ++c) xr[c] += acc[c];
   });
@@ -436,7 +646,7 @@ void Executor::final_logits(WeightHandle output, Act x, int64_t rows, VectorHand
   auto& h = host();
   const int64_t D = h.buf(x).cols;
   h.normed.resize(static_cast<size_t>(std::max<int64_t>(rows, 1) * D));
-  rmsnorm(host_pool_, h.at(x), rows, D, h.vec(norm)->data(), eps, h.normed.data());
+  rmsnorm(host_pool_, h.at(x), rows, D, h.vec(norm) ? h.vec(norm)->data() : nullptr, eps, h.normed.data());
   lm_head(output, h.normed.data(), rows, logits);
 }
 

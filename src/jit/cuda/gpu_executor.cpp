@@ -65,6 +65,8 @@ GpuExecutor::AttnKernels GpuExecutor::attn_kernels(const model::RopeSpec& rope, 
 }
 
 void GpuExecutor::prepare_model(const model::HParams& hp) {
+  if (hp.prompt_regions || !hp.layer_attn.empty())
+    throw Error("the GPU backend does not run " + hp.arch_name + " models yet: use --backend cpu");
   if (const std::string err = head_dim_error(hp.head_dim, hp.n_rot); !err.empty()) throw Error(err);
   model_d_ = hp.n_embd, model_f_ = hp.n_ff, model_ctx_ = hp.n_ctx;
   const AttnKernels a = attn_kernels(model::RopeSpec{hp.rope_style, hp.n_rot, hp.rope_base},
@@ -477,9 +479,11 @@ DevAddr GpuExecutor::positions_addr(std::span<const int64_t> positions) {
 
 void GpuExecutor::attend(model::KvHandle h, int64_t layer, int64_t n_kv, model::Act q, int64_t row0,
                          std::span<const int64_t> positions, model::VectorHandle bq, const model::RopeSpec& rope,
-                         const model::AttentionShape& shape, model::Act out) {
+                         const model::AttentionShape& shape, model::Act out,
+                         std::span<const model::KeyRange> ranges) {
   const int64_t rows = static_cast<int64_t>(positions.size());
   if (rows == 0) return;
+  if (!ranges.empty()) throw Error("internal error: the GPU backend has no masked attention");
   DevKv& s = store(h);
   const int64_t H = shape.n_head, Hkv = shape.n_head_kv, d = shape.head_dim;
   if (layer < 0 || layer >= s.layers || n_kv <= 0 || n_kv > s.positions || Hkv * d != s.kv_dim ||

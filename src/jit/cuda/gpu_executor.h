@@ -74,7 +74,7 @@ class GpuExecutor : public model::Executor {
                 const model::AttentionShape& shape) override;
   void attend(model::KvHandle kv, int64_t layer, int64_t n_kv, model::Act q, int64_t row0,
               std::span<const int64_t> positions, model::VectorHandle bq, const model::RopeSpec& rope,
-              const model::AttentionShape& shape, model::Act out) override;
+              const model::AttentionShape& shape, model::Act out, std::span<const model::KeyRange> ranges) override;
   void final_logits(model::WeightHandle output, model::Act x, int64_t rows, model::VectorHandle norm, float eps,
                     float* logits) override;
 
