@@ -221,7 +221,7 @@ TEST_F(ArchTest, BadMixtureOfExpertsKeysAreNamed) {
 TEST_F(ArchTest, UnsupportedArchitecture) {
   GgufWriter w = tiny_model({});
   w.add_string("general.architecture", "qwen2");
-  EXPECT_EQ(load_error(w), "unsupported model architecture: qwen2 (supported: llada, dream, llada-moe, rnd1)");
+  EXPECT_EQ(load_error(w), "unsupported model architecture: qwen2 (supported: llada, dream, llada-moe, rnd1, diffusion-gemma)");
 }
 
 TEST_F(ArchTest, MissingArchitectureKey) {
@@ -382,7 +382,7 @@ TEST_F(ArchTest, CliReportsLoadErrors) {
   const std::string path = write(w);
   RunResult r = run_dllm({"logits", "--model", path, "--tokens", "1,2", "--rows", "0", "--out", dir_ + "/o.f32"});
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_EQ(r.err, "ERROR: unsupported model architecture: qwen2 (supported: llada, dream, llada-moe, rnd1)\n");
+  EXPECT_EQ(r.err, "ERROR: unsupported model architecture: qwen2 (supported: llada, dream, llada-moe, rnd1, diffusion-gemma)\n");
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/o.f32"));
 
   GgufWriter s = tiny_model({});

@@ -144,7 +144,7 @@ TEST(Chat, UnknownArchitectureIsAnError) {
     dllm::model::chat_template_for_arch("qwen2");
     FAIL() << "no error";
   } catch (const dllm::Error& e) {
-    EXPECT_STREQ(e.what(), "unsupported model architecture: qwen2 (supported: llada, dream, llada-moe, rnd1)");
+    EXPECT_STREQ(e.what(), "unsupported model architecture: qwen2 (supported: llada, dream, llada-moe, rnd1, diffusion-gemma)");
   }
 }
 

@@ -101,7 +101,7 @@ TEST(TokenizeCommand, ErrorsNameTheProblem) {
     run(settings(dllm::test::data_path("tokenizer/vocab-qwen.gguf"), "Hi"));
     FAIL() << "no error";
   } catch (const dllm::Error& e) {
-    EXPECT_STREQ(e.what(), "unsupported model architecture: qwen2 (supported: llada, dream, llada-moe, rnd1)");
+    EXPECT_STREQ(e.what(), "unsupported model architecture: qwen2 (supported: llada, dream, llada-moe, rnd1, diffusion-gemma)");
     EXPECT_EQ(e.exit_code(), 1);
   }
   try {
@@ -120,7 +120,7 @@ TEST(TokenizeCommand, BinaryEndToEnd) {
                                          "--prompt", "Hi"});
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_EQ(bad.out, "");
-  EXPECT_NE(bad.err.find("ERROR: unsupported model architecture: qwen2 (supported: llada, dream, llada-moe, rnd1)"), std::string::npos);
+  EXPECT_NE(bad.err.find("ERROR: unsupported model architecture: qwen2 (supported: llada, dream, llada-moe, rnd1, diffusion-gemma)"), std::string::npos);
 }
 
 TEST(TokenizeCommand, PromptFileAndStandardInput) {

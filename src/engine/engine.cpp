@@ -103,7 +103,14 @@ Backend Engine::choose_backend(const BackendRequest& r, model::LoadOptions& opti
   return engine::choose_backend(r, &file_, options);
 }
 
-void Engine::load(const model::LoadOptions& options) { model_ = model::Model::load(file_, options); }
+void Engine::load(const model::LoadOptions& options) {
+  if (model::arch_spec(hparams().arch).sampler == model::SamplerKind::EntropyBound) {
+    throw Error(std::string(model::arch_spec(hparams().arch).label) +
+                " generation (the uniform-state entropy-bound sampler) is not in dllm yet: `dllm logits` computes this "
+                "model's logits and `dllm tokenize` its ids");
+  }
+  model_ = model::Model::load(file_, options);
+}
 
 model::Model& Engine::model() {
   if (!model_) throw Error("internal error: the engine's model is not loaded");

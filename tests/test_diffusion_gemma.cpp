@@ -1,0 +1,264 @@
+// The diffusion-gemma architecture against the llama.cpp fork's logits (tests/data/diffusion-gemma: the tiny
+// model A as F32, Q8_0 and Q4_K_M; five cases, each through the unified forward and the prompt-KV path; copied
+// from ../shared/fixtures/diffusion-gemma, whose README describes them), on the reference executor and the
+// JIT CPU executor of this CPU's best family:
+// - F32: every case within 1e-3 relative L2 and 5e-3 absolute (the fork's GELU is an F16 table, which dllm
+//   emulates; its F32 matmuls round differently), argmax equal on rows whose top-1 margin exceeds 0.05.
+// - quantised files on the JIT (llama.cpp's arithmetic: int8 activations): within kQuantTolerance; argmax
+//   equal where the margin exceeds 0.5 (docs/correctness.md lists the measured errors per case).
+// - the prompt-KV path (prompt encoded once with CacheMode::Extend, canvas run with Prefix) equals the
+//   unified forward bit for bit on every model and executor; so do a batch of both sequences and a prompt
+//   encoded in two pieces.
+// Plus the command line's checks of `dllm logits` on these files.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "jit/cpu_executor.h"
+#include "model/arch.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "model/reference_executor.h"
+#include "support.h"
+
+using namespace dllm;
+
+namespace {
+
+constexpr double kQuantTolerance = 4e-2;
+
+std::string dg_path(const std::string& rel) { return test::data_path("diffusion-gemma/" + rel); }
+
+std::vector<float> read_f32(const std::string& path) {
+  const std::string bytes = test::read_file(path);
+  std::vector<float> v(bytes.size() / sizeof(float));
+  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
+  return v;
+}
+
+struct Case {
+  std::string name;
+  std::vector<int32_t> ids;
+  int64_t n_prompt = 0;
+  std::vector<int64_t> rows;
+  std::vector<float> self_cond;
+  float temperature = 1;
+  std::vector<double> margin;
+  std::vector<float> want;  // the reference's [rows, n_vocab] of one path
+};
+
+Case load_case(const std::string& model, const std::string& name, const std::string& path) {
+  const nlohmann::json j = nlohmann::json::parse(test::read_file(dg_path("logits/" + model + "__" + name + "__" + path + ".json")));
+  Case c;
+  c.name = name + " (" + path + ")";
+  for (int v : j["prompt_ids"]) c.ids.push_back(v);
+  c.n_prompt = static_cast<int64_t>(c.ids.size());
+  for (int v : j["canvas_ids"]) c.ids.push_back(v);
+  for (int64_t r : j["rows"]) c.rows.push_back(r);
+  for (double m : j["top1_minus_top2_logit"]) c.margin.push_back(m);
+  if (j.contains("self_conditioning") && !j["self_conditioning"].is_null()) {
+    c.self_cond = read_f32(dg_path("logits/" + j["self_conditioning"]["input_logits_file"].get<std::string>()));
+    c.temperature = j["self_conditioning"]["temperature"].get<float>();
+  }
+  c.want = read_f32(dg_path("logits/" + j["logits_file"].get<std::string>()));
+  return c;
+}
+
+const std::vector<std::string>& case_names() {
+  static const std::vector<std::string> n{"a1_prompt5_short", "a2_prompt29_long", "a3_chat_prompt_uniform_canvas",
+                                          "a4_prompt8_equals_window", "a5_self_cond_after_a3_t0.8"};
+  return n;
+}
+
+std::unique_ptr<model::Model> load(const std::string& model, bool jit) {
+  model::LoadOptions o;
+  o.threads = 2;
+  if (jit) {
+    const jit::Isa isa = jit::cpu_features().best();
+    o.make_executor = [isa](ThreadPool& pool) { return std::make_unique<jit::CpuExecutor>(pool, isa); };
+  }
+  return model::Model::load(dg_path("gguf/" + model + ".gguf"), o);
+}
+
+model::ForwardRequest request(const Case& c, float* out) {
+  model::ForwardRequest r{c.ids, c.rows, out};
+  r.n_prompt = c.n_prompt;
+  if (!c.self_cond.empty()) r.self_cond_logits = c.self_cond.data(), r.self_cond_temperature = c.temperature;
+  return r;
+}
+
+std::vector<float> unified(model::Model& m, const Case& c) {
+  std::vector<float> out(c.rows.size() * static_cast<size_t>(m.n_vocab()));
+  m.forward(request(c, out.data()));
+  return out;
+}
+
+// The prompt encoded once (in `pieces` calls), then the canvas against the cache.
+std::vector<float> prompt_kv(model::Model& m, const Case& c, int pieces = 1) {
+  std::vector<float> out(c.rows.size() * static_cast<size_t>(m.n_vocab()));
+  model::KVCache cache;
+  for (int i = 1; i <= pieces; ++i) {
+    const int64_t end = c.n_prompt * i / pieces;
+    if (end == 0 || (cache.handle.valid() && end <= cache.n)) continue;
+    model::ForwardRequest enc{std::span<const int32_t>(c.ids.data(), static_cast<size_t>(end)), {}, nullptr, &cache,
+                              model::CacheMode::Extend};
+    enc.n_prompt = end;
+    m.forward(enc);
+    EXPECT_EQ(cache.n, end);
+  }
+  model::ForwardRequest r = request(c, out.data());
+  if (c.n_prompt > 0) r.cache = &cache, r.cache_mode = model::CacheMode::Prefix;
+  m.forward(r);
+  EXPECT_EQ(cache.n, c.n_prompt) << "a canvas step leaves the cached prefix as it was";
+  return out;
+}
+
+struct Error_ {
+  double rel = 0, max_abs = 0;
+  int argmax_diff = 0;  // rows above the margin whose argmax differs
+};
+
+Error_ compare(const std::vector<float>& got, const Case& c, int64_t V, double margin) {
+  Error_ e;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double d = static_cast<double>(got[i]) - c.want[i];
+    num += d * d, den += static_cast<double>(c.want[i]) * c.want[i];
+    e.max_abs = std::max(e.max_abs, std::abs(d));
+  }
+  e.rel = std::sqrt(num / den);
+  for (size_t r = 0; r < c.rows.size(); ++r) {
+    const float* g = got.data() + r * V;
+    const float* w = c.want.data() + r * V;
+    if (c.margin[r] > margin && std::max_element(g, g + V) - g != std::max_element(w, w + V) - w) ++e.argmax_diff;
+  }
+  return e;
+}
+
+struct ModelCase {
+  std::string model;
+  bool jit;
+};
+
+class DiffusionGemmaLogits : public ::testing::TestWithParam<ModelCase> {};
+
+TEST_P(DiffusionGemmaLogits, MatchTheForkOnBothPathsAndThePathsAgreeExactly) {
+  const ModelCase p = GetParam();
+  auto m = load(p.model, p.jit);
+  const int64_t V = m->n_vocab();
+  const bool f32 = p.model.find("F32") != std::string::npos;
+  for (const std::string& name : case_names()) {
+    for (const std::string path : {"unified", "pkv"}) {
+      const Case c = load_case(p.model, name, path);
+      const std::vector<float> u = unified(*m, c), k = prompt_kv(*m, c);
+      ASSERT_EQ(u.size(), c.want.size());
+      EXPECT_EQ(std::memcmp(u.data(), k.data(), u.size() * sizeof(float)), 0) << c.name << ": prompt-KV != unified";
+      const Error_ e = compare(path == std::string("unified") ? u : k, c, V, f32 ? 0.05 : 0.5);
+      std::printf("%s %s %s: rel %.2e max %.2e\n", p.model.c_str(), p.jit ? "jit" : "reference", c.name.c_str(), e.rel,
+                  e.max_abs);
+      if (f32) {
+        EXPECT_LE(e.rel, 1e-3) << c.name;
+        EXPECT_LE(e.max_abs, 5e-3) << c.name;
+      } else {
+        EXPECT_LE(e.rel, kQuantTolerance) << c.name;
+      }
+      EXPECT_EQ(e.argmax_diff, 0) << c.name;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, DiffusionGemmaLogits,
+                         ::testing::Values(ModelCase{"tiny-diffusion-gemma-A-F32", false},
+                                           ModelCase{"tiny-diffusion-gemma-A-F32", true},
+                                           ModelCase{"tiny-diffusion-gemma-A-Q8_0", true},
+                                           ModelCase{"tiny-diffusion-gemma-A-Q4_K_M", true}),
+                         [](const auto& info) {
+                           std::string n = info.param.model.substr(22) + (info.param.jit ? "_jit" : "_reference");
+                           for (char& ch : n)
+                             if (ch == '-') ch = '_';
+                           return n;
+                         });
+
+TEST(DiffusionGemma, PromptEncodedInPiecesAndBatchedSequencesAreExact) {
+  auto m = load("tiny-diffusion-gemma-A-Q8_0", true);
+  const Case a = load_case("tiny-diffusion-gemma-A-Q8_0", "a2_prompt29_long", "pkv");
+  const Case b = load_case("tiny-diffusion-gemma-A-Q8_0", "a5_self_cond_after_a3_t0.8", "pkv");
+  const std::vector<float> ua = unified(*m, a), ub = unified(*m, b);
+  EXPECT_EQ(prompt_kv(*m, a, 3), ua) << "the prompt encoded in three pieces";
+  // Both sequences in one pass: each equals its own.
+  std::vector<float> oa(ua.size()), ob(ub.size());
+  const model::ForwardRequest reqs[2] = {request(a, oa.data()), request(b, ob.data())};
+  m->forward_batch(reqs);
+  EXPECT_EQ(oa, ua);
+  EXPECT_EQ(ob, ub);
+}
+
+TEST(DiffusionGemma, HyperparametersAndGeometry) {
+  const model::ModelFile f = model::ModelFile::open(dg_path("gguf/tiny-diffusion-gemma-A-Q4_K_M.gguf"));
+  const model::HParams& hp = f.hparams();
+  EXPECT_EQ(hp.arch, model::Arch::DiffusionGemma);
+  EXPECT_EQ(hp.canvas_length, 16);
+  EXPECT_EQ(hp.n_swa, 8);
+  EXPECT_FLOAT_EQ(hp.final_softcap, 30.0f);
+  ASSERT_EQ(hp.layer_attn.size(), 6u);
+  EXPECT_TRUE(hp.attn(0).sliding);
+  EXPECT_EQ(hp.attn(0).head_dim, 64);
+  EXPECT_EQ(hp.attn(0).n_head_kv, 2);
+  EXPECT_FALSE(hp.attn(5).sliding);
+  EXPECT_EQ(hp.attn(5).head_dim, 128);
+  EXPECT_EQ(hp.attn(5).n_head_kv, 1);
+  EXPECT_EQ(hp.eb.max_steps, 48);
+  const model::ModelTensors& t = f.tensors();
+  EXPECT_EQ(t.layers[0].wv != nullptr, true);
+  EXPECT_EQ(t.layers[5].wv, nullptr) << "global layers take V from K";
+  EXPECT_NE(t.rope_freqs, nullptr);
+  EXPECT_EQ(t.output, t.token_embd) << "tied head";
+}
+
+TEST(DiffusionGemma, GeluTableMatchesGgmlsRule) {
+  // Outside (-10, 10) the rule takes 0 or x; inside, F16 in and out.
+  EXPECT_EQ(model::gelu_tanh_f16_table(-12.0f), 0.0f);
+  EXPECT_EQ(model::gelu_tanh_f16_table(11.0f), 11.0f);
+  for (float x : {-3.0f, -0.5f, 0.0f, 0.3f, 1.0f, 2.5f}) {
+    const double exact = 0.5 * x * (1 + std::tanh(0.7978845608 * x * (1 + 0.044715 * x * x)));
+    EXPECT_NEAR(model::gelu_tanh_f16_table(x), exact, 2e-3 * (1 + std::abs(exact))) << x;
+  }
+}
+
+TEST(DiffusionGemmaCli, LogitsFlagsAreChecked) {
+  const std::string mf = dg_path("gguf/tiny-diffusion-gemma-A-Q8_0.gguf");
+  const std::string out = ::testing::TempDir() + "dg_logits.f32";
+  std::string ids;  // prompt of 4 ids, then a 16-id canvas
+  for (int i = 0; i < 20; ++i) ids += (i ? "," : "") + std::to_string(i == 0 ? 2 : 100 + i);
+  auto r = test::run_dllm({"logits", "--model", mf, "--tokens", ids, "--rows", "4,19", "--out", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<float> cached = read_f32(out);
+  ASSERT_EQ(cached.size(), 2u * 1536u);
+  r = test::run_dllm({"logits", "--model", mf, "--tokens", ids, "--rows", "4,19", "--out", out, "--no-prompt-cache"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(read_f32(out), cached) << "both paths give the same logits";
+  r = test::run_dllm({"logits", "--model", mf, "--tokens", ids, "--rows", "3", "--out", out});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--rows: position 3 is in the prompt"), std::string::npos) << r.err;
+  r = test::run_dllm({"logits", "--model", mf, "--tokens", "2,5,6", "--rows", "1", "--out", out});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--tokens"), std::string::npos) << r.err;
+  r = test::run_dllm({"logits", "--model", mf, "--tokens", ids, "--rows", "4", "--out", out, "--self-cond", mf});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--self-cond"), std::string::npos) << r.err;
+  r = test::run_dllm({"logits", "--model", test::data_path("models/tiny-llada-Q8_0.gguf"), "--tokens", "1,2", "--rows",
+                      "0", "--out", out, "--no-prompt-cache"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--no-prompt-cache is for DiffusionGemma"), std::string::npos) << r.err;
+  r = test::run_dllm({"run", "--model", mf, "--prompt", "hi"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("not in dllm yet"), std::string::npos) << r.err;
+}
+
+}  // namespace
