@@ -104,6 +104,63 @@ INSTANTIATE_TEST_SUITE_P(QuantizedModels, FamilyLogits,
                            return test::test_label(info.param);
                          });
 
+// diffusion-gemma (tests/data/diffusion-gemma): the unified pass and the prompt-KV path (prompt encoded once,
+// the canvas against it, with self-conditioning in a5) bit-identical on every family to portable's.
+std::vector<float> diffusion_gemma_logits(const std::string& model, const std::string& name, jit::Isa isa, bool pkv) {
+  static std::map<std::pair<std::string, jit::Isa>, std::unique_ptr<model::Model>> cache;
+  auto& m = cache[{model, isa}];
+  if (!m) {
+    model::LoadOptions o;
+    o.threads = 2;
+    o.make_executor = [isa](ThreadPool& pool) { return std::make_unique<jit::CpuExecutor>(pool, isa); };
+    m = model::Model::load(test::data_path("diffusion-gemma/gguf/" + model + ".gguf"), o);
+  }
+  const auto j = nlohmann::json::parse(test::read_file(test::data_path("diffusion-gemma/logits/" + model + "__" + name + "__pkv.json")));
+  std::vector<int32_t> ids = j.at("prompt_ids").get<std::vector<int32_t>>();
+  const int64_t P = static_cast<int64_t>(ids.size());
+  for (int32_t t : j.at("canvas_ids").get<std::vector<int32_t>>()) ids.push_back(t);
+  const auto rows = j.at("rows").get<std::vector<int64_t>>();
+  std::vector<float> sc;
+  if (j.contains("self_conditioning") && !j["self_conditioning"].is_null()) {
+    const std::string b = test::read_file(test::data_path("diffusion-gemma/logits/" +
+                                                          j["self_conditioning"]["input_logits_file"].get<std::string>()));
+    sc.resize(b.size() / sizeof(float));
+    std::memcpy(sc.data(), b.data(), sc.size() * sizeof(float));
+  }
+  std::vector<float> out(rows.size() * static_cast<size_t>(m->n_vocab()));
+  model::ForwardRequest r{ids, rows, out.data()};
+  r.n_prompt = P;
+  if (!sc.empty()) r.self_cond_logits = sc.data(), r.self_cond_temperature = j["self_conditioning"]["temperature"].get<float>();
+  model::KVCache kv;
+  if (pkv) {
+    model::ForwardRequest enc{std::span<const int32_t>(ids.data(), static_cast<size_t>(P)), {}, nullptr, &kv,
+                              model::CacheMode::Extend};
+    enc.n_prompt = P;
+    m->forward(enc);
+    r.cache = &kv, r.cache_mode = model::CacheMode::Prefix;
+  }
+  m->forward(r);
+  return out;
+}
+
+TEST(FamilyLogitsDiffusionGemma, BitIdenticalOnEveryFamily) {
+  for (const char* model : {"tiny-diffusion-gemma-A-Q8_0", "tiny-diffusion-gemma-A-Q4_K_M"}) {
+    for (const char* name : {"a2_prompt29_long", "a5_self_cond_after_a3_t0.8"}) {
+      for (bool pkv : {false, true}) {
+        const std::vector<float> base = diffusion_gemma_logits(model, name, jit::Isa::Portable, pkv);
+        for (jit::Isa isa : logits_families()) {
+#ifdef DLLM_HAVE_X86_EMU
+          const test::ScopedKernelInterpreter interpreted(!jit::cpu_features().supports(isa));
+#endif
+          const std::vector<float> got = diffusion_gemma_logits(model, name, isa, pkv);
+          EXPECT_EQ(first_bit_difference(got, base), -1)
+              << model << " " << name << (pkv ? " prompt-KV" : " unified") << ": " << jit::isa_name(isa);
+        }
+      }
+    }
+  }
+}
+
 class FamilyGenerations : public ::testing::TestWithParam<std::string> {};
 
 std::vector<int32_t> greedy(const test::GenerationCase& c, jit::Isa isa) {
