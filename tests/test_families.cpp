@@ -29,17 +29,20 @@ namespace fs = std::filesystem;
 
 namespace {
 
-model::Model& family_model(const std::string& file, jit::Isa isa) {
+// The model at tests/data/`rel` on one family, loaded once.
+model::Model& family_model_at(const std::string& rel, jit::Isa isa) {
   static std::map<std::pair<std::string, jit::Isa>, std::unique_ptr<model::Model>> cache;
-  auto& m = cache[{file, isa}];
+  auto& m = cache[{rel, isa}];
   if (!m) {
     model::LoadOptions o;
     o.threads = 2;
     o.make_executor = [isa](ThreadPool& pool) { return std::make_unique<jit::CpuExecutor>(pool, isa); };
-    m = model::Model::load(test::data_path("models/" + file), o);
+    m = model::Model::load(test::data_path(rel), o);
   }
   return *m;
 }
+
+model::Model& family_model(const std::string& file, jit::Isa isa) { return family_model_at("models/" + file, isa); }
 
 // The JIT families this CPU allows besides the portable baseline.
 std::vector<jit::Isa> other_families() {
@@ -107,14 +110,7 @@ INSTANTIATE_TEST_SUITE_P(QuantizedModels, FamilyLogits,
 // diffusion-gemma (tests/data/diffusion-gemma): the unified pass and the prompt-KV path (prompt encoded once,
 // the canvas against it, with self-conditioning in a5) bit-identical on every family to portable's.
 std::vector<float> diffusion_gemma_logits(const std::string& model, const std::string& name, jit::Isa isa, bool pkv) {
-  static std::map<std::pair<std::string, jit::Isa>, std::unique_ptr<model::Model>> cache;
-  auto& m = cache[{model, isa}];
-  if (!m) {
-    model::LoadOptions o;
-    o.threads = 2;
-    o.make_executor = [isa](ThreadPool& pool) { return std::make_unique<jit::CpuExecutor>(pool, isa); };
-    m = model::Model::load(test::data_path("diffusion-gemma/gguf/" + model + ".gguf"), o);
-  }
+  model::Model* m = &family_model_at("diffusion-gemma/gguf/" + model + ".gguf", isa);
   const auto j = nlohmann::json::parse(test::read_file(test::data_path("diffusion-gemma/logits/" + model + "__" + name + "__pkv.json")));
   std::vector<int32_t> ids = j.at("prompt_ids").get<std::vector<int32_t>>();
   const int64_t P = static_cast<int64_t>(ids.size());
