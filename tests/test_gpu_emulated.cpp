@@ -727,5 +727,23 @@ TEST(GpuEmulated, MixtureOfExpertsMatchesLlamaCppAndBatchesExactly) {
   }
 }
 
+
+// diffusion-gemma is not on the GPU yet: the load is refused with a message naming the way out, before any
+// weight reaches the device.
+TEST(GpuEmulated, DiffusionGemmaIsRefusedWithTheCpuBackendNamed) {
+  model::LoadOptions gopt;
+  gopt.threads = 2;
+  gopt.make_executor = [](ThreadPool& p) -> std::unique_ptr<model::Executor> {
+    return std::make_unique<jc::GpuExecutor>(std::make_unique<EmulatorDevice>(), p);
+  };
+  try {
+    model::Model::load(data_path("diffusion-gemma/gguf/tiny-diffusion-gemma-A-Q8_0.gguf"), gopt);
+    FAIL() << "the GPU executor loaded a diffusion-gemma file";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("does not run diffusion-gemma models yet: use --backend cpu"), std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace dllm::test
