@@ -740,7 +740,7 @@ TEST(GpuEmulated, DiffusionGemmaIsRefusedWithTheCpuBackendNamed) {
     model::Model::load(data_path("diffusion-gemma/gguf/tiny-diffusion-gemma-A-Q8_0.gguf"), gopt);
     FAIL() << "the GPU executor loaded a diffusion-gemma file";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("does not run diffusion-gemma models yet: use --backend cpu"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("does not run diffusion-gemma models yet: use --device cpu"), std::string::npos)
         << e.what();
   }
 }

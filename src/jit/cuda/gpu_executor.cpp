@@ -66,7 +66,7 @@ GpuExecutor::AttnKernels GpuExecutor::attn_kernels(const model::RopeSpec& rope, 
 
 void GpuExecutor::prepare_model(const model::HParams& hp) {
   if (hp.prompt_regions || !hp.layer_attn.empty())
-    throw Error("the GPU backend does not run " + hp.arch_name + " models yet: use --backend cpu");
+    throw Error("the GPU backend does not run " + hp.arch_name + " models yet: use --device cpu");
   if (const std::string err = head_dim_error(hp.head_dim, hp.n_rot); !err.empty()) throw Error(err);
   model_d_ = hp.n_embd, model_f_ = hp.n_ff, model_ctx_ = hp.n_ctx;
   const AttnKernels a = attn_kernels(model::RopeSpec{hp.rope_style, hp.n_rot, hp.rope_base},
