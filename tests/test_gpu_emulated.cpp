@@ -668,12 +668,18 @@ TEST(GpuEmulated, GreedyGenerationsMatchTheReferences) {
   tally.expect_at_most(allowed, "emulated generations");
 }
 
-TEST(GpuEmulated, F16ModelIsRejectedNamingATensor) {
+// Load options whose executor is the GPU's over a fresh emulated device.
+model::LoadOptions emulated_gpu_options(int threads) {
   model::LoadOptions opt;
-  opt.threads = 1;
+  opt.threads = threads;
   opt.make_executor = [](ThreadPool& p) -> std::unique_ptr<model::Executor> {
     return std::make_unique<jc::GpuExecutor>(std::make_unique<EmulatorDevice>(), p);
   };
+  return opt;
+}
+
+TEST(GpuEmulated, F16ModelIsRejectedNamingATensor) {
+  const model::LoadOptions opt = emulated_gpu_options(1);
   try {
     model::Model::load(data_path("models/tiny-dream-F16.gguf"), opt);
     FAIL() << "an F16 model loaded on the GPU executor";
@@ -731,11 +737,7 @@ TEST(GpuEmulated, MixtureOfExpertsMatchesLlamaCppAndBatchesExactly) {
 // diffusion-gemma is not on the GPU yet: the load is refused with a message naming the way out, before any
 // weight reaches the device.
 TEST(GpuEmulated, DiffusionGemmaIsRefusedWithTheCpuBackendNamed) {
-  model::LoadOptions gopt;
-  gopt.threads = 2;
-  gopt.make_executor = [](ThreadPool& p) -> std::unique_ptr<model::Executor> {
-    return std::make_unique<jc::GpuExecutor>(std::make_unique<EmulatorDevice>(), p);
-  };
+  const model::LoadOptions gopt = emulated_gpu_options(2);
   try {
     model::Model::load(data_path("diffusion-gemma/gguf/tiny-diffusion-gemma-A-Q8_0.gguf"), gopt);
     FAIL() << "the GPU executor loaded a diffusion-gemma file";

@@ -104,11 +104,7 @@ Backend Engine::choose_backend(const BackendRequest& r, model::LoadOptions& opti
 }
 
 void Engine::load(const model::LoadOptions& options) {
-  if (model::arch_spec(hparams().arch).sampler == model::SamplerKind::EntropyBound) {
-    throw Error(std::string(model::arch_spec(hparams().arch).label) +
-                " generation (the uniform-state entropy-bound sampler) is not in dllm yet: `dllm logits` computes this "
-                "model's logits and `dllm tokenize` its ids");
-  }
+  if (std::string why = model::generation_unavailable(hparams().arch); !why.empty()) throw Error(why);
   model_ = model::Model::load(file_, options);
 }
 

@@ -17,12 +17,21 @@ namespace dllm::model {
 
 namespace {
 
-VectorHandle prepare_vector(Executor& ex, const gguf::TensorInfo* t) {
+// A small tensor's values decoded to f32 (empty for none).
+std::vector<float> host_values(const gguf::TensorInfo* t) {
   if (!t) return {};
   std::vector<float> v(static_cast<size_t>(t->n_elements()));
   quant::dequantize_row(t->type(), t->data, v.data(), t->n_elements());
-  return ex.prepare_vector(v);
+  return v;
 }
+
+VectorHandle prepare_vector(Executor& ex, const gguf::TensorInfo* t) {
+  if (!t) return {};
+  return ex.prepare_vector(host_values(t));
+}
+
+// A one-value tensor (Gemma-4's per-layer scalars); 1 when the file has none.
+float scalar_of(const gguf::TensorInfo* t) { return t ? host_values(t)[0] : 1.0f; }
 
 // The activation buffers of the program.
 enum Slot : int32_t { kX, kQ, kK, kV, kAtt, kGate, kUp, kMlp, kMoe, kTmp };
@@ -90,25 +99,13 @@ void KVCache::reset() {
   n = 0;
 }
 
-namespace {
-float scalar_of(const gguf::TensorInfo* t) {
-  if (!t) return 1.0f;
-  float v = 0;
-  quant::dequantize_row(t->type(), t->data, &v, 1);
-  return v;
-}
-}  // namespace
-
 ForwardWeights prepare_forward_weights(const HParams& hp, const ModelTensors& t, Executor& ex) {
   ex.prepare_model(hp);
   ForwardWeights w;
   w.token_embd = t.token_embd;
   w.output_norm = prepare_vector(ex, t.output_norm);
   w.output = ex.prepare_weight(*t.output);
-  if (t.rope_freqs) {
-    w.rope_freqs.resize(static_cast<size_t>(t.rope_freqs->n_elements()));
-    quant::dequantize_row(t.rope_freqs->type(), t.rope_freqs->data, w.rope_freqs.data(), t.rope_freqs->n_elements());
-  }
+  w.rope_freqs = host_values(t.rope_freqs);
   if (t.self_cond_gate) {
     w.sc_pre_norm = prepare_vector(ex, t.self_cond_pre_norm);
     w.sc_gate = ex.prepare_weight(*t.self_cond_gate);
@@ -149,11 +146,7 @@ ForwardWeights prepare_forward_weights(const HParams& hp, const ModelTensors& t,
     m.router = prepare_vector(ex, lt.ffn_gate_inp);  // [D, E]: row e is expert e's D weights
     m.glu = hp.prompt_regions ? Glu::GeluTanh : Glu::SiLU;
     m.router_scale = prepare_vector(ex, lt.ffn_gate_inp_scale);
-    if (lt.ffn_down_exps_scale) {
-      m.expert_scale.resize(static_cast<size_t>(hp.n_expert));
-      quant::dequantize_row(lt.ffn_down_exps_scale->type(), lt.ffn_down_exps_scale->data, m.expert_scale.data(),
-                            hp.n_expert);
-    }
+    m.expert_scale = host_values(lt.ffn_down_exps_scale);
     std::string name, half;
     for (int64_t e = 0; e < hp.n_expert; ++e) {
       if (lt.ffn_gate_up_exps) {  // fused: each expert's first n_ff rows are the gate, the next n_ff the up

@@ -29,12 +29,18 @@ void LogitSource::forward_cached(std::span<const int32_t>, int64_t, int64_t, std
   throw Error("internal error: this logit source has no dual cache");
 }
 
+std::string generation_unavailable(Arch arch) {
+  if (arch_spec(arch).sampler != SamplerKind::EntropyBound) return {};
+  return std::string(arch_spec(arch).label) +
+         " generation (the uniform-state entropy-bound sampler) is not in dllm yet: `dllm logits` computes this "
+         "model's logits and `dllm tokenize` its ids";
+}
+
 std::optional<SettingProblem> check_settings(const GenerateConfig& c, int64_t prompt_length) {
   const std::string L = std::to_string(c.max_tokens), B = std::to_string(c.block_length),
                     N = std::to_string(c.effective_steps());
   auto problem = [](std::string key, std::string text) { return SettingProblem{std::move(key), std::move(text)}; };
-  if (arch_spec(c.arch).sampler == SamplerKind::EntropyBound)
-    return problem("model", std::string(arch_spec(c.arch).label) + " generation (the uniform-state entropy-bound sampler) is not in dllm yet: `dllm logits` computes this model's logits and `dllm tokenize` its ids");
+  if (std::string why = generation_unavailable(c.arch); !why.empty()) return problem("model", why);
   if (c.max_tokens < 1) return problem("max_tokens", "{setting} {max_tokens} must be at least 1, got " + L);
   if (c.effective_steps() < 1) return problem("steps", "{setting} {steps} must be at least 1, got " + N);
   if (c.top_logprobs < -1 || c.top_logprobs > kMaxTopLogprobs) {

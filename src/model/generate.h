@@ -70,6 +70,9 @@ struct GenerateConfig {
 // setting it mentions as a placeholder, {max_tokens}, and the word for a setting as {setting} /
 // {settings}, for the caller to render in its own terms (name_settings): the CLI says "flag --max-tokens",
 // a request file "key \"max_tokens\"".
+// Why an architecture cannot generate yet ("" when it can): DiffusionGemma's sampler is not in the engine.
+std::string generation_unavailable(Arch arch);
+
 struct SettingProblem {
   std::string key;
   std::string text;

@@ -333,10 +333,12 @@ void Executor::soft_embed(const gguf::TensorInfo& table, const float* logits, in
     float* pr = p + r * V;
     double mx = -INFINITY;
     for (int64_t v = 0; v < V; ++v) mx = std::max(mx, static_cast<double>(l[v]) * inv_t);
+    // Each exponential once, kept in double until the sum is known.
+    std::vector<double> ex(static_cast<size_t>(V));
     double sum = 0;
-    for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(l[v]) * inv_t - mx);
+    for (int64_t v = 0; v < V; ++v) sum += ex[static_cast<size_t>(v)] = std::exp(static_cast<double>(l[v]) * inv_t - mx);
     for (int64_t v = 0; v < V; ++v) {
-      const float pv = static_cast<float>(std::exp(static_cast<double>(l[v]) * inv_t - mx) / sum);
+      const float pv = static_cast<float>(ex[static_cast<size_t>(v)] / sum);
       pr[v] = quant::fp16_to_f32(quant::f32_to_fp16(pv));
     }
   });
