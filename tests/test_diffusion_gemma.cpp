@@ -5,7 +5,9 @@
 // - F32: every case within 1e-3 relative L2 and 5e-3 absolute (the fork's GELU is an F16 table, which dllm
 //   emulates; its F32 matmuls round differently), argmax equal on rows whose top-1 margin exceeds 0.05.
 // - quantised files on the JIT (llama.cpp's arithmetic: int8 activations): within kQuantTolerance; argmax
-//   equal where the margin exceeds 0.5 (docs/correctness.md lists the measured errors per case).
+//   equal where the margin exceeds 0.5 (docs/correctness.md lists the measured errors per case); the
+//   issue's 2e-2, or each case above it explained by near-tie expert choices and int8 rounding flips
+//   (DiffusionGemmaRouter).
 // - the prompt-KV path (prompt encoded once with CacheMode::Extend, canvas run with Prefix) equals the
 //   unified forward bit for bit on every model and executor; so do a batch of both sequences and a prompt
 //   encoded in two pieces.
@@ -25,6 +27,7 @@
 #include "model/forward.h"
 #include "model/model.h"
 #include "model/reference_executor.h"
+#include "router_probe.h"
 #include "support.h"
 
 using namespace dllm;
@@ -228,6 +231,134 @@ TEST(DiffusionGemma, GeluTableMatchesGgmlsRule) {
   for (float x : {-3.0f, -0.5f, 0.0f, 0.3f, 1.0f, 2.5f}) {
     const double exact = 0.5 * x * (1 + std::tanh(0.7978845608 * x * (1 + 0.044715 * x * x)));
     EXPECT_NEAR(model::gelu_tanh_f16_table(x), exact, 2e-3 * (1 + std::abs(exact))) << x;
+  }
+}
+
+// ---------------------------------------------------------------- quantised files: router flips
+
+// A quantised file loaded with a probe executor: the JIT of this CPU's best family, or the reference executor
+// with f32 activations (the router's input without activation quantisation) or with int8 ones (llama.cpp's
+// arithmetic, as the JIT, with sums in double: another summation order of the same arithmetic).
+struct Probed {
+  std::unique_ptr<model::Model> model;
+  test::RouterProbe<jit::CpuExecutor>* jit = nullptr;
+  test::RouterProbe<model::ReferenceExecutor>* ref = nullptr;
+};
+
+enum class ProbeKind { Jit, ReferenceF32, ReferenceInt8 };
+
+std::unique_ptr<Probed> load_probed(const std::string& model, ProbeKind kind) {
+  auto owned = std::make_unique<Probed>();
+  Probed& p = *owned;
+  model::LoadOptions o;
+  o.threads = 2;
+  if (kind == ProbeKind::Jit) {
+    const jit::Isa isa = jit::cpu_features().best();
+    o.make_executor = [&p, isa](ThreadPool& pool) {
+      auto e = std::make_unique<test::RouterProbe<jit::CpuExecutor>>(pool, isa);
+      p.jit = e.get();
+      return e;
+    };
+  } else {
+    const auto acts = kind == ProbeKind::ReferenceF32 ? model::ReferenceExecutor::Activations::F32
+                                                      : model::ReferenceExecutor::Activations::Quantized;
+    o.make_executor = [&p, acts](ThreadPool& pool) {
+      auto e = std::make_unique<test::RouterProbe<model::ReferenceExecutor>>(pool, acts);
+      p.ref = e.get();
+      return e;
+    };
+  }
+  p.model = model::Model::load(dg_path("gguf/" + model + ".gguf"), o);
+  return owned;
+}
+
+// The target for quantised files: within 2e-2 of the fork, and where a case exceeds it, show where the
+// difference comes from. Two discontinuities of llama.cpp's arithmetic turn summation-order differences (ulps)
+// into visible ones, and this tiny random model amplifies them: an expert choice between two experts whose
+// router probabilities differ by less than what activation rounding moves them (the same row with int8
+// activations, the JIT, against f32 ones, the reference), and an int8 rounding of an activation that lies
+// within an ulp of a half step. For each case above 2e-2:
+// - router flips: such near-tie decisions are forced the other way, nearest to a tie first, keeping each flip
+//   that brings the case closer, until it is within 2e-2 (every row and layer of the unified pass is a
+//   candidate: the canvas attends to every position, so a prompt row's choice reaches the canvas);
+// - what is left must be within 2e-2 plus the distance between dllm's two executors of the very same
+//   arithmetic (the JIT against the int8 reference, which sums in double: they part only where an int8
+//   rounding or an expert choice lands on the other side), that is, the fork is no further from the JIT than a
+//   third summation order of the same arithmetic would be.
+// The prompt-KV path gives the same logits bit for bit (checked above), so the unified pass serves both
+// paths' references. Each case is reported (docs/correctness.md keeps the numbers).
+TEST(DiffusionGemmaRouter, QuantisedWithinTwoPercentOrExplainedByRoundingFlips) {
+  constexpr double kTarget = 2e-2;
+  constexpr size_t kTries = 24;  // near-tie decisions tried per case
+  for (const std::string quant : {"Q8_0", "Q4_K_M"}) {
+    const std::string file = "tiny-diffusion-gemma-A-" + quant;
+    const std::unique_ptr<Probed> jit_owned = load_probed(file, ProbeKind::Jit),
+                                  f32_owned = load_probed(file, ProbeKind::ReferenceF32),
+                                  int8_owned = load_probed(file, ProbeKind::ReferenceInt8);
+    Probed &jit = *jit_owned, &f32 = *f32_owned, &int8 = *int8_owned;
+    const model::HParams& hp = jit.model->hparams();
+    const int64_t E = hp.n_expert, k = hp.n_expert_used, V = jit.model->n_vocab();
+    for (const std::string& name : case_names()) {
+      for (const std::string path : {"unified", "pkv"}) {
+        const Case c = load_case(file, name, path);
+        auto rel_of = [&](const std::vector<float>& got) { return compare(got, c, V, 0.5).rel; };
+        jit.jit->flips.clear(), jit.jit->reset();
+        const std::vector<float> got = unified(*jit.model, c);
+        const double rel = rel_of(got);
+        std::printf("%s %s: rel L2 %.3g\n", file.c_str(), c.name.c_str(), rel);
+        if (rel <= kTarget) continue;
+        const auto probs = jit.jit->probs;
+        const auto ids = jit.jit->ids;
+        f32.ref->reset();
+        unified(*f32.model, c);
+        ASSERT_EQ(f32.ref->probs.size(), probs.size());
+        // Every (layer, row) decision nearer to a tie than activation rounding moves that row's probabilities.
+        // The last layer routes only the requested rows (row i there is position c.rows[i]).
+        std::vector<test::Decision> near;
+        for (size_t call = 0; call < probs.size(); ++call) {
+          const int64_t n = static_cast<int64_t>(probs[call].size()) / E;
+          for (int64_t r = 0; r < n; ++r) {
+            const test::Decision d = test::decision_at(probs, ids, static_cast<int>(call), r, E, k);
+            double moved = 0;
+            for (int64_t e = 0; e < E; ++e)
+              moved = std::max<double>(moved, std::fabs(probs[call][r * E + e] - f32.ref->probs[call][r * E + e]));
+            if (d.margin < moved) near.push_back(d);
+          }
+        }
+        std::sort(near.begin(), near.end(),
+                  [](const test::Decision& a, const test::Decision& b) { return a.margin < b.margin; });
+        double best = rel;
+        std::vector<test::Flip> kept;
+        for (size_t j = 0; j < std::min(kTries, near.size()) && best > kTarget; ++j) {
+          const test::Decision& d = near[j];
+          jit.jit->flips = kept;
+          jit.jit->flips.push_back({d.call, d.row, d.selected, d.unselected});
+          jit.jit->reset();
+          const double after = rel_of(unified(*jit.model, c));
+          if (after < best) {
+            const int64_t pos = static_cast<int64_t>(probs[static_cast<size_t>(d.call)].size()) / E ==
+                                        static_cast<int64_t>(c.ids.size())
+                                    ? d.row
+                                    : c.rows[static_cast<size_t>(d.row)];
+            std::printf("  router flip: layer %d position %lld, experts %d / %d differ by %.3g in probability: "
+                        "rel L2 %.3g\n",
+                        d.call, static_cast<long long>(pos), d.selected, d.unselected, d.margin, after);
+            best = after, kept = jit.jit->flips;
+          }
+        }
+        jit.jit->flips.clear();
+        if (best <= kTarget) continue;
+        // What is left: int8 rounding flips. The same arithmetic summed in another order, for scale.
+        Case same = c;
+        same.want = unified(*int8.model, c);
+        const double floor = compare(got, same, V, 0.5).rel;
+        std::printf("  left %.3g; the JIT against the int8 reference (same arithmetic, sums in double): %.3g\n", best,
+                    floor);
+        EXPECT_LE(best, kTarget + floor) << file << " " << c.name << ": " << near.size()
+                                         << " near-tie router decisions, the first " << kTries
+                                         << " tried, and the difference is larger than rounding flips explain";
+      }
+    }
   }
 }
 

@@ -35,6 +35,7 @@
 #include "model/model.h"
 #include "model/reference_executor.h"
 #include "model/sequence.h"
+#include "router_probe.h"
 #include "support.h"
 
 using namespace dllm;
@@ -74,72 +75,6 @@ double rel_l2(const float* a, const float* b, size_t n) {
   return std::sqrt(d / r);
 }
 
-// An executor that records every routing decision (the router probabilities of each row, per call: one
-// call per layer of a pass) and can force chosen decisions the other way.
-struct Flip {
-  int call = 0;       // which route() call of the pass (= the layer, for one sequence)
-  int64_t row = 0;
-  int32_t from = 0;   // the selected expert to drop
-  int32_t to = 0;     // the unselected expert to take instead
-};
-
-template <class Base>
-class Probe : public Base {
- public:
-  using Base::Base;
-  std::vector<std::vector<float>> probs;  // per call, [rows, E]
-  std::vector<std::vector<int32_t>> ids;  // per call, [rows, k]
-  std::vector<Flip> flips;
-  std::vector<std::vector<int32_t>> forced;  // per call: take these ids instead (another executor's choice)
-  std::vector<std::vector<int32_t>> own;      // per call: the ids this executor chose itself
-  int calls = 0;
-  int64_t width = 0;                // when set: lm_head keeps its input rows (the final-normed hidden states)
-  std::vector<float> hidden;
-  void reset() { probs.clear(), ids.clear(), own.clear(), calls = 0; }
-
-  void lm_head(model::WeightHandle output, const float* x, int64_t rows, float* logits) override {
-    if (width > 0) hidden.assign(x, x + rows * width);
-    Base::lm_head(output, x, rows, logits);
-  }
-
-  void route(const model::MoeLayer& m, std::span<const float> router, const float* h, int64_t rows, int64_t D,
-             int32_t* out_ids, float* w) override {
-    const int64_t E = m.n_expert, k = m.n_used;
-    std::vector<float> p(static_cast<size_t>(rows * E));
-    model::moe_route(router, h, rows, D, E, k, m.norm_weights, out_ids, w, p.data());
-    own.emplace_back(out_ids, out_ids + rows * k);
-    if (static_cast<size_t>(calls) < forced.size()) {
-      const std::vector<int32_t>& f = forced[static_cast<size_t>(calls)];
-      if (static_cast<int64_t>(f.size()) != rows * k) throw Error("forced routing of another shape");
-      for (int64_t r = 0; r < rows; ++r) {
-        float sum = 0;
-        for (int64_t j = 0; j < k; ++j) sum += p[static_cast<size_t>(r * E + f[r * k + j])];
-        for (int64_t j = 0; j < k; ++j) {
-          out_ids[r * k + j] = f[r * k + j];
-          const float pj = p[static_cast<size_t>(r * E + f[r * k + j])];
-          w[r * k + j] = m.norm_weights ? pj / sum : pj;
-        }
-      }
-    }
-    for (const Flip& f : flips) {
-      if (f.call != calls) continue;
-      int32_t* sel = out_ids + f.row * k;
-      for (int64_t j = 0; j < k; ++j)
-        if (sel[j] == f.from) sel[j] = f.to;
-      // The weights of the new selection, as the router gives them.
-      float sum = 0;
-      for (int64_t j = 0; j < k; ++j) sum += p[static_cast<size_t>(f.row * E + sel[j])];
-      for (int64_t j = 0; j < k; ++j) {
-        const float pj = p[static_cast<size_t>(f.row * E + sel[j])];
-        w[f.row * k + j] = m.norm_weights ? pj / sum : pj;
-      }
-    }
-    probs.push_back(std::move(p));
-    ids.emplace_back(out_ids, out_ids + rows * k);
-    ++calls;
-  }
-};
-
 // An executor by label: "reference" or a JIT family's.
 struct Choice {
   std::string label;
@@ -160,11 +95,11 @@ std::vector<Choice> executors() {
 // A loaded model with its probe executor.
 struct Loaded {
   std::unique_ptr<model::Model> model;
-  Probe<model::ReferenceExecutor>* ref = nullptr;
-  Probe<jit::CpuExecutor>* jit = nullptr;
+  test::RouterProbe<model::ReferenceExecutor>* ref = nullptr;
+  test::RouterProbe<jit::CpuExecutor>* jit = nullptr;
   std::vector<std::vector<float>>& probs() { return ref ? ref->probs : jit->probs; }
   std::vector<std::vector<int32_t>>& ids() { return ref ? ref->ids : jit->ids; }
-  std::vector<Flip>& flips() { return ref ? ref->flips : jit->flips; }
+  std::vector<test::Flip>& flips() { return ref ? ref->flips : jit->flips; }
   std::vector<std::vector<int32_t>>& forced() { return ref ? ref->forced : jit->forced; }
   std::vector<std::vector<int32_t>>& own() { return ref ? ref->own : jit->own; }
   void reset() { ref ? ref->reset() : jit->reset(); }
@@ -181,14 +116,14 @@ Loaded& load(const std::string& file, const Choice& ex) {
   if (ex.reference) {
     const auto acts = ex.acts;
     o.make_executor = [l, acts](ThreadPool& pool) {
-      auto e = std::make_unique<Probe<model::ReferenceExecutor>>(pool, acts);
+      auto e = std::make_unique<test::RouterProbe<model::ReferenceExecutor>>(pool, acts);
       l->ref = e.get();
       return e;
     };
   } else {
     const jit::Isa isa = ex.isa;
     o.make_executor = [l, isa](ThreadPool& pool) {
-      auto e = std::make_unique<Probe<jit::CpuExecutor>>(pool, isa);
+      auto e = std::make_unique<test::RouterProbe<jit::CpuExecutor>>(pool, isa);
       l->jit = e.get();
       return e;
     };
@@ -207,31 +142,6 @@ std::vector<float> run(Loaded& l, const Case& c) {
 const std::vector<std::string>& models() {
   static const std::vector<std::string> m{"tiny-llada-moe", "tiny-rnd1"};
   return m;
-}
-
-// The router decision nearest to a tie for one row at one call: the least probable selected expert and
-// the most probable unselected one.
-struct Decision {
-  int call = 0;
-  int32_t selected = 0, unselected = 0;
-  float margin = 0;  // p(selected) - p(unselected) >= 0
-};
-
-std::vector<Decision> decisions_by_margin(Loaded& l, int64_t row, int64_t E, int64_t k) {
-  std::vector<Decision> out;
-  for (size_t call = 0; call < l.probs().size(); ++call) {
-    const float* p = l.probs()[call].data() + row * E;
-    const int32_t* sel = l.ids()[call].data() + row * k;
-    const int32_t last = sel[k - 1];
-    int32_t best = -1;
-    for (int32_t e = 0; e < E; ++e) {
-      if (std::find(sel, sel + k, e) != sel + k) continue;
-      if (best < 0 || p[e] > p[best]) best = e;
-    }
-    out.push_back({static_cast<int>(call), last, best, p[last] - p[best]});
-  }
-  std::sort(out.begin(), out.end(), [](const Decision& a, const Decision& b) { return a.margin < b.margin; });
-  return out;
 }
 
 }  // namespace
@@ -465,23 +375,23 @@ TEST(MoeLogits, QuantisedWithinTwoPercentOrExplainedByARouterFlip) {
           run(ref, c);
           const auto probs = l.probs();
           const auto ids = l.ids();
-          std::vector<Flip> fixes;
+          std::vector<test::Flip> fixes;
           for (size_t i = 0; i < c.rows.size(); ++i) {
             const double row_rel = rel_l2(got.data() + i * V, c.logits.data() + i * V, static_cast<size_t>(V));
             if (row_rel <= kQuantTolerance) continue;
             const int64_t r = c.rows[i];
             l.probs() = probs, l.ids() = ids;
-            const std::vector<Decision> near = decisions_by_margin(l, r, E, k);
+            const std::vector<test::Decision> near = test::decisions_by_margin(l.probs(), l.ids(), r, E, k);
             bool fixed = false;
             for (size_t j = 0; j < std::min<size_t>(3, near.size()) && !fixed; ++j) {
-              const Decision& d = near[j];
+              const test::Decision& d = near[j];
               // What activation quantisation moves this row's router probabilities by at this layer.
               double moved = 0;
               for (int64_t e = 0; e < E; ++e) {
                 moved = std::max<double>(moved, std::fabs(probs[static_cast<size_t>(d.call)][r * E + e] -
                                                           ref.probs()[static_cast<size_t>(d.call)][r * E + e]));
               }
-              l.flips() = {Flip{d.call, r, d.selected, d.unselected}};
+              l.flips() = {test::Flip{d.call, r, d.selected, d.unselected}};
               const std::vector<float> flipped = run(l, c);
               const double after = rel_l2(flipped.data() + i * V, c.logits.data() + i * V, static_cast<size_t>(V));
               std::printf("  row %3lld: rel %.3g; layer %d experts %d / %d, probabilities differ by %.3g "
