@@ -129,10 +129,15 @@ void CpuExecutor::matmul_grouped(const model::WeightHandle* ws, float* const* ys
 
 void CpuExecutor::attention(const model::AttentionShape& shape, const float* q, int64_t n_q, const float* k,
                             const float* v, int64_t n_kv, float* out) {
+  attention_ranges(shape, q, n_q, k, v, n_kv, nullptr, out);
+}
+
+void CpuExecutor::attention_ranges(const model::AttentionShape& shape, const float* q, int64_t n_q, const float* k,
+                                   const float* v, int64_t n_kv, const model::KeyRange* ranges, float* out) {
   // A family the CPU lacks runs only under the tests' kernel interpreter (kernel_cache.h): its attention then
   // takes the widest vectors the CPU has, which give the same bits (every width keeps one reduction order).
   const Isa att = cpu_features().supports(isa_) ? isa_ : cpu_features().best();
-  flash_attention(shape, q, n_q, k, v, n_kv, out, pool_, att);
+  flash_attention(shape, q, n_q, k, v, n_kv, out, pool_, att, ranges);
 }
 
 }  // namespace dllm::jit

@@ -33,6 +33,9 @@ class CpuExecutor : public model::Executor {
                       int groups, const float* x, int64_t k) override;
   void attention(const model::AttentionShape& shape, const float* q, int64_t n_q, const float* k,
                  const float* v, int64_t n_kv, float* out) override;
+  // Masked attention in one flash call (keys transposed once for every row's range).
+  void attention_ranges(const model::AttentionShape& shape, const float* q, int64_t n_q, const float* k,
+                        const float* v, int64_t n_kv, const model::KeyRange* ranges, float* out) override;
 
   Isa isa() const { return isa_; }
   double repack_seconds() const { return repack_seconds_; }

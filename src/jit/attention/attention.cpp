@@ -40,6 +40,7 @@ struct Geometry {
   float* out;
   int64_t d, group, n_kv, ld;
   float scale;
+  const model::KeyRange* ranges;  // one per query row, or null: every row attends to [0, n_kv)
 };
 
 // Cephes' single-precision exp (coefficients shared with model/fast_math.h). Attention only exponentiates
@@ -279,10 +280,16 @@ class ReusedBuffer {
 }  // namespace
 
 void flash_attention(const model::AttentionShape& sh, const float* q, int64_t n_q, const float* k,
-                     const float* v, int64_t n_kv, float* out, ThreadPool& pool, Isa isa) {
+                     const float* v, int64_t n_kv, float* out, ThreadPool& pool, Isa isa,
+                     const model::KeyRange* ranges) {
   if (n_q <= 0) return;
   if (n_kv <= 0 || sh.n_head <= 0 || sh.n_head_kv <= 0 || sh.n_head % sh.n_head_kv != 0 || sh.head_dim <= 0)
     throw Error("internal error: bad attention shape");
+  if (ranges) {
+    for (int64_t i = 0; i < n_q; ++i)
+      if (ranges[i].lo < 0 || ranges[i].hi > n_kv || ranges[i].lo >= ranges[i].hi)
+        throw Error("internal error: bad key range");
+  }
   const int64_t d = sh.head_dim, Hkv = sh.n_head_kv, H = sh.n_head;
   int width = isa_has_avx512(isa) ? 16 : (isa == Isa::Portable ? 1 : 8);
   if (d % width) width = 1;  // head dims that are not a multiple of the vector width take the plain path
@@ -304,8 +311,10 @@ void flash_attention(const model::AttentionShape& sh, const float* q, int64_t n_
   g.d = d;
   g.group = H / Hkv;
   g.n_kv = n_kv;
-  g.ld = (n_kv + kTile - 1) / kTile * kTile;
+  // A key range's last tile may start at any key: one more tile of zero padding keeps it inside the buffer.
+  g.ld = (n_kv + kTile - 1) / kTile * kTile + (ranges ? kTile : 0);
   g.scale = sh.scale;
+  g.ranges = ranges;
   // Keys transposed per kv head: kt[kv][c][j], zero-padded to a whole number of tiles.
   float* const kt = kt_buf.get(static_cast<size_t>(Hkv * d * g.ld));
   // In blocks of 16 keys: the 16 key rows being read stay in L1 while every dimension c takes its 16
