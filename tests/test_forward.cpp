@@ -157,6 +157,25 @@ TEST(ReferenceExecutor, RowsAreIndependentOfTheCall) {
   }
 }
 
+TEST(ReferenceExecutor, KeyValueStoreTakesEachLayersOwnWidth) {
+  // Layers of different geometry (diffusion-gemma's sliding and global layers) get their own room: a layer
+  // stores rows of its width, a wider row is refused, and growing the store keeps what it holds.
+  auto m = load("tiny-dream-Q4_K_M");
+  model::Executor& ex = m->executor();
+  const int64_t widths[2] = {128, 64};
+  const model::KvHandle kv = ex.kv_open(widths, 4);
+  const model::Act k = ex.activation(40, 8, 128), v = ex.activation(41, 8, 128);
+  const model::AttentionShape wide{2, 2, 64, 1.0f}, narrow{2, 1, 64, 1.0f};
+  const model::RopeSpec rope{model::RopeStyle::Neox, 64, 10000.0f};
+  EXPECT_NO_THROW(ex.kv_store(kv, 0, k, v, 0, 4, 0, {}, {}, rope, wide));
+  EXPECT_NO_THROW(ex.kv_store(kv, 1, k, v, 0, 4, 0, {}, {}, rope, narrow));
+  EXPECT_THROW(ex.kv_store(kv, 1, k, v, 0, 4, 0, {}, {}, rope, wide), Error);
+  EXPECT_THROW(ex.kv_store(kv, 1, k, v, 0, 1, 4, {}, {}, rope, narrow), Error) << "past the positions";
+  ex.kv_grow(kv, 8);
+  EXPECT_NO_THROW(ex.kv_store(kv, 1, k, v, 0, 4, 4, {}, {}, rope, narrow));
+  ex.kv_close(kv);
+}
+
 }  // namespace
 }  // namespace dllm::test
 

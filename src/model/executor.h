@@ -213,9 +213,9 @@ class Executor {
   virtual void gather(Act src, std::span<const int64_t> rows, Act dst);
   // dst[rows[i]] = src[i] (src and dst distinct).
   virtual void scatter(Act src, std::span<const int64_t> rows, Act dst);
-  // Keys and values of a sequence's store.
-  // kv_dim: the widest layer's Hkv * d (a layer's rows are shape.kv_dim() wide, packed, in its own buffer).
-  virtual KvHandle kv_open(int64_t layers, int64_t positions, int64_t kv_dim);
+  // Keys and values of a sequence's store: one layer per width, layer l's rows widths[l] floats (its Hkv * d,
+  // shape.kv_dim() in kv_store and attend; layers of different geometry take only their own room).
+  virtual KvHandle kv_open(std::span<const int64_t> widths, int64_t positions);
   virtual void kv_close(KvHandle kv);
   // Room for `positions` positions, the stored ones kept (a cached prefix that grows). Default: host stores.
   virtual void kv_grow(KvHandle kv, int64_t positions);

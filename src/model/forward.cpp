@@ -439,6 +439,8 @@ class Program : public LayerProgram {
 void forward_batch(const HParams& hp, const ForwardWeights& w, Executor& ex, std::span<const ForwardRequest> reqs) {
   const int64_t n_layer = static_cast<int64_t>(w.layers.size());
   const int64_t KV = hp.max_kv_dim();
+  std::vector<int64_t> widths(static_cast<size_t>(n_layer));  // each layer's own Hkv * d
+  for (int64_t l = 0; l < n_layer; ++l) widths[static_cast<size_t>(l)] = hp.attn(l).n_head_kv * hp.attn(l).head_dim;
 
   // --- the batch's layout: every request checked before any work ---
   std::vector<Part> parts;
@@ -471,18 +473,18 @@ void forward_batch(const HParams& hp, const ForwardWeights& w, Executor& ex, std
   } stores{ex, parts};
   for (Part& p : parts) {
     if (p.req->cache_mode == CacheMode::None) {
-      p.kv = ex.kv_open(1, p.n, KV);  // scratch: one layer at a time
+      p.kv = ex.kv_open(std::span<const int64_t>(&KV, 1), p.n);  // scratch: one layer at a time, the widest
       continue;
     }
     KVCache& c = *p.req->cache;
     if (p.req->cache_mode == CacheMode::Fill) {
       c.reset();
-      c.handle = ex.kv_open(n_layer, p.n, KV);
+      c.handle = ex.kv_open(widths, p.n);
       c.owner = &ex;
       c.n = c.capacity = p.n;
     } else if (p.req->cache_mode == CacheMode::Extend || p.req->cache_mode == CacheMode::Prefix) {
       if (!c.handle.valid()) {
-        c.handle = ex.kv_open(n_layer, p.n, KV);
+        c.handle = ex.kv_open(widths, p.n);
         c.owner = &ex;
         c.n = 0, c.capacity = p.n;
       } else if (c.capacity < p.n) {

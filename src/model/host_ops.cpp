@@ -171,8 +171,9 @@ struct Executor::HostState {
     int64_t rows = 0, cols = 0;
   };
   struct Kv {
-    int64_t positions = 0, kv_dim = 0;
-    std::vector<std::vector<float>> k, v;  // per layer [positions, kv_dim]
+    int64_t positions = 0;
+    std::vector<int64_t> width;            // per layer
+    std::vector<std::vector<float>> k, v;  // per layer [positions, width]
   };
   std::vector<std::vector<float>> vectors;
   std::map<int32_t, Buffer> buffers;
@@ -387,11 +388,12 @@ void Executor::scatter(Act src, std::span<const int64_t> rows, Act dst) {
   for (size_t i = 0; i < rows.size(); ++i) std::copy_n(s + static_cast<int64_t>(i) * n, n, d + rows[i] * n);
 }
 
-KvHandle Executor::kv_open(int64_t layers, int64_t positions, int64_t kv_dim) {
+KvHandle Executor::kv_open(std::span<const int64_t> widths, int64_t positions) {
   auto& h = host();
   auto kv = std::make_unique<HostState::Kv>();
-  kv->positions = positions, kv->kv_dim = kv_dim;
-  kv->k.assign(static_cast<size_t>(layers), std::vector<float>(static_cast<size_t>(positions * kv_dim), 0.0f));
+  kv->positions = positions;
+  kv->width.assign(widths.begin(), widths.end());
+  for (int64_t w : widths) kv->k.emplace_back(static_cast<size_t>(positions * w), 0.0f);
   kv->v = kv->k;
   for (size_t i = 0; i < h.kv.size(); ++i) {
     if (!h.kv[i]) {
@@ -406,9 +408,9 @@ KvHandle Executor::kv_open(int64_t layers, int64_t positions, int64_t kv_dim) {
 void Executor::kv_grow(KvHandle kv, int64_t positions) {
   auto& s = host().store(kv);
   if (positions <= s.positions) return;
-  // A layer's rows are packed at its own width (<= kv_dim) from the start of its buffer: growing appends.
+  // A layer's rows are packed at its width from the start of its buffer: growing appends.
   for (auto* lv : {&s.k, &s.v})
-    for (std::vector<float>& l : *lv) l.resize(static_cast<size_t>(positions * s.kv_dim), 0.0f);
+    for (size_t l = 0; l < lv->size(); ++l) (*lv)[l].resize(static_cast<size_t>(positions * s.width[l]), 0.0f);
   s.positions = positions;
 }
 
@@ -421,8 +423,8 @@ void Executor::kv_store(KvHandle kv, int64_t layer, Act k, Act v, int64_t row0, 
                         VectorHandle bk, VectorHandle bv, const RopeSpec& spec, const AttentionShape& shape) {
   auto& h = host();
   auto& s = h.store(kv);
-  const int64_t KV = shape.kv_dim();  // this layer's width (at most the store's)
-  if (KV > s.kv_dim || layer < 0 || layer >= static_cast<int64_t>(s.k.size()))
+  const int64_t KV = shape.kv_dim();  // this layer's width (at most the store's for it)
+  if (layer < 0 || layer >= static_cast<int64_t>(s.k.size()) || KV > s.width[static_cast<size_t>(layer)])
     throw Error("internal error: key/value layer out of range");
   if (pos0 < 0 || pos0 + rows > s.positions) throw Error("internal error: key/value positions out of range");
   float* kd = s.k[static_cast<size_t>(layer)].data() + pos0 * KV;
@@ -441,6 +443,8 @@ void Executor::attend(KvHandle kv, int64_t layer, int64_t n_kv, Act q, int64_t r
   auto& h = host();
   auto& s = h.store(kv);
   if (n_kv > s.positions) throw Error("internal error: attending to more positions than the store holds");
+  if (layer < 0 || layer >= static_cast<int64_t>(s.k.size()) || shape.kv_dim() > s.width[static_cast<size_t>(layer)])
+    throw Error("internal error: key/value layer out of range");
   const int64_t Q = shape.n_head * shape.head_dim, rows = static_cast<int64_t>(positions.size());
   float* qd = h.at(q) + row0 * Q;
   add_bias(host_pool_, qd, rows, Q, h.vec(bq));

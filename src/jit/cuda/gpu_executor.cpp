@@ -388,7 +388,9 @@ DeviceBuffer GpuExecutor::take_buffer(size_t bytes) {
   return b;
 }
 
-model::KvHandle GpuExecutor::kv_open(int64_t layers, int64_t positions, int64_t kv_dim) {
+model::KvHandle GpuExecutor::kv_open(std::span<const int64_t> widths, int64_t positions) {
+  const int64_t layers = static_cast<int64_t>(widths.size());
+  const int64_t kv_dim = widths.empty() ? 0 : *std::max_element(widths.begin(), widths.end());
   auto kv = std::make_unique<DevKv>();
   kv->layers = layers, kv->positions = positions, kv->kv_dim = kv_dim;
   const size_t bytes = static_cast<size_t>(std::max<int64_t>(layers * positions * kv_dim, 1)) * kF32;

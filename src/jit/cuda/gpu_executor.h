@@ -67,7 +67,8 @@ class GpuExecutor : public model::Executor {
   void head_norm(model::Act x, int64_t rows, int64_t n_heads, int64_t head_dim, model::VectorHandle w,
                  float eps) override;
   void moe_ffn(const model::MoeLayer& m, model::Act x, int64_t rows, model::VectorHandle norm, float eps) override;
-  model::KvHandle kv_open(int64_t layers, int64_t positions, int64_t kv_dim) override;
+  // One buffer of layers * positions * the widest layer's width (the GPU runs models whose layers share one).
+  model::KvHandle kv_open(std::span<const int64_t> widths, int64_t positions) override;
   void kv_close(model::KvHandle kv) override;
   void kv_store(model::KvHandle kv, int64_t layer, model::Act k, model::Act v, int64_t row0, int64_t rows,
                 int64_t pos0, model::VectorHandle bk, model::VectorHandle bv, const model::RopeSpec& rope,
