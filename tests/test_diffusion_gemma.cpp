@@ -27,6 +27,7 @@
 #include "model/forward.h"
 #include "model/model.h"
 #include "model/reference_executor.h"
+#include "dg_cases.h"
 #include "router_probe.h"
 #include "support.h"
 
@@ -34,50 +35,9 @@ using namespace dllm;
 
 namespace {
 
+using namespace test::dg;
+
 constexpr double kQuantTolerance = 4e-2;
-
-std::string dg_path(const std::string& rel) { return test::data_path("diffusion-gemma/" + rel); }
-
-std::vector<float> read_f32(const std::string& path) {
-  const std::string bytes = test::read_file(path);
-  std::vector<float> v(bytes.size() / sizeof(float));
-  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
-  return v;
-}
-
-struct Case {
-  std::string name;
-  std::vector<int32_t> ids;
-  int64_t n_prompt = 0;
-  std::vector<int64_t> rows;
-  std::vector<float> self_cond;
-  float temperature = 1;
-  std::vector<double> margin;
-  std::vector<float> want;  // the reference's [rows, n_vocab] of one path
-};
-
-Case load_case(const std::string& model, const std::string& name, const std::string& path) {
-  const nlohmann::json j = nlohmann::json::parse(test::read_file(dg_path("logits/" + model + "__" + name + "__" + path + ".json")));
-  Case c;
-  c.name = name + " (" + path + ")";
-  for (int v : j["prompt_ids"]) c.ids.push_back(v);
-  c.n_prompt = static_cast<int64_t>(c.ids.size());
-  for (int v : j["canvas_ids"]) c.ids.push_back(v);
-  for (int64_t r : j["rows"]) c.rows.push_back(r);
-  for (double m : j["top1_minus_top2_logit"]) c.margin.push_back(m);
-  if (j.contains("self_conditioning") && !j["self_conditioning"].is_null()) {
-    c.self_cond = read_f32(dg_path("logits/" + j["self_conditioning"]["input_logits_file"].get<std::string>()));
-    c.temperature = j["self_conditioning"]["temperature"].get<float>();
-  }
-  c.want = read_f32(dg_path("logits/" + j["logits_file"].get<std::string>()));
-  return c;
-}
-
-const std::vector<std::string>& case_names() {
-  static const std::vector<std::string> n{"a1_prompt5_short", "a2_prompt29_long", "a3_chat_prompt_uniform_canvas",
-                                          "a4_prompt8_equals_window", "a5_self_cond_after_a3_t0.8"};
-  return n;
-}
 
 std::unique_ptr<model::Model> load(const std::string& model, bool jit) {
   model::LoadOptions o;
@@ -87,61 +47,6 @@ std::unique_ptr<model::Model> load(const std::string& model, bool jit) {
     o.make_executor = [isa](ThreadPool& pool) { return std::make_unique<jit::CpuExecutor>(pool, isa); };
   }
   return model::Model::load(dg_path("gguf/" + model + ".gguf"), o);
-}
-
-model::ForwardRequest request(const Case& c, float* out) {
-  model::ForwardRequest r{c.ids, c.rows, out};
-  r.n_prompt = c.n_prompt;
-  if (!c.self_cond.empty()) r.self_cond_logits = c.self_cond.data(), r.self_cond_temperature = c.temperature;
-  return r;
-}
-
-std::vector<float> unified(model::Model& m, const Case& c) {
-  std::vector<float> out(c.rows.size() * static_cast<size_t>(m.n_vocab()));
-  m.forward(request(c, out.data()));
-  return out;
-}
-
-// The prompt encoded once (in `pieces` calls), then the canvas against the cache.
-std::vector<float> prompt_kv(model::Model& m, const Case& c, int pieces = 1) {
-  std::vector<float> out(c.rows.size() * static_cast<size_t>(m.n_vocab()));
-  model::KVCache cache;
-  for (int i = 1; i <= pieces; ++i) {
-    const int64_t end = c.n_prompt * i / pieces;
-    if (end == 0 || (cache.handle.valid() && end <= cache.n)) continue;
-    model::ForwardRequest enc{std::span<const int32_t>(c.ids.data(), static_cast<size_t>(end)), {}, nullptr, &cache,
-                              model::CacheMode::Extend};
-    enc.n_prompt = end;
-    m.forward(enc);
-    EXPECT_EQ(cache.n, end);
-  }
-  model::ForwardRequest r = request(c, out.data());
-  if (c.n_prompt > 0) r.cache = &cache, r.cache_mode = model::CacheMode::Prefix;
-  m.forward(r);
-  EXPECT_EQ(cache.n, c.n_prompt) << "a canvas step leaves the cached prefix as it was";
-  return out;
-}
-
-struct Error_ {
-  double rel = 0, max_abs = 0;
-  int argmax_diff = 0;  // rows above the margin whose argmax differs
-};
-
-Error_ compare(const std::vector<float>& got, const Case& c, int64_t V, double margin) {
-  Error_ e;
-  double num = 0, den = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double d = static_cast<double>(got[i]) - c.want[i];
-    num += d * d, den += static_cast<double>(c.want[i]) * c.want[i];
-    e.max_abs = std::max(e.max_abs, std::abs(d));
-  }
-  e.rel = std::sqrt(num / den);
-  for (size_t r = 0; r < c.rows.size(); ++r) {
-    const float* g = got.data() + r * V;
-    const float* w = c.want.data() + r * V;
-    if (c.margin[r] > margin && std::max_element(g, g + V) - g != std::max_element(w, w + V) - w) ++e.argmax_diff;
-  }
-  return e;
 }
 
 struct ModelCase {
@@ -162,7 +67,7 @@ TEST_P(DiffusionGemmaLogits, MatchTheForkOnBothPathsAndThePathsAgreeExactly) {
       const std::vector<float> u = unified(*m, c), k = prompt_kv(*m, c);
       ASSERT_EQ(u.size(), c.want.size());
       EXPECT_EQ(std::memcmp(u.data(), k.data(), u.size() * sizeof(float)), 0) << c.name << ": prompt-KV != unified";
-      const Error_ e = compare(path == std::string("unified") ? u : k, c, V, f32 ? 0.05 : 0.5);
+      const Deviation e = compare(path == std::string("unified") ? u : k, c, V, f32 ? 0.05 : 0.5);
       std::printf("%s %s %s: rel %.2e max %.2e\n", p.model.c_str(), p.jit ? "jit" : "reference", c.name.c_str(), e.rel,
                   e.max_abs);
       if (f32) {

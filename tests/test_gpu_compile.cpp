@@ -63,7 +63,7 @@ model::HParams dream_7b() {
   return hp;
 }
 
-// Every kernel of the four quantised tiny fixtures (from their files) and of the two real shapes, in every
+// Every kernel of the six quantised tiny fixtures (from their files; diffusion-gemma's with key ranges) and of the two real shapes, in every
 // weight format (Q5_K and Q5_0 included).
 jc::KernelSet all_kernels() {
   jc::KernelSet set;
@@ -72,6 +72,11 @@ jc::KernelSet all_kernels() {
     const model::HParams hp = model::read_hparams(*file);
     set.add(jc::kernels_for_model(hp, model::check_tensors(*file, hp)));
     set.add(jc::kernels_for_hparams(hp, {jc::WeightFormat::Q8_0, jc::WeightFormat::Q4_K, jc::WeightFormat::Q5_K, jc::WeightFormat::Q6_K, jc::WeightFormat::Q5_0}));
+  }
+  for (const char* name : {"tiny-diffusion-gemma-A-Q8_0", "tiny-diffusion-gemma-A-Q4_K_M"}) {  // both head geometries
+    const auto file = gguf::File::open(data_path(std::string("diffusion-gemma/gguf/") + name + ".gguf"));
+    const model::HParams hp = model::read_hparams(*file);
+    set.add(jc::kernels_for_model(hp, model::check_tensors(*file, hp)));
   }
   for (const model::HParams& hp : {llada_8b(), dream_7b()}) {
     set.add(jc::kernels_for_hparams(hp, {jc::WeightFormat::Q8_0, jc::WeightFormat::Q4_K, jc::WeightFormat::Q5_K, jc::WeightFormat::Q6_K, jc::WeightFormat::Q5_0}));

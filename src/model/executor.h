@@ -250,6 +250,9 @@ class Executor {
  protected:
   // The host operations' thread pool (element-wise work); executors that keep the defaults set it.
   explicit Executor(ThreadPool* pool = nullptr);
+  // The host buffer of an activation slot as the default operations read and write it (sized by
+  // Executor::activation): a device executor mirrors a slot's rows there to run a default operation.
+  float* host_data(Act a);
 
  private:
   struct HostState;

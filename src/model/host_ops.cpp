@@ -230,6 +230,8 @@ std::span<const float> Executor::host_vector(VectorHandle v) const {
   return host_->vectors[static_cast<size_t>(v.index)];
 }
 
+float* Executor::host_data(Act a) { return host().at(a); }
+
 Act Executor::activation(int32_t slot, int64_t rows, int64_t cols) {
   auto& b = host().buffers[slot];
   const size_t need = static_cast<size_t>(std::max<int64_t>(rows, 1) * cols);

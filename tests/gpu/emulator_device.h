@@ -81,6 +81,24 @@ inline const std::map<std::string, Launcher>& emulated_kernels() {
     add_gemm_all_formats<136, 96>(m);  // Q8_0 unit test: k-blocks padded (3 -> 4)
     add_gemm<WT_Q5_0, 136, 96>(m);     // Q5_0 unit tests (no fixture model has Q5_0): the same, and
     add_gemm<WT_Q5_0, 24, 704>(m);     // DiffusionGemma's down-projection width (22 k-blocks -> 24)
+    // tiny-diffusion-gemma-A (D 256, 4 heads of 64 sliding / 128 global, F 192, 8 experts of 64, vocabulary
+    // 1536) as Q8_0 and Q4_K_M (Q4_K, Q5_K, Q6_K, Q8_0, Q5_0).
+    add_gemm<WT_Q8_0, 512, 256>(m);
+    add_gemm<WT_Q4_K, 512, 256>(m);
+    add_gemm<WT_Q8_0, 256, 512>(m);
+    add_gemm<WT_Q5_K, 256, 512>(m);
+    add_gemm<WT_Q8_0, 192, 256>(m);
+    add_gemm<WT_Q4_K, 192, 256>(m);
+    add_gemm<WT_Q8_0, 256, 192>(m);
+    add_gemm<WT_Q5_0, 256, 192>(m);
+    add_gemm<WT_Q8_0, 64, 256>(m);
+    add_gemm<WT_Q4_K, 64, 256>(m);
+    add_gemm<WT_Q8_0, 256, 64>(m);
+    add_gemm<WT_Q5_0, 256, 64>(m);
+    add_gemm<WT_Q8_0, 1536, 256>(m);
+    add_gemm<WT_Q6_K, 1536, 256>(m);
+    add_quant_all<192>(m);
+    add_quant_all<64>(m);
     add_quant_all<256>(m);
     add_quant_all<768>(m);
     add_quant_all<512>(m);
@@ -96,11 +114,14 @@ inline const std::map<std::string, Launcher>& emulated_kernels() {
     add_pack<2, 128, 128, PK_NONE, 0>(m);
     add_pack<1, 128, 128, PK_NONE, 0>(m);
     add_pack<1, 128, 128, PK_NONE, 1>(m);
+    add_pack<4, 128, 128, PK_NEOX, 0>(m);  // diffusion-gemma's global layers: q, k
+    add_pack<1, 128, 128, PK_NEOX, 0>(m);
     add_pack<2, 64, 32, PK_NORM, 0>(m);  // partial rotation
     add_pack<2, 64, 32, PK_NEOX, 0>(m);
     add_attn<4, 4, 64>(m);
     add_attn<4, 2, 64>(m);
     add_attn<2, 1, 128>(m);
+    add_attn<4, 1, 128>(m);  // diffusion-gemma's global layers (sliding: 4, 2, 64)
     return m;
   }();
   return r;

@@ -30,6 +30,19 @@ constexpr size_t kMaxSpareBuffers = 4;  // buffers of closed key/value stores ke
 
 std::string internal(const std::string& what) { return "internal error: " + what; }
 
+// Row i of the listed rows between two device buffers, one copy per run of consecutive rows: gather (dst row i
+// = src row rows[i]) or scatter (dst row rows[i] = src row i).
+void copy_rows(Device& dev, DevAddr dst, DevAddr src, std::span<const int64_t> rows, size_t row_bytes, bool scatter) {
+  const int64_t n = static_cast<int64_t>(rows.size());
+  for (int64_t i = 0; i < n;) {
+    int64_t j = i + 1;
+    while (j < n && rows[static_cast<size_t>(j)] == rows[static_cast<size_t>(j - 1)] + 1) ++j;
+    const size_t listed = static_cast<size_t>(rows[static_cast<size_t>(i)]) * row_bytes, own = static_cast<size_t>(i) * row_bytes;
+    dev.copy(dst + (scatter ? listed : own), src + (scatter ? own : listed), static_cast<size_t>(j - i) * row_bytes);
+    i = j;
+  }
+}
+
 }  // namespace
 
 std::string GpuProfile::report() const {
@@ -56,25 +69,10 @@ std::unique_ptr<GpuExecutor> GpuExecutor::open(ThreadPool& pool, int ordinal) {
 
 // ---------------------------------------------------------------- load time
 
-GpuExecutor::AttnKernels GpuExecutor::attn_kernels(const model::RopeSpec& rope, const model::AttentionShape& sh) {
-  const PackStyle style = rope.style == model::RopeStyle::Neox ? PackStyle::Neox : PackStyle::Norm;
-  return {PackDesc{sh.n_head, sh.head_dim, rope.n_rot, style, false},
-          PackDesc{sh.n_head_kv, sh.head_dim, rope.n_rot, style, false},
-          PackDesc{sh.n_head_kv, sh.head_dim, rope.n_rot, PackStyle::None, true},
-          AttnDesc{sh.n_head, sh.n_head_kv, sh.head_dim}};
-}
-
 void GpuExecutor::prepare_model(const model::HParams& hp) {
-  if (hp.prompt_regions || !hp.layer_attn.empty())
-    throw Error("the GPU backend does not run " + hp.arch_name + " models yet: use --device cpu");
-  if (const std::string err = head_dim_error(hp.head_dim, hp.n_rot); !err.empty()) throw Error(err);
+  if (const std::string err = attention_geometry_error(hp); !err.empty()) throw Error(err);
   model_d_ = hp.n_embd, model_f_ = hp.n_ff, model_ctx_ = hp.n_ctx;
-  const AttnKernels a = attn_kernels(model::RopeSpec{hp.rope_style, hp.n_rot, hp.rope_base},
-                                     model::AttentionShape{hp.n_head, hp.n_head_kv, hp.head_dim, 0.f});
-  kernels_.add(a.q);
-  kernels_.add(a.k);
-  kernels_.add(a.v);
-  kernels_.add(a.attn);
+  add_attention_kernels(kernels_, hp);  // every layer's geometry (Gemma-4: two)
   kernels_loaded_ = false;
 }
 
@@ -231,7 +229,7 @@ void GpuExecutor::timed(double& slot, F&& f) {
 }
 
 size_t GpuExecutor::workspace_bytes(const model::HParams& hp, int64_t n, int64_t m) {
-  const int64_t D = hp.n_embd, Q = hp.q_dim(), KV = hp.kv_dim(), F = hp.n_ff;
+  const int64_t D = hp.n_embd, Q = hp.q_dim(), KV = hp.max_kv_dim(), F = hp.n_ff;
   const int64_t kmax = std::max({D, Q, F});
   size_t b = act_bytes(n, kmax) + 2 * act_scale_bytes(n, kmax);
   b += static_cast<size_t>(n) * kF32 * static_cast<size_t>(D + Q + 2 * KV + Q + 2 * F);  // activation slots
@@ -312,27 +310,81 @@ void GpuExecutor::swiglu_matmul_add(model::WeightHandle h, model::Act gate, mode
   });
 }
 
+template <class F>
+void GpuExecutor::on_host(std::initializer_list<model::Act> acts, std::initializer_list<model::Act> outs, F&& f) {
+  const auto bytes = [](const DevAct& d) { return static_cast<size_t>(d.rows * d.cols) * kF32; };
+  timed(profile_.transfer_s, [&] {
+    for (model::Act a : acts) {
+      const DevAct& d = act(a);
+      Executor::activation(a.slot, d.rows, d.cols);
+      if (d.rows > 0) dev_->download(host_data(a), d.buf.buf.addr(), bytes(d));
+    }
+  });
+  timed(profile_.gemm_s, f);  // host work around the device's products
+  timed(profile_.transfer_s, [&] {
+    for (model::Act a : outs) {
+      const DevAct& d = act(a);
+      if (d.rows > 0) dev_->upload(d.buf.buf.addr(), host_data(a), bytes(d));
+    }
+  });
+}
+
+void GpuExecutor::glu_matmul(model::Glu glu, model::WeightHandle h, model::Act gate, model::Act up, int64_t rows,
+                             model::Act y) {
+  if (rows <= 0) return;
+  if (glu == model::Glu::SiLU) {  // the SwiGLU quantiser, the product written
+    const GpuWeight* w = &weight(h);
+    load_model_kernels();
+    timed(profile_.gemm_s, [&] {
+      gpu_quant_for(*dev_, QuantMode::SwiGlu, std::span(&w, 1), at(gate), at(up), 0, 0, rows, act(gate).cols, 0.f,
+                    act_);
+      gpu_gemm(*dev_, *w, act_, rows, at(y), act(y).cols, false);
+    });
+    return;
+  }
+  on_host({gate, up, y}, {y}, [&] { Executor::glu_matmul(glu, h, gate, up, rows, y); });
+}
+
+void GpuExecutor::matmul_norm_add(model::WeightHandle w, model::Act x, int64_t rows, model::VectorHandle norm,
+                                  float eps, model::Act y) {
+  if (rows > 0) on_host({x, y}, {y}, [&] { Executor::matmul_norm_add(w, x, rows, norm, eps, y); });
+}
+
+void GpuExecutor::norm(model::Act x, int64_t rows, model::VectorHandle w, float eps, model::Act y) {
+  if (rows > 0) on_host({x, y}, {y}, [&] { Executor::norm(x, rows, w, eps, y); });
+}
+
+void GpuExecutor::norm_add(model::Act x, int64_t rows, model::VectorHandle w, float eps, model::Act y) {
+  if (rows > 0) on_host({x, y}, {y}, [&] { Executor::norm_add(x, rows, w, eps, y); });
+}
+
+void GpuExecutor::add(model::Act x, int64_t rows, model::Act y) {
+  if (rows > 0) on_host({x, y}, {y}, [&] { Executor::add(x, rows, y); });
+}
+
+void GpuExecutor::scale_rows(model::Act x, std::span<const float> s) {
+  if (!s.empty()) on_host({x}, {x}, [&] { Executor::scale_rows(x, s); });
+}
+
+void GpuExecutor::soft_embed(const gguf::TensorInfo& table, const float* logits, int64_t rows, float temperature,
+                             float scale, model::Act x) {
+  if (rows > 0) on_host({x}, {x}, [&] { Executor::soft_embed(table, logits, rows, temperature, scale, x); });
+}
+
 void GpuExecutor::head_norm(model::Act x, int64_t rows, int64_t n_heads, int64_t head_dim, model::VectorHandle w,
                             float eps) {
   if (rows <= 0) return;
-  const size_t bytes = static_cast<size_t>(rows * n_heads * head_dim) * kF32;
   if (act(x).cols != n_heads * head_dim) throw Error(internal("head_norm over an activation of another width"));
-  host_x_.resize(bytes / kF32);
-  timed(profile_.transfer_s, [&] { dev_->download(host_x_.data(), at(x), bytes); });
-  model::head_norm_on_host(&pool_, host_x_.data(), rows, n_heads, head_dim, host_vector(w).data(), eps);
-  timed(profile_.transfer_s, [&] { dev_->upload(at(x), host_x_.data(), bytes); });
+  on_host({x}, {x}, [&] { Executor::head_norm(x, rows, n_heads, head_dim, w, eps); });
 }
 
 void GpuExecutor::moe_ffn(const model::MoeLayer& m, model::Act x, int64_t rows, model::VectorHandle norm, float eps) {
-  if (rows <= 0) return;
-  const int64_t D = act(x).cols;
-  const size_t bytes = static_cast<size_t>(rows * D) * kF32;
-  std::vector<float> hx(static_cast<size_t>(rows * D));  // host_x_ is the per-call primitives' staging
-  timed(profile_.transfer_s, [&] { dev_->download(hx.data(), at(x), bytes); });
-  timed(profile_.gemm_s, [&] {
-    model::moe_ffn_on_host(*this, &pool_, m, host_vector(m.router), host_vector(norm), eps, hx.data(), rows, D);
-  });
-  timed(profile_.transfer_s, [&] { dev_->upload(at(x), hx.data(), bytes); });
+  if (rows > 0) on_host({x}, {x}, [&] { Executor::moe_ffn(m, x, rows, norm, eps); });
+}
+
+void GpuExecutor::moe_ffn_to(const model::MoeLayer& m, model::Act x, int64_t rows, model::VectorHandle norm, float eps,
+                             model::Act out) {
+  if (rows > 0) on_host({x, out}, {out}, [&] { Executor::moe_ffn_to(m, x, rows, norm, eps, out); });
 }
 
 void GpuExecutor::gather(model::Act src, std::span<const int64_t> rows, model::Act dst) {
@@ -351,23 +403,43 @@ void GpuExecutor::gather(model::Act src, std::span<const int64_t> rows, model::A
     // In place through a scratch buffer that then becomes dst's (no second copy).
     const bool same = src.slot == dst.slot;
     const DevAddr out = same ? gather_.get(*dev_, static_cast<size_t>(std::max(d.rows, n)) * row_bytes) : d.buf.buf.addr();
-    const DevAddr in = s.buf.buf.addr();
-    for (int64_t i = 0; i < n;) {  // one copy per run of consecutive rows
-      int64_t j = i + 1;
-      while (j < n && rows[static_cast<size_t>(j)] == rows[static_cast<size_t>(j - 1)] + 1) ++j;
-      dev_->copy(out + static_cast<size_t>(i) * row_bytes, in + static_cast<size_t>(rows[static_cast<size_t>(i)]) * row_bytes,
-                 static_cast<size_t>(j - i) * row_bytes);
-      i = j;
-    }
+    copy_rows(*dev_, out, s.buf.buf.addr(), rows, row_bytes, false);
     if (same) std::swap(d.buf.buf, gather_.buf);
   });
 }
 
+void GpuExecutor::scatter(model::Act src, std::span<const int64_t> rows, model::Act dst) {
+  if (rows.empty()) return;
+  if (src.slot == dst.slot) throw Error(internal("scatter within one activation"));
+  const DevAct& s = act(src);
+  const DevAct& d = act(dst);
+  const int64_t n = static_cast<int64_t>(rows.size());
+  if (d.cols != s.cols || s.rows < n) throw Error(internal("scatter from an activation of another shape"));
+  for (int64_t r : rows) {
+    if (r < 0 || r >= d.rows) throw Error(internal("scattered row out of range"));
+  }
+  timed(profile_.transfer_s, [&] {
+    copy_rows(*dev_, d.buf.buf.addr(), s.buf.buf.addr(), rows, static_cast<size_t>(s.cols) * kF32, true);
+  });
+}
+
+void GpuExecutor::DevKv::lay_out(std::span<const int64_t> widths, int64_t n_pos) {
+  layers = static_cast<int64_t>(widths.size()), positions = n_pos;
+  width.assign(widths.begin(), widths.end());
+  first.resize(width.size());
+  int64_t at = 0;
+  for (size_t l = 0; l < width.size(); ++l) first[l] = at, at += positions * width[l];
+}
+size_t GpuExecutor::DevKv::bytes() const {
+  return width.empty() ? kF32 : static_cast<size_t>(std::max<int64_t>(first.back() + positions * width.back(), 1)) * kF32;
+}
 DevAddr GpuExecutor::DevKv::k_at(int64_t layer, int64_t pos) const {
-  return k.addr() + static_cast<size_t>((layer * positions + pos) * kv_dim) * kF32;
+  const size_t l = static_cast<size_t>(layer);
+  return k.addr() + static_cast<size_t>(first[l] + pos * width[l]) * kF32;
 }
 DevAddr GpuExecutor::DevKv::v_at(int64_t layer, int64_t pos) const {
-  return v.addr() + static_cast<size_t>((layer * positions + pos) * kv_dim) * kF32;
+  const size_t l = static_cast<size_t>(layer);
+  return v.addr() + static_cast<size_t>(first[l] + pos * width[l]) * kF32;
 }
 
 GpuExecutor::DevKv& GpuExecutor::store(model::KvHandle h) {
@@ -389,16 +461,14 @@ DeviceBuffer GpuExecutor::take_buffer(size_t bytes) {
 }
 
 model::KvHandle GpuExecutor::kv_open(std::span<const int64_t> widths, int64_t positions) {
-  const int64_t layers = static_cast<int64_t>(widths.size());
-  const int64_t kv_dim = widths.empty() ? 0 : *std::max_element(widths.begin(), widths.end());
   auto kv = std::make_unique<DevKv>();
-  kv->layers = layers, kv->positions = positions, kv->kv_dim = kv_dim;
-  const size_t bytes = static_cast<size_t>(std::max<int64_t>(layers * positions * kv_dim, 1)) * kF32;
+  kv->lay_out(widths, positions);
+  const size_t bytes = kv->bytes();
   kv->k = take_buffer(bytes);
   kv->v = take_buffer(bytes);
   dev_->zero(kv->k.addr(), bytes);  // positions never stored read as zeros, as on the host
   dev_->zero(kv->v.addr(), bytes);
-  kv->bk.assign(static_cast<size_t>(layers), model::VectorHandle{});
+  kv->bk.assign(static_cast<size_t>(kv->layers), model::VectorHandle{});
   kv->bv = kv->bk;
   for (size_t i = 0; i < kv_.size(); ++i) {
     if (!kv_[i]) {
@@ -419,54 +489,91 @@ void GpuExecutor::kv_close(model::KvHandle h) {
   kv_[static_cast<size_t>(h.index)].reset();
 }
 
+void GpuExecutor::kv_grow(model::KvHandle h, int64_t positions) {
+  DevKv& s = store(h);
+  if (positions <= s.positions) return;
+  DevKv grown;
+  grown.lay_out(s.width, positions);
+  const size_t bytes = grown.bytes();
+  grown.k = take_buffer(bytes);
+  grown.v = take_buffer(bytes);
+  dev_->zero(grown.k.addr(), bytes);
+  dev_->zero(grown.v.addr(), bytes);
+  for (int64_t l = 0; l < s.layers; ++l) {  // each layer's stored positions to the start of its new room
+    const size_t n = static_cast<size_t>(s.positions * s.width[static_cast<size_t>(l)]) * kF32;
+    dev_->copy(grown.k_at(l, 0), s.k_at(l, 0), n);
+    dev_->copy(grown.v_at(l, 0), s.v_at(l, 0), n);
+  }
+  spare_.push_back(std::move(s.k));
+  spare_.push_back(std::move(s.v));
+  while (spare_.size() > kMaxSpareBuffers) spare_.erase(spare_.begin());
+  s.positions = positions, s.first = grown.first;
+  s.k = std::move(grown.k), s.v = std::move(grown.v);
+}
+
 void GpuExecutor::kv_store(model::KvHandle h, int64_t layer, model::Act k, model::Act v, int64_t row0, int64_t rows,
                            int64_t pos0, model::VectorHandle bk, model::VectorHandle bv, const model::RopeSpec&,
-                           const model::AttentionShape&) {
+                           const model::AttentionShape& shape) {
   if (rows <= 0) return;
   DevKv& s = store(h);
   if (layer < 0 || layer >= s.layers || pos0 < 0 || pos0 + rows > s.positions) {
     throw Error(internal("key/value positions out of range"));
   }
-  if (act(k).cols != s.kv_dim || act(v).cols != s.kv_dim) throw Error(internal("key/value width differs from the store's"));
+  const int64_t width = s.width[static_cast<size_t>(layer)];
+  if (act(k).cols != width || act(v).cols != width || shape.kv_dim() != width)
+    throw Error(internal("key/value width differs from the store's"));
   // Raw projections in; bias and RoPE are applied when attend() packs the layer (the same kernel, the
   // same values as packing them here).
   s.bk[static_cast<size_t>(layer)] = bk;
   s.bv[static_cast<size_t>(layer)] = bv;
-  const size_t bytes = static_cast<size_t>(rows * s.kv_dim) * kF32;
+  const size_t bytes = static_cast<size_t>(rows * width) * kF32;
   timed(profile_.attention_s, [&] {
     dev_->copy(s.k_at(layer, pos0), at(k, row0), bytes);
     dev_->copy(s.v_at(layer, pos0), at(v, row0), bytes);
   });
 }
 
-// cos/sin of position * base^(-2p/n_rot) for pairs p < n_rot/2, in double exactly as the host computes
-// them, and the positions 0..cap-1 (contiguous rows read their positions from it).
-void GpuExecutor::ensure_rope(const model::RopeSpec& rope, int64_t n_pos) {
-  const bool same = rope.n_rot == rope_.n_rot && rope.base == rope_.base;
-  if (same && n_pos <= rope_cap_) return;
-  int64_t cap = std::max(pad_rows(n_pos), same ? 2 * rope_cap_ : int64_t{0});
-  if (model_ctx_ > 0) cap = std::max(pad_rows(n_pos), std::min(cap, pad_rows(model_ctx_)));
-  const int64_t half = rope.n_rot / 2;
+// cos/sin of position * base^(-2p/n_rot) / freq_factors[p] for pairs p < n_rot/2, in double exactly as the host
+// computes them, one table per RoPE flavour; and the positions 0..cap-1 (contiguous rows read their positions
+// from it).
+const GpuExecutor::RopeTable& GpuExecutor::ensure_rope(const model::RopeSpec& rope, int64_t n_pos) {
+  const auto capacity = [&](int64_t have) {
+    int64_t cap = std::max(pad_rows(n_pos), 2 * have);
+    if (model_ctx_ > 0) cap = std::max(pad_rows(n_pos), std::min(cap, pad_rows(model_ctx_)));
+    return cap;
+  };
+  if (n_pos > pos_cap_) {
+    const int64_t cap = capacity(pos_cap_);
+    std::vector<int> pos(static_cast<size_t>(cap));
+    for (int64_t i = 0; i < cap; ++i) pos[static_cast<size_t>(i)] = static_cast<int>(i);
+    pos_ = DeviceBuffer(*dev_, pos.size() * sizeof(int));
+    dev_->upload(pos_.addr(), pos.data(), pos_.bytes());
+    pos_cap_ = cap;
+  }
+  RopeTable* t = nullptr;
+  for (RopeTable& r : ropes_) {
+    if (r.spec.n_rot == rope.n_rot && r.spec.base == rope.base && r.spec.freq_factors == rope.freq_factors) t = &r;
+  }
+  if (t && n_pos <= t->cap) return *t;
+  if (!t) t = &ropes_.emplace_back();
+  const int64_t cap = capacity(t->cap), half = rope.n_rot / 2;
   std::vector<double> c(static_cast<size_t>(cap * half)), s(c.size());
-  std::vector<int> pos(static_cast<size_t>(cap));
   for (int64_t p = 0; p < half; ++p) {
-    const double inv_freq = std::pow(static_cast<double>(rope.base),
-                                     -2.0 * static_cast<double>(p) / static_cast<double>(rope.n_rot));
+    double inv_freq = std::pow(static_cast<double>(rope.base),
+                               -2.0 * static_cast<double>(p) / static_cast<double>(rope.n_rot));
+    if (rope.freq_factors) inv_freq /= static_cast<double>(rope.freq_factors[p]);
     for (int64_t i = 0; i < cap; ++i) {
       const double theta = static_cast<double>(i) * inv_freq;
       c[static_cast<size_t>(i * half + p)] = std::cos(theta);
       s[static_cast<size_t>(i * half + p)] = std::sin(theta);
     }
   }
-  for (int64_t i = 0; i < cap; ++i) pos[static_cast<size_t>(i)] = static_cast<int>(i);
-  cos_ = DeviceBuffer(*dev_, c.size() * sizeof(double));
-  dev_->upload(cos_.addr(), c.data(), cos_.bytes());
-  sin_ = DeviceBuffer(*dev_, s.size() * sizeof(double));
-  dev_->upload(sin_.addr(), s.data(), sin_.bytes());
-  pos_ = DeviceBuffer(*dev_, pos.size() * sizeof(int));
-  dev_->upload(pos_.addr(), pos.data(), pos_.bytes());
-  rope_ = rope;
-  rope_cap_ = cap;
+  t->cos = DeviceBuffer(*dev_, std::max<size_t>(c.size(), 1) * sizeof(double));
+  t->sin = DeviceBuffer(*dev_, std::max<size_t>(s.size(), 1) * sizeof(double));
+  dev_->upload(t->cos.addr(), c.data(), c.size() * sizeof(double));
+  dev_->upload(t->sin.addr(), s.data(), s.size() * sizeof(double));
+  t->spec = rope, t->cap = cap;
+  return *t;
 }
 
 DevAddr GpuExecutor::positions_addr(std::span<const int64_t> positions) {
@@ -485,14 +592,21 @@ void GpuExecutor::attend(model::KvHandle h, int64_t layer, int64_t n_kv, model::
                          std::span<const model::KeyRange> ranges) {
   const int64_t rows = static_cast<int64_t>(positions.size());
   if (rows == 0) return;
-  if (!ranges.empty()) throw Error("internal error: the GPU backend has no masked attention");
   DevKv& s = store(h);
   const int64_t H = shape.n_head, Hkv = shape.n_head_kv, d = shape.head_dim;
-  if (layer < 0 || layer >= s.layers || n_kv <= 0 || n_kv > s.positions || Hkv * d != s.kv_dim ||
+  if (layer < 0 || layer >= s.layers || n_kv <= 0 || n_kv > s.positions || Hkv * d != s.width[static_cast<size_t>(layer)] ||
       H <= 0 || Hkv <= 0 || H % Hkv != 0 || act(q).cols != H * d || act(out).cols != H * d) {
     throw Error(internal("bad attention shape"));
   }
-  const AttnKernels ak = attn_kernels(rope, shape);
+  if (!ranges.empty() && static_cast<int64_t>(ranges.size()) != rows) throw Error(internal("one key range per query row"));
+  std::vector<int> bounds;  // the rows' key ranges as the kernel reads them
+  bounds.reserve(ranges.size() * 2);
+  for (const model::KeyRange& r : ranges) {
+    if (r.lo < 0 || r.lo >= r.hi || r.hi > n_kv) throw Error(internal("key range out of the stored positions"));
+    bounds.push_back(static_cast<int>(r.lo));
+    bounds.push_back(static_cast<int>(r.hi));
+  }
+  const AttentionKernels ak = attention_kernels(rope, shape);
   if (!attn_checked_valid_ || !(attn_checked_ == ak)) {
     if (const std::string err = head_dim_error(d, rope.n_rot); !err.empty()) throw Error(err);
     for (const std::string& name : {ak.q.name(), ak.k.name(), ak.v.name(), ak.attn.name()}) {
@@ -513,18 +627,24 @@ void GpuExecutor::attend(model::KvHandle h, int64_t layer, int64_t n_kv, model::
     if (p < 0) throw Error(internal("negative query position"));
     max_pos = std::max(max_pos, p + 1);
   }
-  ensure_rope(rope, max_pos);
+  const RopeTable& tab = ensure_rope(rope, max_pos);
   const size_t l = static_cast<size_t>(layer);
+  const int64_t width = s.width[l];
   timed(profile_.attention_s, [&] {
     const DevAddr qh = qh_.get(*dev_, packed_heads_bytes(H, d, rows));
     const DevAddr kh = kh_.get(*dev_, packed_heads_bytes(Hkv, d, n_kv));
     const DevAddr vt = vt_.get(*dev_, packed_heads_bytes(Hkv, d, n_kv));
-    gpu_pack(*dev_, ak.q, at(q, row0), rows, H * d, vector_addr(bq), cos_.addr(), sin_.addr(),
+    DevAddr rd = 0;
+    if (!bounds.empty()) {
+      rd = ranges_.get(*dev_, bounds.size() * sizeof(int));
+      dev_->upload(rd, bounds.data(), bounds.size() * sizeof(int));
+    }
+    gpu_pack(*dev_, ak.q, at(q, row0), rows, H * d, vector_addr(bq), tab.cos.addr(), tab.sin.addr(),
              positions_addr(positions), qh);
-    gpu_pack(*dev_, ak.k, s.k_at(layer, 0), n_kv, s.kv_dim, vector_addr(s.bk[l]), cos_.addr(), sin_.addr(),
+    gpu_pack(*dev_, ak.k, s.k_at(layer, 0), n_kv, width, vector_addr(s.bk[l]), tab.cos.addr(), tab.sin.addr(),
              pos_.addr(), kh);
-    gpu_pack(*dev_, ak.v, s.v_at(layer, 0), n_kv, s.kv_dim, vector_addr(s.bv[l]), 0, 0, 0, vt);
-    gpu_attention(*dev_, ak.attn, qh, rows, kh, vt, n_kv, shape.scale, at(out, row0));
+    gpu_pack(*dev_, ak.v, s.v_at(layer, 0), n_kv, width, vector_addr(s.bv[l]), 0, 0, 0, vt);
+    gpu_attention(*dev_, ak.attn, qh, rows, kh, vt, n_kv, shape.scale, at(out, row0), rd);
   });
 }
 

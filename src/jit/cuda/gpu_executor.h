@@ -6,9 +6,16 @@
 // the GEMM epilogue, SwiGLU is fused into the quantiser of the down projection, bias + RoPE into the f16
 // packing for flash attention, and only the requested logits come back. The per-call primitives
 // (matmul, attention on host rows) work as the interface asks, copying up and down each call.
+// Operations without device kernels yet (Gemma-4's post-norms, GELU-tanh GeGLU, region scalars, the
+// self-conditioning soft embedding, the experts' routing) run as the default host operations on a host
+// mirror of the activations they touch (on_host), their products still on the device through the
+// per-call primitives; attention takes each row's key range (a causal prompt, the canvas, sliding windows)
+// in the flash kernel, and every layer its own head geometry and RoPE table.
 #pragma once
+#include <initializer_list>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -61,15 +68,29 @@ class GpuExecutor : public model::Executor {
                    const model::Act* ys, int n) override;
   void matmul_add(model::WeightHandle w, model::Act x, int64_t rows, model::Act y) override;
   void swiglu_matmul_add(model::WeightHandle w, model::Act gate, model::Act up, int64_t rows, model::Act y) override;
+  void glu_matmul(model::Glu glu, model::WeightHandle w, model::Act gate, model::Act up, int64_t rows,
+                  model::Act y) override;
+  void matmul_norm_add(model::WeightHandle w, model::Act x, int64_t rows, model::VectorHandle norm, float eps,
+                       model::Act y) override;
+  void norm(model::Act x, int64_t rows, model::VectorHandle norm, float eps, model::Act y) override;
+  void norm_add(model::Act x, int64_t rows, model::VectorHandle norm, float eps, model::Act y) override;
+  void add(model::Act x, int64_t rows, model::Act y) override;
+  void scale_rows(model::Act x, std::span<const float> s) override;
+  void soft_embed(const gguf::TensorInfo& table, const float* logits, int64_t rows, float temperature, float scale,
+                  model::Act x) override;
   void gather(model::Act src, std::span<const int64_t> rows, model::Act dst) override;
+  void scatter(model::Act src, std::span<const int64_t> rows, model::Act dst) override;
   // Mixture-of-experts layers: the rows go to the host for the per-head norms and the router (a few values
   // per row), the experts' GEMMs run on the device (matmul_shared / matmul per expert over its rows).
   void head_norm(model::Act x, int64_t rows, int64_t n_heads, int64_t head_dim, model::VectorHandle w,
                  float eps) override;
   void moe_ffn(const model::MoeLayer& m, model::Act x, int64_t rows, model::VectorHandle norm, float eps) override;
-  // One buffer of layers * positions * the widest layer's width (the GPU runs models whose layers share one).
+  void moe_ffn_to(const model::MoeLayer& m, model::Act x, int64_t rows, model::VectorHandle norm, float eps,
+                  model::Act out) override;
+  // One buffer for the keys and one for the values, each layer's positions at its own width.
   model::KvHandle kv_open(std::span<const int64_t> widths, int64_t positions) override;
   void kv_close(model::KvHandle kv) override;
+  void kv_grow(model::KvHandle kv, int64_t positions) override;
   void kv_store(model::KvHandle kv, int64_t layer, model::Act k, model::Act v, int64_t row0, int64_t rows,
                 int64_t pos0, model::VectorHandle bk, model::VectorHandle bv, const model::RopeSpec& rope,
                 const model::AttentionShape& shape) override;
@@ -102,30 +123,37 @@ class GpuExecutor : public model::Executor {
   // GEMM wrote them; bias and RoPE are applied when attend() packs a layer's heads (so positions can be
   // overwritten in any order and the layout stays the GEMM's). The biases each layer was stored with.
   struct DevKv {
-    int64_t layers = 0, positions = 0, kv_dim = 0;
+    int64_t layers = 0, positions = 0;
+    std::vector<int64_t> width;  // per layer: Hkv * d
+    std::vector<int64_t> first;  // per layer: its first float (layer l holds positions * width[l] floats)
     DeviceBuffer k, v;
     std::vector<model::VectorHandle> bk, bv;
+    void lay_out(std::span<const int64_t> widths, int64_t positions);  // widths, first, positions
+    size_t bytes() const;  // of k (and of v)
     DevAddr k_at(int64_t layer, int64_t pos) const;
     DevAddr v_at(int64_t layer, int64_t pos) const;
+  };
+  // cos/sin tables of one RoPE flavour (n_rot, base, frequency factors) for positions [0, cap).
+  struct RopeTable {
+    model::RopeSpec spec;
+    int64_t cap = 0;
+    DeviceBuffer cos, sin;
   };
   DevAct& act(model::Act a);
   DevAddr at(model::Act a, int64_t row = 0);
   DevAddr vector_addr(model::VectorHandle h) const;
   DevKv& store(model::KvHandle h);
   DeviceBuffer take_buffer(size_t bytes);  // a spare buffer of at least `bytes` or a new one
-  // The head packers and the attention kernel of one attention geometry.
-  struct AttnKernels {
-    PackDesc q, k, v;
-    AttnDesc attn;
-    bool operator==(const AttnKernels&) const = default;
-  };
-  static AttnKernels attn_kernels(const model::RopeSpec& rope, const model::AttentionShape& shape);
   void load_model_kernels();
   void ensure_attention_kernels(const model::RopeSpec& rope, const model::AttentionShape& shape);
-  void ensure_rope(const model::RopeSpec& rope, int64_t n_pos);
+  const RopeTable& ensure_rope(const model::RopeSpec& rope, int64_t n_pos);
   DevAddr positions_addr(std::span<const int64_t> positions);
   template <class F>
   void timed(double& slot, F&& f);
+  // Runs f (a default host operation of model::Executor) on host mirrors: every slot of `acts` downloaded
+  // into the host buffer of the same slot first, those of `outs` (a subset) uploaded after.
+  template <class F>
+  void on_host(std::initializer_list<model::Act> acts, std::initializer_list<model::Act> outs, F&& f);
 
   std::unique_ptr<Device> dev_;
   ThreadPool& pool_;
@@ -134,7 +162,7 @@ class GpuExecutor : public model::Executor {
   int64_t model_d_ = 0, model_f_ = 0, model_ctx_ = 0;  // n_embd, n_ff, n_ctx once prepare_model() ran
   KernelSet kernels_;                  // the model's unit: GEMMs, quantisers, head packers, attention
   bool kernels_loaded_ = false;
-  AttnKernels attn_checked_{};  // the attention geometry last found launchable
+  AttentionKernels attn_checked_{};  // the attention geometry last found launchable
   bool attn_checked_valid_ = false;
   bool profiling_ = false;
   GpuProfile profile_;
@@ -144,11 +172,11 @@ class GpuExecutor : public model::Executor {
   std::vector<std::unique_ptr<DevKv>> kv_;  // null = closed (index reused)
   std::vector<DeviceBuffer> spare_;         // buffers of closed stores, reused by kv_open
   ActPair act_;
-  Scratch qh_, kh_, vt_, logits_, gather_, pos_list_;
+  Scratch qh_, kh_, vt_, logits_, gather_, pos_list_, ranges_;
   std::vector<float> host_x_;
-  model::RopeSpec rope_{};
-  int64_t rope_cap_ = 0;
-  DeviceBuffer cos_, sin_, pos_;  // RoPE tables [rope_cap_][n_rot/2] (double) and positions 0..rope_cap_-1
+  std::vector<RopeTable> ropes_;  // one per RoPE flavour in use (Gemma-4: sliding and global layers)
+  int64_t pos_cap_ = 0;
+  DeviceBuffer pos_;  // positions 0..pos_cap_-1 (contiguous rows read their positions from it)
   // per-call scratch
   Scratch x_, y_, q_, k_, v_, out_;
 };

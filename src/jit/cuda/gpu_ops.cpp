@@ -9,7 +9,7 @@
 namespace dllm::jit::cuda {
 
 static_assert(sizeof(QuantRowsParams) == 72 && sizeof(GemmParams) == 72 && sizeof(PackParams) == 64 &&
-                  sizeof(AttnParams) == 56,
+                  sizeof(AttnParams) == 64,
               "kernel parameter structs must keep the layout the device code expects");
 
 void ActBuffers::ensure(Device& dev, int64_t rows, int64_t k) {
@@ -96,8 +96,9 @@ void gpu_pack(Device& dev, const PackDesc& d, DevAddr x, int64_t rows, int64_t l
 }
 
 void gpu_attention(Device& dev, const AttnDesc& d, DevAddr q, int64_t n_q, DevAddr k, DevAddr vt, int64_t n_kv,
-                   float scale, DevAddr out) {
+                   float scale, DevAddr out, DevAddr ranges) {
   AttnParams p{};
+  p.ranges = dev_ptr<const int>(ranges);
   p.q = dev_ptr<const unsigned short>(q);
   p.k = dev_ptr<const unsigned short>(k);
   p.vt = dev_ptr<const unsigned short>(vt);

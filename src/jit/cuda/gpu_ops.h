@@ -66,9 +66,10 @@ inline void gpu_gemm(Device& dev, const GpuWeight& w, const ActPair& act, int64_
 void gpu_pack(Device& dev, const PackDesc& d, DevAddr x, int64_t rows, int64_t ld, DevAddr bias, DevAddr cos_t,
               DevAddr sin_t, DevAddr pos, DevAddr out);
 
-// out[n_q][H*d] <- attention of packed queries over n_kv packed keys/values.
+// out[n_q][H*d] <- attention of packed queries over n_kv packed keys/values; with ranges (device ints
+// [n_q][2]) query row i over keys [ranges[2i], ranges[2i+1]) only.
 void gpu_attention(Device& dev, const AttnDesc& d, DevAddr q, int64_t n_q, DevAddr k, DevAddr vt, int64_t n_kv,
-                   float scale, DevAddr out);
+                   float scale, DevAddr out, DevAddr ranges = 0);
 
 // Bytes of the packed split-f16 operand of one projection (pack_heads output: hi and lo planes).
 inline size_t packed_heads_bytes(int64_t n_head, int64_t head_dim, int64_t rows) {

@@ -167,6 +167,26 @@ PackDesc k_pack_desc(const model::HParams& hp) {
 PackDesc v_pack_desc(const model::HParams& hp) { return {hp.n_head_kv, hp.head_dim, hp.n_rot, PackStyle::None, true}; }
 AttnDesc attn_desc(const model::HParams& hp) { return {hp.n_head, hp.n_head_kv, hp.head_dim}; }
 
+AttentionKernels attention_kernels(const model::RopeSpec& rope, const model::AttentionShape& sh) {
+  const PackStyle style = rope.style == model::RopeStyle::Neox ? PackStyle::Neox : PackStyle::Norm;
+  return {PackDesc{sh.n_head, sh.head_dim, rope.n_rot, style, false},
+          PackDesc{sh.n_head_kv, sh.head_dim, rope.n_rot, style, false},
+          PackDesc{sh.n_head_kv, sh.head_dim, rope.n_rot, PackStyle::None, true},
+          AttnDesc{sh.n_head, sh.n_head_kv, sh.head_dim}};
+}
+
+void add_attention_kernels(KernelSet& set, const model::HParams& hp) {
+  for (int64_t l = 0; l < std::max<int64_t>(hp.n_layer, 1); ++l) {
+    const model::LayerAttention g = hp.attn(l);
+    const AttentionKernels a = attention_kernels(model::RopeSpec{hp.rope_style, g.n_rot, g.rope_base},
+                                                 model::AttentionShape{hp.n_head, g.n_head_kv, g.head_dim, 0.f});
+    set.add(a.q);
+    set.add(a.k);
+    set.add(a.v);
+    set.add(a.attn);
+  }
+}
+
 namespace {
 
 template <class F>
@@ -174,7 +194,14 @@ void for_each_matrix(const model::ModelTensors& t, F&& f) {
   for (const model::LayerTensors& l : t.layers) {
     for (const gguf::TensorInfo* m : l.matrices()) f(*m);
   }
+  for (const gguf::TensorInfo* m : {t.self_cond_gate, t.self_cond_up, t.self_cond_down})
+    if (m) f(*m);
   f(*t.output);
+}
+
+// The rows of one product of matrix m: an expert's gate or up half of a fused gate_up tensor, else its ne1.
+int64_t product_rows(const model::LayerTensors& l, const gguf::TensorInfo& m) {
+  return &m == l.ffn_gate_up_exps ? m.ne[1] / 2 : m.ne[1];
 }
 
 }  // namespace
@@ -201,19 +228,32 @@ std::string head_dim_error(int64_t head_dim, int64_t n_rot) {
          "): the GPU attention kernel needs a multiple of 16 up to 128 (run with --device cpu)";
 }
 
+std::string attention_geometry_error(const model::HParams& hp) {
+  for (int64_t l = 0; l < std::max<int64_t>(hp.n_layer, 1); ++l) {
+    const model::LayerAttention g = hp.attn(l);
+    if (std::string err = head_dim_error(g.head_dim, g.n_rot); !err.empty())
+      return hp.layer_attn.empty() ? err : "layer " + std::to_string(l) + ": " + err;
+  }
+  return {};
+}
+
 std::string gpu_model_error(const model::HParams& hp, const model::ModelTensors& tensors) {
   if (std::string err = gpu_support_error(tensors); !err.empty()) return err;
-  return head_dim_error(hp.head_dim, hp.n_rot);
+  return attention_geometry_error(hp);
 }
 
 KernelSet kernels_for_model(const model::HParams& hp, const model::ModelTensors& tensors) {
   if (const std::string err = gpu_model_error(hp, tensors); !err.empty()) throw Error(err);
   KernelSet set;
-  for_each_matrix(tensors, [&](const gguf::TensorInfo& m) {
+  const auto gemm = [&](const gguf::TensorInfo& m, int64_t n) {
     WeightFormat f = WeightFormat::Q8_0;
     weight_format_of(m.type(), &f);
-    set.add(GemmDesc{f, m.ne[1], m.ne[0]});
-  });
+    set.add(GemmDesc{f, n, m.ne[0]});
+  };
+  for (const model::LayerTensors& l : tensors.layers)
+    for (const gguf::TensorInfo* m : l.matrices()) gemm(*m, product_rows(l, *m));
+  for (const gguf::TensorInfo* m : {tensors.self_cond_gate, tensors.self_cond_up, tensors.self_cond_down, tensors.output})
+    if (m) gemm(*m, m->ne[1]);
   // The activation quantisers, in the format of each matrix that reads them.
   auto quant = [&](QuantMode mode, const gguf::TensorInfo* m) {
     WeightFormat f = WeightFormat::Q8_0;
@@ -225,17 +265,20 @@ KernelSet kernels_for_model(const model::HParams& hp, const model::ModelTensors&
       if (m) quant(QuantMode::RmsNorm, m);
     }
     quant(QuantMode::Plain, l.wo);  // attention output -> output projection
-    if (l.ffn_down) quant(QuantMode::SwiGlu, l.ffn_down);  // gate, up -> down projection
+    // gate, up -> down projection: SwiGLU fused into its quantiser; Gemma's GELU-tanh GeGLU on the host,
+    // then quantised plain
+    if (l.ffn_down) quant(hp.prompt_regions ? QuantMode::Plain : QuantMode::SwiGlu, l.ffn_down);
     // Experts: their rows are normed and gathered on the host, then quantised plain for gate/up and down.
-    for (const gguf::TensorInfo* m : {l.ffn_gate_exps, l.ffn_down_exps}) {
+    for (const gguf::TensorInfo* m : {l.ffn_gate_exps, l.ffn_gate_up_exps, l.ffn_down_exps}) {
       if (m) quant(QuantMode::Plain, m);
     }
   }
+  if (tensors.self_cond_gate) {  // self-conditioning's GeGLU MLP, as the shared one
+    quant(QuantMode::RmsNorm, tensors.self_cond_gate);
+    quant(QuantMode::Plain, tensors.self_cond_down);
+  }
   quant(QuantMode::RmsNorm, tensors.output);  // final norm -> LM head
-  set.add(q_pack_desc(hp));
-  set.add(k_pack_desc(hp));
-  set.add(v_pack_desc(hp));
-  set.add(attn_desc(hp));
+  add_attention_kernels(set, hp);
   return set;
 }
 

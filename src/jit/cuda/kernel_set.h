@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/arch.h"
+#include "model/executor.h"
 #include "model/ggml_types.h"
 
 namespace dllm::jit::cuda {
@@ -102,7 +103,18 @@ class KernelSet {
   std::set<AttnDesc> attn_;
 };
 
-// The pack descriptors of the forward pass: queries/keys with the model's RoPE, values transposed.
+// The head packers and the attention kernel of one attention geometry: queries and keys with its RoPE,
+// values transposed.
+struct AttentionKernels {
+  PackDesc q, k, v;
+  AttnDesc attn;
+  bool operator==(const AttentionKernels&) const = default;
+};
+AttentionKernels attention_kernels(const model::RopeSpec& rope, const model::AttentionShape& shape);
+// Those of every layer's geometry (Gemma-4: sliding and global layers) added to `set`.
+void add_attention_kernels(KernelSet& set, const model::HParams& hp);
+
+// The pack descriptors of the forward pass (the model's scalar geometry): queries/keys with the model's RoPE, values transposed.
 PackDesc q_pack_desc(const model::HParams& hp);
 PackDesc k_pack_desc(const model::HParams& hp);
 PackDesc v_pack_desc(const model::HParams& hp);
@@ -126,7 +138,9 @@ std::string gpu_support_error(const model::ModelTensors& tensors);
 // "" when the GPU attention kernel takes this head geometry (a multiple of 16 up to 128, an even number
 // of rotated dimensions), else the error naming it.
 std::string head_dim_error(int64_t head_dim, int64_t n_rot);
-// Everything that keeps a model off the GPU: gpu_support_error() of its tensors, then head_dim_error().
+// head_dim_error() of the first layer whose geometry the kernel cannot take (naming the layer when layers differ).
+std::string attention_geometry_error(const model::HParams& hp);
+// Everything that keeps a model off the GPU: gpu_support_error() of its tensors, then attention_geometry_error().
 // "" when the GPU can run it. For the CLI's --device choice (select_device's `unsupported`).
 std::string gpu_model_error(const model::HParams& hp, const model::ModelTensors& tensors);
 

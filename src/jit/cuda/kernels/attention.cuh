@@ -10,6 +10,11 @@
 // (scaled into the log2 domain), masked beyond n_kv, m and l updated and O rescaled, then O += P.V with P
 // split into hi + lo straight from the S accumulators as the A operand. At the end O / l is written as f32.
 // grid = (q_pad / 64, H); query head h reads key/value head h / (H / HKV).
+// With ranges, query row i attends to keys [lo_i, hi_i) only: a block streams the tiles that cover its rows'
+// ranges, always aligned to multiples of 32 keys, and masks each row's keys outside its own range. A tile
+// wholly outside a row's range leaves that row's state exactly as it was (no key yet: m stays -inf, l and O
+// zero; after its keys: every weight is exp2(-inf) = 0 and the rescale exp2(0) = 1), so a row's result
+// depends only on its own range, never on the rows it shares a block with.
 #ifndef DLLM_CUDA_ATTENTION_CUH
 #define DLLM_CUDA_ATTENTION_CUH
 
@@ -72,9 +77,26 @@ DEV void attention_body(const AttnParams& p) {
   const unsigned short* kp = p.k + static_cast<long long>(hk) * p.kv_pad * D;
   const unsigned short* vp = p.vt + static_cast<long long>(hk) * D * p.kv_pad;
 
-  // Every tile starts below n_kv, so it holds at least one real key.
+  // The keys of this lane's rows g and g+8 (padding rows: none), and the tiles the whole block needs.
+  const int r0 = q0 + g, r1 = q0 + g + 8;
+  int lo0 = 0, hi0 = p.n_kv, lo1 = 0, hi1 = p.n_kv, k_begin = 0, k_end = p.n_kv;
+  if (p.ranges) {
+    lo0 = r0 < p.n_q ? p.ranges[2 * r0] : 0;
+    hi0 = r0 < p.n_q ? p.ranges[2 * r0 + 1] : 0;
+    lo1 = r1 < p.n_q ? p.ranges[2 * r1] : 0;
+    hi1 = r1 < p.n_q ? p.ranges[2 * r1 + 1] : 0;
+    k_begin = p.n_kv, k_end = 0;
+    const int b0 = blockIdx.x * kAttnQRows;
+    for (int r = b0; r < b0 + kAttnQRows && r < p.n_q; ++r) {
+      k_begin = min(k_begin, p.ranges[2 * r]);
+      k_end = max(k_end, p.ranges[2 * r + 1]);
+    }
+    k_begin -= k_begin % kAttnKTile;
+  }
+
+  // Every tile starts below k_end; a row may have no key in it (masked), handled below.
   UNROLL_1
-  for (int kt = 0; kt < p.n_kv; kt += kAttnKTile) {
+  for (int kt = k_begin; kt < k_end; kt += kAttnKTile) {
     block_sync();  // the previous tile is no longer read
     for (int i = threadIdx.x; i < kAttnKTile * (D / 8); i += kAttnThreads) {
       const int row = i / (D / 8), c8 = i % (D / 8);
@@ -108,7 +130,8 @@ DEV void attention_body(const AttnParams& p) {
       UNROLL
       for (int i = 0; i < 4; ++i) {
         const int key = kt + n * 8 + 2 * t + (i & 1);
-        s[n][i] = key < p.n_kv ? s[n][i] * p.scale_log2 : -DLLM_INF;
+        const bool in = i < 2 ? key >= lo0 && key < hi0 : key >= lo1 && key < hi1;
+        s[n][i] = in ? s[n][i] * p.scale_log2 : -DLLM_INF;
       }
       mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
       mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
@@ -118,18 +141,20 @@ DEV void attention_body(const AttnParams& p) {
     mx0 = fmaxf(mx0, shfl_xor_f(mx0, 2));
     mx1 = fmaxf(mx1, shfl_xor_f(mx1, 1));
     mx1 = fmaxf(mx1, shfl_xor_f(mx1, 2));
-    // Every tile holds at least one real key, so the new maxima are finite; exp2(-inf) = 0 on the first.
+    // A row with no key so far keeps m = -inf: its reference point is then 0, so that exp2(-inf - 0) = 0
+    // (not -inf - -inf); once it has a key the maxima are finite and exp2(-inf) = 0 on the first tile.
     const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-    const float al0 = fast_exp2(m0 - mn0), al1 = fast_exp2(m1 - mn1);
+    const float ref0 = mn0 == -DLLM_INF ? 0.f : mn0, ref1 = mn1 == -DLLM_INF ? 0.f : mn1;
+    const float al0 = fast_exp2(m0 - ref0), al1 = fast_exp2(m1 - ref1);
     m0 = mn0;
     m1 = mn1;
     float rs0 = 0.f, rs1 = 0.f;
     UNROLL
     for (int n = 0; n < ST; ++n) {
-      s[n][0] = fast_exp2(s[n][0] - mn0);
-      s[n][1] = fast_exp2(s[n][1] - mn0);
-      s[n][2] = fast_exp2(s[n][2] - mn1);
-      s[n][3] = fast_exp2(s[n][3] - mn1);
+      s[n][0] = fast_exp2(s[n][0] - ref0);
+      s[n][1] = fast_exp2(s[n][1] - ref0);
+      s[n][2] = fast_exp2(s[n][2] - ref1);
+      s[n][3] = fast_exp2(s[n][3] - ref1);
       rs0 += s[n][0] + s[n][1];
       rs1 += s[n][2] + s[n][3];
     }
@@ -163,7 +188,6 @@ DEV void attention_body(const AttnParams& p) {
   l0 += shfl_xor_f(l0, 2);
   l1 += shfl_xor_f(l1, 1);
   l1 += shfl_xor_f(l1, 2);
-  const int r0 = q0 + g, r1 = q0 + g + 8;
   UNROLL
   for (int dt = 0; dt < DT; ++dt) {
     const int c = h * D + dt * 8 + 2 * t;

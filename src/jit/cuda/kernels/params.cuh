@@ -52,6 +52,7 @@ struct AttnParams {
   const unsigned short* k;   // 2 x [HKV][kv_pad][D]
   const unsigned short* vt;  // 2 x [HKV][D][kv_pad]
   float* out;                // [n_q][H * D] f32
+  const int* ranges;         // [n_q][2]: query row i attends to keys [ranges[2i], ranges[2i + 1]); null: all
   int n_q;
   int n_kv;
   int q_pad;                 // multiple of 64
