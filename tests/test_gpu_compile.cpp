@@ -78,6 +78,12 @@ jc::KernelSet all_kernels() {
     const model::HParams hp = model::read_hparams(*file);
     set.add(jc::kernels_for_model(hp, model::check_tensors(*file, hp)));
   }
+  {  // the real DiffusionGemma's attention: 16 query heads over 8 KV heads of 256 (sliding), 2 of 512 (global)
+    model::HParams hp;
+    hp.n_layer = 2, hp.n_head = 16, hp.rope_style = model::RopeStyle::Neox;
+    hp.layer_attn = {model::LayerAttention{8, 256, 256, 1e4f, true, false}, model::LayerAttention{2, 512, 512, 1e6f, false, true}};
+    jc::add_attention_kernels(set, hp);
+  }
   for (const model::HParams& hp : {llada_8b(), dream_7b()}) {
     set.add(jc::kernels_for_hparams(hp, {jc::WeightFormat::Q8_0, jc::WeightFormat::Q4_K, jc::WeightFormat::Q5_K, jc::WeightFormat::Q6_K, jc::WeightFormat::Q5_0}));
   }

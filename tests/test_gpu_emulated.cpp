@@ -392,6 +392,11 @@ void check_attention(int64_t H, int64_t Hkv, int64_t d, int64_t nq, int64_t nkv)
 
 TEST(GpuEmulated, AttentionMatchesExactSoftmaxGqa) { check_attention(4, 2, 64, 37, 100); }
 TEST(GpuEmulated, AttentionMatchesExactSoftmaxHeadDim128) { check_attention(2, 1, 128, 70, 130); }
+// Wider heads go in 128-wide chunks of Q.K^T and 128-wide output slices (DiffusionGemma: 256 and 512).
+TEST(GpuEmulated, AttentionMatchesExactSoftmaxHeadDim256And512) {
+  check_attention(2, 1, 256, 37, 70);
+  check_attention(2, 1, 512, 20, 45);
+}
 
 // Key ranges in the flash kernel: every query row over its own keys [lo, hi) (sliding causal rows, then rows
 // sharing one canvas range) equals exact softmax over those keys alone, and a row's result does not depend on
@@ -862,15 +867,17 @@ TEST(GpuEmulated, DiffusionGemmaBatchedAndPieceByPieceAreExact) {
   EXPECT_EQ(ob, ub);
 }
 
-// The real model's head dimensions (512 global, 256 sliding) are beyond the flash kernel: the load is refused
-// naming the layer and the way out, before any weight reaches the device.
+// The real model's head dimensions (512 global, 256 sliding) fit the flash kernel; one beyond it (640) is
+// refused naming the layer and the way out, before any weight reaches the device.
 TEST(GpuEmulated, HeadDimensionsBeyondTheKernelNameTheLayer) {
   model::HParams hp;
   hp.n_layer = 2, hp.n_head = 16, hp.rope_style = model::RopeStyle::Neox;
   hp.layer_attn = {model::LayerAttention{8, 256, 256, 1e4f, true, false}, model::LayerAttention{2, 512, 512, 1e6f, false, true}};
   hp.head_dim = 512, hp.n_rot = 512, hp.n_head_kv = 2;
+  EXPECT_EQ(jc::attention_geometry_error(hp), "") << "256 and 512 go in 128-wide slices";
+  hp.layer_attn[1].head_dim = 640, hp.layer_attn[1].n_rot = 640;
   const std::string err = jc::attention_geometry_error(hp);
-  EXPECT_NE(err.find("layer 0: head dimension 256"), std::string::npos) << err;
+  EXPECT_NE(err.find("layer 1: head dimension 640"), std::string::npos) << err;
   EXPECT_NE(err.find("--device cpu"), std::string::npos) << err;
   ThreadPool pool(1);
   jc::GpuExecutor gpu(std::make_unique<EmulatorDevice>(), pool);

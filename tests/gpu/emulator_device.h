@@ -122,6 +122,15 @@ inline const std::map<std::string, Launcher>& emulated_kernels() {
     add_attn<4, 2, 64>(m);
     add_attn<2, 1, 128>(m);
     add_attn<4, 1, 128>(m);  // diffusion-gemma's global layers (sliding: 4, 2, 64)
+    // Heads wider than 128 (the real DiffusionGemma: 256 sliding, 512 global), through the executor's path.
+    add_pack<2, 256, 256, PK_NONE, 0>(m);
+    add_pack<1, 256, 256, PK_NONE, 0>(m);
+    add_pack<1, 256, 256, PK_NONE, 1>(m);
+    add_pack<2, 512, 512, PK_NONE, 0>(m);
+    add_pack<1, 512, 512, PK_NONE, 0>(m);
+    add_pack<1, 512, 512, PK_NONE, 1>(m);
+    add_attn<2, 1, 256>(m);
+    add_attn<2, 1, 512>(m);
     return m;
   }();
   return r;

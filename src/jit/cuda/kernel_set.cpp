@@ -83,7 +83,9 @@ Launch pack_launch(const PackDesc& d, int64_t rows) {
   return {to_unsigned((threads + kPackThreads - 1) / kPackThreads, "grid"), 1, kPackThreads};
 }
 Launch attn_launch(const AttnDesc& d, int64_t n_q) {
-  return {to_unsigned(pad_rows(n_q) / kAttnQRows, "grid"), to_unsigned(d.n_head, "grid"), kAttnThreads};
+  // One block per 64 query rows, head and 128-wide output slice (heads wider than 128: attention.cuh).
+  const int64_t slices = d.head_dim > 128 ? d.head_dim / 128 : 1;
+  return {to_unsigned(pad_rows(n_q) / kAttnQRows, "grid"), to_unsigned(d.n_head * slices, "grid"), kAttnThreads};
 }
 
 size_t act_bytes(int64_t rows, int64_t k) { return static_cast<size_t>(pad_rows(rows) * padded_kblocks(k) * 32); }
@@ -223,9 +225,11 @@ std::string gpu_support_error(const model::ModelTensors& tensors) {
 }
 
 std::string head_dim_error(int64_t head_dim, int64_t n_rot) {
-  if (head_dim % 16 == 0 && head_dim > 0 && head_dim <= 128 && n_rot % 2 == 0 && n_rot <= head_dim) return {};
+  const bool narrow = head_dim % 16 == 0 && head_dim > 0 && head_dim <= 128;
+  const bool wide = head_dim % 128 == 0 && head_dim > 128 && head_dim <= 512;
+  if ((narrow || wide) && n_rot % 2 == 0 && n_rot <= head_dim) return {};
   return "head dimension " + std::to_string(head_dim) + " (rotating " + std::to_string(n_rot) +
-         "): the GPU attention kernel needs a multiple of 16 up to 128 (run with --device cpu)";
+         "): the GPU attention kernel needs a multiple of 16 up to 128 or of 128 up to 512 (run with --device cpu)";
 }
 
 std::string attention_geometry_error(const model::HParams& hp) {

@@ -135,7 +135,7 @@ KernelSet kernels_for_hparams(const model::HParams& hp, const std::vector<Weight
 //  (run with --device cpu)" (the list from the weight table). Also rejects shapes the kernels cannot take (N not a multiple of 8).
 std::string gpu_support_error(const model::ModelTensors& tensors);
 
-// "" when the GPU attention kernel takes this head geometry (a multiple of 16 up to 128, an even number
+// "" when the GPU attention kernel takes this head geometry (a multiple of 16 up to 128 or of 128 up to 512, an even number
 // of rotated dimensions), else the error naming it.
 std::string head_dim_error(int64_t head_dim, int64_t n_rot);
 // head_dim_error() of the first layer whose geometry the kernel cannot take (naming the layer when layers differ).

@@ -9,7 +9,11 @@
 // row sum l) in registers. Keys and values stream through shared memory 32 keys at a time: S = Q.K^T
 // (scaled into the log2 domain), masked beyond n_kv, m and l updated and O rescaled, then O += P.V with P
 // split into hi + lo straight from the S accumulators as the A operand. At the end O / l is written as f32.
-// grid = (q_pad / 64, H); query head h reads key/value head h / (H / HKV).
+// grid = (q_pad / 64, H * slices); query head h reads key/value head h / (H / HKV).
+// Heads wider than 128 (Gemma-4: 256 and 512) go in chunks of 128: S accumulates Q.K^T chunk by chunk (a
+// 128-wide K tile in shared memory, the Q fragments of the chunk read again from global memory), and each
+// block keeps O for one 128-wide slice of the output (blockIdx.y = head * slices + slice), so registers and
+// shared memory stay those of a 128-wide head; S is computed once per slice.
 // With ranges, query row i attends to keys [lo_i, hi_i) only: a block streams the tiles that cover its rows'
 // ranges, always aligned to multiples of 32 keys, and masks each row's keys outside its own range. A tile
 // wholly outside a row's range leaves that row's state exactly as it was (no key yet: m stays -inf, l and O
@@ -37,27 +41,13 @@ DEV void mma_split(float (&d)[4], const u32 (&ah)[4], const u32 (&al)[4], u32 bh
   mma_f16_16816(d, ah, bh0, bh1);
 }
 
-template <int H, int HKV, int D>
-DEV void attention_body(const AttnParams& p) {
-  static_assert(H % HKV == 0 && D % 16 == 0 && D <= 128, "bad attention geometry (shared memory fits D <= 128)");
-  constexpr int GROUP = H / HKV, KS = D / 16, DT = D / 8, ST = kAttnKTile / 8;
-  // Rows padded by 8 halves (16 bytes) so that the 8 rows a warp reads at once fall in distinct banks.
-  constexpr int SK = D + 8, SV = kAttnKTile + 8;
-  SHARED_ALIGN16 unsigned short skh[kAttnKTile * SK], skl[kAttnKTile * SK];  // [key][d]
-  SHARED_ALIGN16 unsigned short svh[D * SV], svl[D * SV];                    // [d][key]
-
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = lane >> 2, t = lane & 3;
-  const int h = blockIdx.y, hk = h / GROUP;
-  const int q0 = blockIdx.x * kAttnQRows + warp * 16;
-
-  // Q fragments (hi and lo planes) of this warp's 16 rows, all of D.
-  const long long q_plane = static_cast<long long>(H) * p.q_pad * D;
-  const unsigned short* qp = p.q + (static_cast<long long>(h) * p.q_pad + q0) * D;
-  u32 qh[KS][4], ql[KS][4];
+// Q fragments (hi and lo planes) of a warp's 16 rows (qp: its first row, D halves a row), dims [c0, c0 + 16*KS).
+template <int KS, int D>
+DEV void load_q_frags(const unsigned short* qp, long long q_plane, int c0, int g, int t, u32 (&qh)[KS][4],
+                      u32 (&ql)[KS][4]) {
   UNROLL
   for (int ks = 0; ks < KS; ++ks) {
-    const int o0 = g * D + ks * 16 + 2 * t, o1 = (g + 8) * D + ks * 16 + 2 * t;
+    const int o0 = g * D + c0 + ks * 16 + 2 * t, o1 = (g + 8) * D + c0 + ks * 16 + 2 * t;
     qh[ks][0] = ld_u32(qp + o0);
     qh[ks][1] = ld_u32(qp + o1);
     qh[ks][2] = ld_u32(qp + o0 + 8);
@@ -67,6 +57,30 @@ DEV void attention_body(const AttnParams& p) {
     ql[ks][2] = ld_u32(qp + q_plane + o0 + 8);
     ql[ks][3] = ld_u32(qp + q_plane + o1 + 8);
   }
+}
+
+template <int H, int HKV, int D>
+DEV void attention_body(const AttnParams& p) {
+  static_assert(H % HKV == 0 && ((D % 16 == 0 && D <= 128) || (D % 128 == 0 && D <= 512)),
+                "bad attention geometry (a multiple of 16 up to 128, or of 128 up to 512)");
+  // Chunk width (a head of up to 128 is one chunk), chunks of Q.K^T and 128-wide output slices (one block each).
+  constexpr int DC = D <= 128 ? D : 128, NCH = D / DC, NSL = D / DC;
+  constexpr int GROUP = H / HKV, KS = DC / 16, DT = DC / 8, ST = kAttnKTile / 8;
+  // Rows padded by 8 halves (16 bytes) so that the 8 rows a warp reads at once fall in distinct banks.
+  constexpr int SK = DC + 8, SV = kAttnKTile + 8;
+  SHARED_ALIGN16 unsigned short skh[kAttnKTile * SK], skl[kAttnKTile * SK];  // [key][d of the chunk]
+  SHARED_ALIGN16 unsigned short svh[DC * SV], svl[DC * SV];                  // [d of the slice][key]
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int h = blockIdx.y / NSL, slice = blockIdx.y % NSL, hk = h / GROUP;
+  const int q0 = blockIdx.x * kAttnQRows + warp * 16;
+
+  // Q fragments of this warp's 16 rows: all of D kept in registers when it is one chunk, else read per chunk.
+  const long long q_plane = static_cast<long long>(H) * p.q_pad * D;
+  const unsigned short* qp = p.q + (static_cast<long long>(h) * p.q_pad + q0) * D;
+  u32 qh[KS][4], ql[KS][4];
+  if (NCH == 1) load_q_frags<KS, D>(qp, q_plane, 0, g, t, qh, ql);
 
   float o[DT][4];
   UNROLL
@@ -97,31 +111,37 @@ DEV void attention_body(const AttnParams& p) {
   // Every tile starts below k_end; a row may have no key in it (masked), handled below.
   UNROLL_1
   for (int kt = k_begin; kt < k_end; kt += kAttnKTile) {
-    block_sync();  // the previous tile is no longer read
-    for (int i = threadIdx.x; i < kAttnKTile * (D / 8); i += kAttnThreads) {
-      const int row = i / (D / 8), c8 = i % (D / 8);
-      const long long src = static_cast<long long>(kt + row) * D + c8 * 8;
-      st_u4(skh + row * SK + c8 * 8, ld_u4(kp + src));
-      st_u4(skl + row * SK + c8 * 8, ld_u4(kp + kv_plane + src));
-    }
-    for (int i = threadIdx.x; i < D * (kAttnKTile / 8); i += kAttnThreads) {
-      const int row = i / (kAttnKTile / 8), c8 = i % (kAttnKTile / 8);
-      const long long src = static_cast<long long>(row) * p.kv_pad + kt + c8 * 8;
-      st_u4(svh + row * SV + c8 * 8, ld_u4(vp + src));
-      st_u4(svl + row * SV + c8 * 8, ld_u4(vp + kv_plane + src));
-    }
-    block_sync();
-
     // S = Q K^T for 32 keys: 4 tiles of 8 keys; s[n][0..1] row g, s[n][2..3] row g+8, keys 8n+2t, +1.
     float s[ST][4];
     UNROLL
-    for (int n = 0; n < ST; ++n) {
-      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+    for (int n = 0; n < ST; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+    UNROLL_1
+    for (int c = 0; c < NCH; ++c) {
+      block_sync();  // the previous chunk (and tile) is no longer read
+      for (int i = threadIdx.x; i < kAttnKTile * (DC / 8); i += kAttnThreads) {
+        const int row = i / (DC / 8), c8 = i % (DC / 8);
+        const long long src = static_cast<long long>(kt + row) * D + c * DC + c8 * 8;
+        st_u4(skh + row * SK + c8 * 8, ld_u4(kp + src));
+        st_u4(skl + row * SK + c8 * 8, ld_u4(kp + kv_plane + src));
+      }
+      if (c == NCH - 1) {  // this block's slice of V^T, read after the last chunk
+        for (int i = threadIdx.x; i < DC * (kAttnKTile / 8); i += kAttnThreads) {
+          const int row = i / (kAttnKTile / 8), c8 = i % (kAttnKTile / 8);
+          const long long src = static_cast<long long>(slice * DC + row) * p.kv_pad + kt + c8 * 8;
+          st_u4(svh + row * SV + c8 * 8, ld_u4(vp + src));
+          st_u4(svl + row * SV + c8 * 8, ld_u4(vp + kv_plane + src));
+        }
+      }
+      block_sync();
+      if (NCH > 1) load_q_frags<KS, D>(qp, q_plane, c * DC, g, t, qh, ql);
       UNROLL
-      for (int ks = 0; ks < KS; ++ks) {
-        const int off = (n * 8 + g) * SK + ks * 16 + 2 * t;
-        mma_split(s[n], qh[ks], ql[ks], lds_u32(skh + off), lds_u32(skh + off + 8), lds_u32(skl + off),
-                  lds_u32(skl + off + 8));
+      for (int n = 0; n < ST; ++n) {
+        UNROLL
+        for (int ks = 0; ks < KS; ++ks) {
+          const int off = (n * 8 + g) * SK + ks * 16 + 2 * t;
+          mma_split(s[n], qh[ks], ql[ks], lds_u32(skh + off), lds_u32(skh + off + 8), lds_u32(skl + off),
+                    lds_u32(skl + off + 8));
+        }
       }
     }
     float mx0 = -DLLM_INF, mx1 = -DLLM_INF;
@@ -190,7 +210,7 @@ DEV void attention_body(const AttnParams& p) {
   l1 += shfl_xor_f(l1, 2);
   UNROLL
   for (int dt = 0; dt < DT; ++dt) {
-    const int c = h * D + dt * 8 + 2 * t;
+    const int c = h * D + slice * DC + dt * 8 + 2 * t;
     if (r0 < p.n_q) {
       float* out = p.out + static_cast<long long>(r0) * (H * D) + c;
       out[0] = o[dt][0] / l0;
