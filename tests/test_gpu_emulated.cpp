@@ -848,6 +848,9 @@ TEST(GpuEmulated, DiffusionGemmaMatchesTheForkOnBothPathsAndTheJitWithItsExpertC
       EXPECT_LE(e.rel, 2.5e-2) << name;
       EXPECT_EQ(e.argmax_diff, 0) << name;
     }
+    const auto& dev = dynamic_cast<const EmulatorDevice&>(gp.device());
+    EXPECT_EQ(dev.live_overruns(), 0u);
+    EXPECT_EQ(dev.overruns(), 0u);
   }
 }
 
