@@ -14,6 +14,7 @@
 // Plus the command line's checks of `dllm logits` on these files.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -26,7 +27,10 @@
 #include "model/arch.h"
 #include "model/forward.h"
 #include "model/model.h"
+#include "model/batch.h"
+#include "model/generate.h"
 #include "model/reference_executor.h"
+#include "model/sequence.h"
 #include "dg_cases.h"
 #include "router_probe.h"
 #include "support.h"
@@ -292,9 +296,148 @@ TEST(DiffusionGemmaCli, LogitsFlagsAreChecked) {
                       "0", "--out", out, "--no-prompt-cache"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--no-prompt-cache is for DiffusionGemma"), std::string::npos) << r.err;
-  r = test::run_dllm({"run", "--model", mf, "--prompt", "hi"});
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.err.find("not in dllm yet"), std::string::npos) << r.err;
+  r = test::run_dllm({"run", "--model", mf, "--prompt", "hi", "--max-tokens", "20", "--seed", "3", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("output_ids").size(), 20u) << r.out;  // two blocks of 16, the second cut
+  EXPECT_LE(j.at("steps_run").get<int>(), 2 * 48) << r.out;
+  EXPECT_EQ(j.at("forward_passes"), j.at("steps_run")) << "encoding the prefix is not a step";
+}
+
+// --- generation: the entropy-bound sampler in the per-sequence state machine ---
+
+model::GenerateConfig generation_config(const model::Model& m, int64_t max_tokens, uint64_t seed) {
+  model::GenerateConfig c = {};
+  c.arch = m.hparams().arch;
+  c.max_tokens = max_tokens;
+  c.seed = seed;
+  c.eb = m.hparams().eb;
+  c.eb.max_steps = 6;  // short blocks: the adaptive stop rarely fires on the tiny random model
+  c.canvas_length = m.hparams().canvas_length;
+  c.context_length = m.hparams().n_ctx;
+  return c;
+}
+
+// Counts the passes a generation asks for; `unified` computes each canvas step as one unified forward over
+// [prefix | canvas] (no cache: the encode passes do nothing) instead of against the cached prefix.
+class CountingSource : public model::LogitSource {
+ public:
+  CountingSource(model::Model& m, bool unified) : m_(m), unified_(unified), cached_(model::make_model_logit_source(m)) {}
+  int64_t n_vocab() const override { return m_.n_vocab(); }
+  void forward(std::span<const int32_t>, std::span<const int64_t>, float*) override {
+    throw std::runtime_error("a DiffusionGemma generation asked for an exact pass");
+  }
+  void forward_prefixed(std::span<const int32_t> tokens, const model::StepNeed& need, float* out) override {
+    need.pass == model::Pass::Encode ? ++encodes : ++canvases;
+    if (!unified_) return cached_->forward_prefixed(tokens, need, out);
+    if (need.pass == model::Pass::Encode) return;
+    model::ForwardRequest r{tokens.first(static_cast<size_t>(need.end)), need.rows, out};
+    r.n_prompt = need.begin;
+    r.self_cond_logits = need.self_cond;
+    r.self_cond_temperature = need.self_cond_temperature;
+    m_.forward(r);
+  }
+  int encodes = 0, canvases = 0;
+
+ private:
+  model::Model& m_;
+  bool unified_;
+  std::unique_ptr<model::LogitSource> cached_;
+};
+
+// Two blocks: the prompt encoded once, the first block's tokens appended to the cached prefix, each step one
+// canvas pass; the same tokens as unified forwards over [prefix | canvas]; a stop token in the first block ends
+// the answer there (no second block).
+TEST(DiffusionGemmaGenerate, BlocksChainThroughTheCachedPrefixAndEqualUnifiedForwards) {
+  auto m = load("tiny-diffusion-gemma-A-Q8_0", true);
+  const Case a = load_case("tiny-diffusion-gemma-A-Q8_0", "a1_prompt5_short", "pkv");
+  const std::vector<int32_t> prompt(a.ids.begin(), a.ids.begin() + a.n_prompt);
+  const int64_t C = m->hparams().canvas_length;
+  const model::GenerateConfig cfg = generation_config(*m, 2 * C, 7);
+  int steps_seen = 0;
+  model::GenerateHooks hooks;
+  hooks.on_step = [&](const model::StepEvent& ev) {
+    ++steps_seen;
+    EXPECT_GE(ev.scheduled, 1) << "the lowest-entropy position is always accepted";
+    EXPECT_EQ(static_cast<int64_t>(ev.canvas.size()), a.n_prompt + (ev.block + 1) * C);
+  };
+  CountingSource cached(*m, false), other_seed(*m, false), plain(*m, true);
+  const model::GenerateResult r = model::generate(cached, cfg, prompt, hooks);
+  ASSERT_EQ(static_cast<int64_t>(r.generated().size()), 2 * C);
+  EXPECT_EQ(std::vector<int32_t>(r.canvas.begin(), r.canvas.begin() + a.n_prompt), prompt);
+  EXPECT_EQ(cached.encodes, 2) << "the prompt, then the first block's tokens";
+  EXPECT_EQ(cached.canvases, r.steps_run);
+  EXPECT_EQ(steps_seen, r.steps_run);
+  EXPECT_LE(r.steps_run, 2 * cfg.eb.max_steps);
+  const model::GenerateResult u = model::generate(plain, cfg, prompt);
+  EXPECT_EQ(u.canvas, r.canvas) << "unified forwards give the same tokens";
+  EXPECT_EQ(plain.encodes, 2);
+  EXPECT_NE(model::generate(other_seed, generation_config(*m, 2 * C, 8), prompt).canvas, r.canvas) << "another seed";
+
+  // A stop token: the first block's token at generated position 5 ends the answer at its first occurrence.
+  model::GenerateConfig stop = cfg;
+  const int32_t t = r.generated()[5];
+  stop.stop_ids = {t};
+  const auto first = std::find(r.generated().begin(), r.generated().end(), t) - r.generated().begin();
+  CountingSource once(*m, false);
+  const model::GenerateResult s = model::generate(once, stop, prompt);
+  EXPECT_EQ(std::vector<int32_t>(s.generated().begin(), s.generated().end()),
+            std::vector<int32_t>(r.generated().begin(), r.generated().begin() + first + 1));
+  EXPECT_EQ(once.encodes, 1) << "no second block";
+  EXPECT_EQ(model::answer_tokens(s.canvas, s.prompt_length, stop.stop_ids).size(), static_cast<size_t>(first));
+}
+
+// Sequences at different blocks in one batch give each exactly its tokens alone; max_tokens not a multiple of the
+// canvas cuts the last block's tokens.
+TEST(DiffusionGemmaGenerate, BatchedSequencesEqualEachAlone) {
+  auto m = load("tiny-diffusion-gemma-A-Q4_K_M", true);
+  const int64_t C = m->hparams().canvas_length;
+  std::vector<std::vector<int32_t>> prompts;
+  for (const char* name : {"a1_prompt5_short", "a2_prompt29_long", "a3_chat_prompt_uniform_canvas"}) {
+    const Case c = load_case("tiny-diffusion-gemma-A-Q4_K_M", name, "pkv");
+    prompts.emplace_back(c.ids.begin(), c.ids.begin() + c.n_prompt);
+  }
+  const std::vector<model::GenerateConfig> cfgs{generation_config(*m, C + 5, 1), generation_config(*m, 2 * C, 2),
+                                                generation_config(*m, C, 3)};
+  std::vector<model::GenerateResult> alone;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    CountingSource src(*m, false);
+    alone.push_back(model::generate(src, cfgs[i], prompts[i]));
+  }
+  EXPECT_EQ(static_cast<int64_t>(alone[0].generated().size()), C + 5);
+  model::Batch batch(*m);
+  for (size_t i = 0; i < prompts.size(); ++i) batch.add(cfgs[i], prompts[i]);
+  batch.run();
+  auto done = batch.take_finished();
+  ASSERT_EQ(done.size(), prompts.size());
+  for (auto& [id, res] : done) {
+    EXPECT_TRUE(res.error.empty()) << res.error;
+    EXPECT_EQ(res.canvas, alone[static_cast<size_t>(id)].canvas) << "sequence " << id;
+  }
+}
+
+TEST(DiffusionGemmaGenerate, SettingsAreChecked) {
+  auto m = load("tiny-diffusion-gemma-A-Q8_0", false);
+  model::GenerateConfig c = generation_config(*m, 16, 1);
+  const std::vector<int32_t> prompt{2, 5};
+  EXPECT_FALSE(model::check_settings(c, 2));
+  c.eb.t_min = 0;
+  EXPECT_EQ(model::check_settings(c, 2)->key, "eb_t_min");
+  c = generation_config(*m, 16, 1), c.eb.t_max = 0.3;
+  EXPECT_EQ(model::check_settings(c, 2)->key, "eb_t_min");
+  c = generation_config(*m, 16, 1), c.eb.max_steps = 0;
+  EXPECT_EQ(model::check_settings(c, 2)->key, "eb_max_steps");
+  c = generation_config(*m, 16, 1), c.eb.stability = 1.5;
+  EXPECT_EQ(model::check_settings(c, 2)->key, "eb_stability");
+  c = generation_config(*m, 16, 1), c.eb.entropy_bound = -1;
+  EXPECT_EQ(model::check_settings(c, 2)->key, "eb_entropy_bound");
+  c = generation_config(*m, 16, 1);
+  EXPECT_EQ(model::check_settings(c, 0)->key, "prompt");
+  c.max_tokens = m->hparams().n_ctx;
+  EXPECT_EQ(model::check_settings(c, 2)->key, "max_tokens");
+  CountingSource src(*m, false);
+  c = generation_config(*m, 16, 1), c.eb.max_steps = 0;
+  EXPECT_THROW(model::generate(src, c, prompt), Error);
 }
 
 }  // namespace

@@ -157,6 +157,29 @@ TEST(FamilyLogitsDiffusionGemma, BitIdenticalOnEveryFamily) {
   }
 }
 
+// DiffusionGemma generation (the entropy-bound sampler, blocks chained through the cached prefix): every family
+// this CPU has gives portable's tokens (the whole-model logits above cover the families it lacks).
+TEST(FamilyGenerationsDiffusionGemma, TokensEqualPortablesOnEveryFamily) {
+  const std::string rel = "diffusion-gemma/gguf/tiny-diffusion-gemma-A-Q4_K_M.gguf";
+  const std::vector<int32_t> prompt{2, 6, 916, 600, 32, 319, 317, 7};
+  auto tokens = [&](jit::Isa isa) {
+    model::Model& m = family_model_at(rel, isa);
+    model::GenerateConfig c;
+    c.arch = m.hparams().arch;
+    c.canvas_length = m.hparams().canvas_length;
+    c.max_tokens = 2 * c.canvas_length;
+    c.seed = 5;
+    c.eb = m.hparams().eb;
+    c.eb.max_steps = 6;
+    c.context_length = m.hparams().n_ctx;
+    auto src = model::make_model_logit_source(m);
+    return model::generate(*src, c, prompt).canvas;
+  };
+  const std::vector<int32_t> base = tokens(jit::Isa::Portable);
+  ASSERT_EQ(base.size(), prompt.size() + 32);
+  for (jit::Isa isa : other_families()) EXPECT_EQ(tokens(isa), base) << jit::isa_name(isa);
+}
+
 class FamilyGenerations : public ::testing::TestWithParam<std::string> {};
 
 std::vector<int32_t> greedy(const test::GenerationCase& c, jit::Isa isa) {

@@ -1,9 +1,11 @@
 // The samplers without a model (algorithms.md sections 3, 4 and 7): LLaDA's and Dream's schedules, the
 // tie rules R1/R2, the confidence of every --remasking strategy on designed distributions, Gumbel-max
-// sampling frequencies, the counter-based random stream, and position selection with a threshold.
+// sampling frequencies, the counter-based random stream, and position selection with a threshold; DiffusionGemma's
+// entropy-bound sampler (diffusion-gemma-sampler.md) on constructed logits and entropies.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <set>
@@ -377,6 +379,133 @@ TEST(Remasking, NamesDefaultsAndValidity) {
   EXPECT_TRUE(remasking_valid_for(Arch::LLaDA, Remasking::Random));
   EXPECT_FALSE(remasking_valid_for(Arch::Dream, Remasking::Random));
   EXPECT_FALSE(remasking_valid_for(Arch::LLaDA, Remasking::Entropy));
+}
+
+// --- DiffusionGemma's entropy-bound sampler ---
+
+TEST(EntropyBound, TemperatureGoesLinearlyFromTMaxAndNeverReachesTMin) {
+  EntropyBoundDefaults p;  // 48 steps, 0.4 .. 0.8
+  EXPECT_DOUBLE_EQ(eb_temperature(p, 48), 0.8);
+  EXPECT_DOUBLE_EQ(eb_temperature(p, 24), 0.6);
+  EXPECT_DOUBLE_EQ(eb_temperature(p, 1), 0.4 + 0.4 / 48);
+  p.max_steps = 4, p.t_min = 0.25, p.t_max = 1.25;
+  EXPECT_EQ((std::vector<double>{eb_temperature(p, 4), eb_temperature(p, 3), eb_temperature(p, 2), eb_temperature(p, 1)}),
+            (std::vector<double>{1.25, 1.0, 0.75, 0.5}));
+}
+
+// The rule as stated: position i is accepted iff the entropies ranked strictly before it (ascending entropy, lower
+// position first on ties, NaN last) sum to at most the bound.
+std::vector<uint8_t> accept_by_definition(const std::vector<double>& h, double bound) {
+  std::vector<uint8_t> out(h.size());
+  auto before = [&](size_t j, size_t i) {
+    const bool nj = h[j] != h[j], ni = h[i] != h[i];
+    if (nj != ni) return ni;
+    if (nj) return j < i;
+    return h[j] < h[i] || (h[j] == h[i] && j < i);
+  };
+  for (size_t i = 0; i < h.size(); ++i) {
+    double sum = 0;
+    for (size_t j = 0; j < h.size(); ++j)
+      if (j != i && before(j, i)) sum += h[j];
+    out[i] = sum <= bound;
+  }
+  return out;
+}
+
+TEST(EntropyBound, AcceptanceIsTheLowestEntropyPrefixUnderTheBound) {
+  // Dyadic entropies, exact sums: ranked 1 (0.0625), 3 (0.125), 0 (0.25), 4 (0.25), 2 (1.0); before each: 0,
+  // 0.0625, 0.1875, 0.4375, 0.6875.
+  const std::vector<double> h{0.25, 0.0625, 1.0, 0.125, 0.25};
+  EXPECT_EQ(eb_accept(h, 0.1875), (std::vector<uint8_t>{1, 1, 0, 1, 0})) << "the bound itself is allowed";
+  EXPECT_EQ(eb_accept(h, 0.1), (std::vector<uint8_t>{0, 1, 0, 1, 0}));
+  EXPECT_EQ(eb_accept(h, 0.0), (std::vector<uint8_t>{0, 1, 0, 0, 0})) << "the lowest entropy is always accepted";
+  EXPECT_EQ(eb_accept(h, 0.4375), (std::vector<uint8_t>{1, 1, 0, 1, 1})) << "ties: the lower position first";
+  EXPECT_EQ(eb_accept(h, 10.0), (std::vector<uint8_t>{1, 1, 1, 1, 1}));
+  EXPECT_EQ(eb_accept(std::vector<double>{}, 0.1), std::vector<uint8_t>{});
+  const double nan = std::nan("");
+  EXPECT_EQ(eb_accept(std::vector<double>{nan, 0.5, 0.25}, 0.25), (std::vector<uint8_t>{0, 1, 1}));
+  EXPECT_EQ(eb_accept(std::vector<double>{nan, 0.5, 0.25}, 0.2), (std::vector<uint8_t>{0, 0, 1}));
+  EXPECT_EQ(eb_accept(std::vector<double>{nan, 0.5, 0.25}, 1.0), (std::vector<uint8_t>{1, 1, 1}));
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<double> u(0.0, 0.05);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<double> e(static_cast<size_t>(1 + trial % 40));
+    for (double& x : e) x = trial % 3 == 0 ? std::round(u(rng) * 100) / 100 : u(rng);  // ties every third trial
+    const double bound = u(rng) * 4;
+    ASSERT_EQ(eb_accept(e, bound), accept_by_definition(e, bound)) << "trial " << trial;
+  }
+}
+
+TEST(EntropyBound, PositionTakesArgmaxEntropyAndSampleOfTheTemperedSoftmax) {
+  const std::vector<float> flat(16, 0.5f);
+  const EbPosition f = eb_position(flat.data(), 16, 0.7, RowRandom(1, RandomPurpose::EbSample, 0, 0));
+  ASSERT_TRUE(f.finite);
+  EXPECT_NEAR(f.entropy, std::log(16.0), 1e-12);
+  EXPECT_EQ(f.argmax, 0);
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> l{2.0f, 1.0f, 0.5f, 0.0f, -1.0f, -inf, 2.0f};
+  const double t = 0.7;
+  std::vector<double> p(l.size());
+  double sum = 0, h = 0;
+  for (size_t v = 0; v < l.size(); ++v) sum += p[v] = std::exp((double(l[v]) - 2.0) / t);
+  for (double& x : p) x /= sum, h -= x > 0 ? x * std::log(x) : 0;
+  const int64_t V = static_cast<int64_t>(l.size()), draws = 60000;
+  std::vector<int64_t> count(l.size());
+  for (int64_t i = 0; i < draws; ++i) {
+    const EbPosition e = eb_position(l.data(), V, t, RowRandom(7, RandomPurpose::EbSample, static_cast<uint64_t>(i / 256), static_cast<uint64_t>(i % 256)));
+    ASSERT_TRUE(e.finite);
+    ASSERT_EQ(e.argmax, 0) << "ties go to the lowest id";
+    ASSERT_NEAR(e.entropy, h, 1e-12);
+    ++count[static_cast<size_t>(e.sample)];
+  }
+  EXPECT_EQ(count[5], 0) << "a -inf logit is never sampled";
+  for (size_t v = 0; v < l.size(); ++v) {
+    const double want = p[v] * draws, sd = std::sqrt(draws * p[v] * (1 - p[v]));
+    EXPECT_NEAR(static_cast<double>(count[v]), want, 4.5 * sd + 1) << "token " << v;
+  }
+  // The same draw is the same token; a lower temperature concentrates the distribution (lower entropy).
+  const RowRandom r(3, RandomPurpose::EbSample, 2, 9);
+  EXPECT_EQ(eb_position(l.data(), V, t, r).sample, eb_position(l.data(), V, t, r).sample);
+  EXPECT_LT(eb_position(l.data(), V, 0.4, r).entropy, eb_position(l.data(), V, 0.8, r).entropy);
+  const std::vector<float> bad{1.0f, std::nanf(""), 0.0f};
+  EXPECT_FALSE(eb_position(bad.data(), 3, t, r).finite);
+  const std::vector<float> none{-inf, -inf};
+  EXPECT_FALSE(eb_position(none.data(), 2, t, r).finite);
+}
+
+TEST(EntropyBound, RandomTokensAreUniformReproducibleAndIndependentPerPurpose) {
+  const int64_t V = 10, n = 50000;
+  std::vector<int64_t> count(V);
+  int same_as_init = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t tok = eb_random_token(11, RandomPurpose::EbNoise, 3, i, V);
+    ASSERT_GE(tok, 0);
+    ASSERT_LT(tok, V);
+    ASSERT_EQ(tok, eb_random_token(11, RandomPurpose::EbNoise, 3, i, V));
+    ++count[static_cast<size_t>(tok)];
+    same_as_init += tok == eb_random_token(11, RandomPurpose::EbInit, 3, i, V);
+  }
+  for (int64_t c : count) EXPECT_NEAR(static_cast<double>(c), n / 10.0, 4.5 * std::sqrt(n * 0.09));
+  EXPECT_NEAR(same_as_init, n / 10.0, 4.5 * std::sqrt(n * 0.09)) << "the purposes are independent streams";
+}
+
+TEST(EntropyBound, StopNeedsAStableArgmaxCanvasAndAConfidentStep) {
+  const std::vector<int32_t> a{1, 2, 3}, b{1, 2, 4};
+  EntropyBoundStop one(1, 0.005);
+  EXPECT_FALSE(one.update(a, 0.0)) << "the first step is never stable";
+  EXPECT_FALSE(one.update(b, 0.0)) << "the canvas changed";
+  EXPECT_FALSE(one.update(b, 0.005)) << "stable, not confident (strictly below)";
+  EXPECT_TRUE(one.update(b, 0.004));
+  one.reset();
+  EXPECT_FALSE(one.update(b, 0.0)) << "a new block starts without history";
+  EntropyBoundStop two(2, 0.01);
+  EXPECT_FALSE(two.update(a, 0.0));
+  EXPECT_FALSE(two.update(a, 0.0));
+  EXPECT_TRUE(two.update(a, 0.0)) << "equal to each of the two previous canvases";
+  EXPECT_EQ(two.held(), 2);
+  EntropyBoundStop zero(0, 0.01);
+  EXPECT_TRUE(zero.update(a, 0.001)) << "stability 0: confidence alone";
+  EXPECT_FALSE(zero.update(b, 0.02));
 }
 
 }  // namespace

@@ -39,6 +39,8 @@ model::GenerateConfig make_config(const Sampling& s, const model::HParams& hp, s
   c.seed = s.seed;
   c.top_logprobs = s.top_logprobs;
   c.context_length = hp.n_ctx;
+  c.eb = hp.eb;  // DiffusionGemma: the file's sampler settings
+  c.canvas_length = hp.canvas_length;
   return c;
 }
 

@@ -154,7 +154,7 @@ class LayerProgram;  // forward.h: the forward program as an architecture's laye
 enum class SamplerKind {
   Blocks,     // LLaDA's generate.py: blocks, low_confidence/random, threshold, dual cache; raw row j for position j
   Timesteps,  // Dream's diffusion_generate: the timestep schedule over the whole canvas, row j-1 for position j
-  EntropyBound,  // DiffusionGemma's uniform-state entropy-bound sampler (not in the engine yet)
+  EntropyBound,  // DiffusionGemma's uniform-state entropy-bound sampler (blocks of noise over a cached prefix)
 };
 
 // What one architecture is, in one place (llada.cpp, dream.cpp): every other part of the program asks

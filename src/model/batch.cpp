@@ -40,7 +40,8 @@ void Batch::cancel(int64_t id) {
 int64_t Batch::rows_of(const Slot& s) const {
   const StepNeed* need = s.seq->finished() ? nullptr : s.seq->next();
   if (!need) return 0;
-  return need->pass == Pass::Cached ? need->end - need->begin : static_cast<int64_t>(s.seq->canvas().size());
+  const bool part = need->pass == Pass::Cached || need->pass == Pass::Encode || need->pass == Pass::Canvas;
+  return part ? need->end - need->begin : static_cast<int64_t>(s.seq->canvas().size());
 }
 
 void Batch::advance(Slot& s) {
@@ -100,14 +101,7 @@ bool Batch::step() {
     const StepNeed& need = *next;
     in_pass.push_back(s.get());
     s->logits.resize(need.rows.size() * static_cast<size_t>(V));
-    ForwardRequest req{s->seq->canvas(), need.rows, s->logits.data()};
-    if (need.pass != Pass::Exact) {
-      req.cache = &s->cache;
-      req.cache_mode = need.pass == Pass::Refresh ? CacheMode::Fill : CacheMode::Reuse;
-      req.row_begin = need.begin;
-      req.row_end = need.end;
-    }
-    reqs.push_back(req);
+    reqs.push_back(step_request(s->seq->canvas(), need, &s->cache, s->logits.data()));
   }
   if (reqs.empty()) {
     retire();

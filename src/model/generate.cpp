@@ -3,6 +3,7 @@
 #include "model/generate.h"
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 
 #include "common/error.h"
@@ -29,12 +30,11 @@ void LogitSource::forward_cached(std::span<const int32_t>, int64_t, int64_t, std
   throw Error("internal error: this logit source has no dual cache");
 }
 
-std::string generation_unavailable(Arch arch) {
-  if (arch_spec(arch).sampler != SamplerKind::EntropyBound) return {};
-  return std::string(arch_spec(arch).label) +
-         " generation (the uniform-state entropy-bound sampler) is not in dllm yet: `dllm logits` computes this "
-         "model's logits and `dllm tokenize` its ids";
+void LogitSource::forward_prefixed(std::span<const int32_t>, const StepNeed&, float*) {
+  throw Error("internal error: this logit source has no cached prefix");
 }
+
+std::string generation_unavailable(Arch) { return {}; }
 
 std::optional<SettingProblem> check_settings(const GenerateConfig& c, int64_t prompt_length) {
   const std::string L = std::to_string(c.max_tokens), B = std::to_string(c.block_length),
@@ -42,6 +42,31 @@ std::optional<SettingProblem> check_settings(const GenerateConfig& c, int64_t pr
   auto problem = [](std::string key, std::string text) { return SettingProblem{std::move(key), std::move(text)}; };
   if (std::string why = generation_unavailable(c.arch); !why.empty()) return problem("model", why);
   if (c.max_tokens < 1) return problem("max_tokens", "{setting} {max_tokens} must be at least 1, got " + L);
+  if (arch_spec(c.arch).sampler == SamplerKind::EntropyBound) {  // its own settings; the others' do not apply
+    const EntropyBoundDefaults& e = c.eb;
+    const auto num = [](double v) { return std::to_string(v); };
+    if (c.canvas_length < 1) return problem("model", "the model file has no canvas length (diffusion.canvas_length)");
+    if (e.max_steps < 1) return problem("eb_max_steps", "{setting} {eb_max_steps} must be at least 1, got " + std::to_string(e.max_steps));
+    if (!(e.t_min > 0) || !(e.t_max >= e.t_min) || !std::isfinite(e.t_max))
+      return problem("eb_t_min", "{settings} {eb_t_min} and {eb_t_max} must satisfy 0 < t_min <= t_max, got " +
+                                     num(e.t_min) + " and " + num(e.t_max));
+    if (!(e.entropy_bound >= 0) || !std::isfinite(e.entropy_bound))
+      return problem("eb_entropy_bound", "{setting} {eb_entropy_bound} must be at least 0, got " + num(e.entropy_bound));
+    if (!(e.stability >= 0) || e.stability > 1e6 || e.stability != std::floor(e.stability))
+      return problem("eb_stability", "{setting} {eb_stability} must be a whole number of steps, at least 0, got " + num(e.stability));
+    if (!(e.confidence >= 0) || !std::isfinite(e.confidence))
+      return problem("eb_confidence", "{setting} {eb_confidence} must be at least 0, got " + num(e.confidence));
+    if (c.top_logprobs >= 0)
+      return problem("top_logprobs", "{top_logprobs} is not available for " + std::string(arch_spec(c.arch).label) + " models yet");
+    if (prompt_length < 1) return problem("prompt", "the prompt is empty: " + std::string(arch_spec(c.arch).label) + " needs at least one prompt token");
+    const int64_t blocks = (c.max_tokens + c.canvas_length - 1) / c.canvas_length;
+    if (c.context_length > 0 && blocks > (c.context_length - prompt_length) / c.canvas_length) {
+      return problem("max_tokens", std::to_string(prompt_length) + " prompt tokens and {max_tokens} " + L + " (" +
+                                       std::to_string(blocks) + " canvas of " + std::to_string(c.canvas_length) +
+                                       ") do not fit the model's context length " + std::to_string(c.context_length));
+    }
+    return std::nullopt;
+  }
   if (c.effective_steps() < 1) return problem("steps", "{setting} {steps} must be at least 1, got " + N);
   if (c.top_logprobs < -1 || c.top_logprobs > kMaxTopLogprobs) {
     return problem("top_logprobs", "{setting} {top_logprobs} must be between 0 and " +
@@ -138,6 +163,9 @@ class ModelLogitSource : public LogitSource {
     req.row_end = end;
     m_.forward(req);
   }
+  void forward_prefixed(std::span<const int32_t> tokens, const StepNeed& need, float* out) override {
+    m_.forward(step_request(tokens, need, &cache_, out));
+  }
 
  private:
   Model& m_;
@@ -160,6 +188,8 @@ GenerateResult generate(LogitSource& src, const GenerateConfig& cfg, std::span<c
       case Pass::Exact: src.forward(seq.canvas(), need->rows, logits.data()); break;
       case Pass::Refresh: src.forward_refresh(seq.canvas(), need->rows, logits.data()); break;
       case Pass::Cached: src.forward_cached(seq.canvas(), need->begin, need->end, need->rows, logits.data()); break;
+      case Pass::Encode:
+      case Pass::Canvas: src.forward_prefixed(seq.canvas(), *need, logits.data()); break;
     }
     seq.commit(logits.data());
   }

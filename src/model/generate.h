@@ -23,6 +23,7 @@ class ThreadPool;
 namespace dllm::model {
 
 class Model;
+struct StepNeed;
 
 // What a step asks of the model. forward() is one exact pass; the two cache calls implement LLaDA's
 // dual cache (algorithms.md 3.12) and are needed only when GenerateConfig::dual_cache is set.
@@ -38,6 +39,11 @@ class LogitSource {
   // kept keys/values of [begin, end)); rows must lie in [begin, end).
   virtual void forward_cached(std::span<const int32_t> canvas, int64_t begin, int64_t end,
                               std::span<const int64_t> rows, float* out);
+  // DiffusionGemma's passes against the source's cached prefix (sequence.h, Pass::Encode and Pass::Canvas):
+  // Encode appends the keys and values of tokens [need.begin, need.end) (causal; out unused), Canvas computes
+  // the rows of tokens [need.begin, need.end) against the prefix [0, need.begin) with the need's
+  // self-conditioning.
+  virtual void forward_prefixed(std::span<const int32_t> tokens, const StepNeed& need, float* out);
 };
 
 // The LogitSource of a loaded model (dual cache included).
@@ -61,6 +67,11 @@ struct GenerateConfig {
   // Log-probabilities of the generated positions (GenerateResult::logprobs): -1 = off; 0..kMaxTopLogprobs
   // (20) = on, with that many most probable alternatives per position. They never change the tokens.
   int top_logprobs = -1;
+  // DiffusionGemma (the entropy-bound sampler): its settings (the file's diffusion.eb_* keys unless the user
+  // gives others) and the canvas length C of the file; max_tokens runs ceil(max_tokens / C) blocks of
+  // eb.max_steps steps at most.
+  EntropyBoundDefaults eb;
+  int64_t canvas_length = 0;
 
   int64_t effective_steps() const { return steps > 0 ? steps : max_tokens; }
 };

@@ -31,7 +31,7 @@ const char* remasking_choices(Arch arch);          // "low_confidence or random"
 // --- the random stream -------------------------------------------------------------------------
 // Counter-based: every draw is a function of (seed, purpose, global step, canvas position, index),
 // so results depend neither on the thread count nor on the order rows are processed in.
-enum class RandomPurpose : uint64_t { Gumbel = 1, RemaskRandom = 2 };
+enum class RandomPurpose : uint64_t { Gumbel = 1, RemaskRandom = 2, EbSample = 3, EbNoise = 4, EbInit = 5 };
 
 class RowRandom {
  public:
@@ -141,5 +141,52 @@ struct Candidate {
 // plus, when threshold > 0, every candidate whose confidence is >= threshold (R5). Returned in
 // ascending position order. NaN confidences rank last.
 std::vector<size_t> select_candidates(std::span<const Candidate> c, int64_t k, double threshold = 0.0);
+
+// --- DiffusionGemma's entropy-bound sampler (diffusion-gemma-sampler.md) -----------------------------------------
+// Uniform-state diffusion: a block's canvas starts as uniform random tokens; each step samples every position
+// from softmax(l / t) at the scheduled temperature, keeps the positions whose entropies fit under the bound
+// (eb_accept), re-noises the others with fresh random tokens, and the block stops when the argmax canvas is
+// stable and confident (EntropyBoundStop). The random stream is the counter-based one above, so a position's
+// draws do not depend on the batch, the thread count or the order rows are processed in.
+
+// The temperature of step cur_step, counted down from N = p.max_steps to 1: t_min + (t_max - t_min) * cur_step / N
+// (the first step runs at t_max; t_min itself is never reached).
+double eb_temperature(const EntropyBoundDefaults& p, int64_t cur_step);
+
+// One canvas position of a step, from its raw logits at temperature t: z = l / t, p = softmax(z), in double from
+// f32 logits (R3).
+struct EbPosition {
+  int32_t sample = 0;   // drawn from p: the first v whose cumulative probability reaches u = rng.uniform(0)
+  int32_t argmax = 0;   // argmax z, lowest id on ties (R2): what the block outputs
+  double entropy = 0;   // -sum_v p_v ln p_v
+  bool finite = true;   // false: the row has no finite softmax (NaN or infinite logits); nothing else is set
+};
+EbPosition eb_position(const float* logits, int64_t n_vocab, double temperature, const RowRandom& rng);
+
+// Acceptance (HF accept_canvas): positions ordered by entropy ascending (ties: lower position first, NaN last);
+// the k-th of the order is accepted iff the entropies ranked before it sum to at most `bound`. The accepted set is
+// a prefix of that order and always holds the lowest-entropy position. One flag per position (1 = accepted).
+std::vector<uint8_t> eb_accept(std::span<const double> entropy, double bound);
+
+// A uniform random token in [0, n_vocab) for a position: the initial canvas of block `block` (purpose EbInit,
+// counter = the block) or the re-noise of step `step` (EbNoise, counter = the sequence's global step).
+int32_t eb_random_token(uint64_t seed, RandomPurpose purpose, uint64_t counter, int64_t position, int64_t n_vocab);
+
+// The adaptive stop (HF StableAndConfidentStoppingCriteria), fed once per step: stable = the argmax canvas equals
+// that of each of the previous `stability` steps (0: always; never on a block's first step otherwise), confident =
+// the mean entropy of the step < `confidence`. update() says whether the block stops after this step.
+class EntropyBoundStop {
+ public:
+  EntropyBoundStop(int64_t stability, double confidence) : stability_(stability), confidence_(confidence) {}
+  bool update(std::span<const int32_t> argmax, double mean_entropy);
+  void reset() { prev_.clear(), held_ = 0; }  // a new block
+  int64_t held() const { return held_; }      // previous steps with this argmax canvas, in a row
+
+ private:
+  int64_t stability_;
+  double confidence_;
+  std::vector<int32_t> prev_;
+  int64_t held_ = 0;
+};
 
 }  // namespace dllm::model

@@ -194,6 +194,34 @@ PositionLogprobs position_logprobs(const float* logits, int64_t n_vocab, int32_t
   return out;
 }
 
+EbPosition eb_position(const float* logits, int64_t n_vocab, double temperature, const RowRandom& rng) {
+  EbPosition out;
+  const Softmax s(logits, n_vocab, temperature);
+  if (!std::isfinite(s.mx) || !std::isfinite(s.sum) || !(s.sum > 0)) {
+    out.finite = false;
+    return out;
+  }
+  out.argmax = argmax_token(logits, n_vocab);
+  // One pass: the entropy's sum of e_v * z_v (H = ln S - sum e_v z_v / S, z_v = l_v / t - max) and the sample,
+  // the first v whose running sum of e reaches u * S (rounding: else the last v with e > 0).
+  const double target = rng.uniform(0) * s.sum;
+  double ez = 0, run = 0;
+  int64_t pick = -1, last = 0;
+  for (int64_t v = 0; v < n_vocab; ++v) {
+    const double z = s.scaled(logits[v]);
+    if (!std::isfinite(z)) continue;  // -inf and NaN logits: probability 0
+    const double e = exp_f64(z);
+    if (!(e > 0)) continue;
+    ez += e * z;
+    run += e;
+    last = v;
+    if (pick < 0 && run >= target) pick = v;
+  }
+  out.sample = static_cast<int32_t>(pick >= 0 ? pick : last);
+  out.entropy = std::max(0.0, std::log(s.sum) - ez / s.sum);
+  return out;
+}
+
 // --- selection ---
 
 std::vector<size_t> select_candidates(std::span<const Candidate> c, int64_t k, double threshold) {

@@ -19,6 +19,37 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
+ForwardRequest step_request(std::span<const int32_t> canvas, const StepNeed& need, KVCache* cache, float* out) {
+  ForwardRequest req{canvas, need.rows, out};
+  switch (need.pass) {
+    case Pass::Exact: break;
+    case Pass::Refresh:
+    case Pass::Cached:
+      req.cache = cache;
+      req.cache_mode = need.pass == Pass::Refresh ? CacheMode::Fill : CacheMode::Reuse;
+      req.row_begin = need.begin;
+      req.row_end = need.end;
+      break;
+    case Pass::Encode:  // [begin, end) appended to the cached prefix, no logits
+      req.tokens = canvas.first(static_cast<size_t>(need.end));
+      req.logit_rows = {};
+      req.logits = nullptr;
+      req.cache = cache;
+      req.cache_mode = CacheMode::Extend;
+      req.n_prompt = need.end;
+      break;
+    case Pass::Canvas:  // [begin, end) against the prefix
+      req.tokens = canvas.first(static_cast<size_t>(need.end));
+      req.cache = cache;
+      req.cache_mode = CacheMode::Prefix;
+      req.n_prompt = need.begin;
+      req.self_cond_logits = need.self_cond;
+      req.self_cond_temperature = need.self_cond_temperature;
+      break;
+  }
+  return req;
+}
+
 Sequence::Sequence(const GenerateConfig& config, std::span<const int32_t> prompt, int64_t n_vocab,
                    GenerateHooks hooks)
     : cfg_(config), hooks_(std::move(hooks)), V_(n_vocab),
@@ -28,7 +59,15 @@ Sequence::Sequence(const GenerateConfig& config, std::span<const int32_t> prompt
   res_.canvas.assign(prompt.begin(), prompt.end());
   res_.canvas.resize(prompt.size() + static_cast<size_t>(cfg_.max_tokens), cfg_.mask_id);
   res_.total_steps = cfg_.effective_steps();
-  if (blocks_) {
+  if (arch_spec(cfg_.arch).sampler == SamplerKind::EntropyBound) {  // blocks of uniform noise after the prompt
+    eb_ = true;
+    blocks_ = false;
+    C_len_ = cfg_.canvas_length;
+    res_.canvas.resize(prompt.size());
+    nb_ = (cfg_.max_tokens + C_len_ - 1) / C_len_;
+    res_.total_steps = nb_ * cfg_.eb.max_steps;
+    eb_stop_.emplace(static_cast<int64_t>(cfg_.eb.stability), cfg_.eb.confidence);
+  } else if (blocks_) {
     nb_ = llada_block_count(cfg_.max_tokens, cfg_.block_length);
   } else {
     dream_sched_.emplace(cfg_.effective_steps());
@@ -67,6 +106,7 @@ const StepNeed* Sequence::next() {
     finish();
     return nullptr;
   }
+  if (eb_) return plan_entropy_bound();
   return blocks_ ? plan_llada() : plan_dream();
 }
 
@@ -160,8 +200,131 @@ const StepNeed* Sequence::plan_dream() {
   }
 }
 
+const StepNeed* Sequence::plan_entropy_bound() {
+  const auto stop_here = [&] {
+    if (block_open_) res_.canvas.resize(static_cast<size_t>(n() - C_len_));  // an unfinished block is dropped
+    block_open_ = false;
+    finish();
+    return nullptr;
+  };
+  if (!block_open_) {
+    if (answer_ended_ || b_ >= nb_ || cancel_requested()) return stop_here();
+    need_ = StepNeed{};
+    if (encoded_ < n()) {  // the prompt, or the previous block's tokens, into the cached prefix first
+      need_.pass = Pass::Encode;
+      need_.begin = encoded_;
+      need_.end = n();
+      pending_ = true;
+      return &need_;
+    }
+    for (int64_t i = 0; i < C_len_; ++i)  // a new block from uniform noise
+      res_.canvas.push_back(eb_random_token(cfg_.seed, RandomPurpose::EbInit, static_cast<uint64_t>(b_), i, V_));
+    block_open_ = true;
+    cur_ = cfg_.eb.max_steps;
+    sc_.clear();
+    eb_stop_->reset();
+  }
+  if (cancel_requested()) return stop_here();
+  t0_ = Clock::now();
+  t_ = eb_temperature(cfg_.eb, cur_);
+  need_ = StepNeed{};
+  need_.pass = Pass::Canvas;
+  need_.begin = n() - C_len_;
+  need_.end = n();
+  for (int64_t r = need_.begin; r < need_.end; ++r) need_.rows.push_back(r);
+  if (!sc_.empty()) need_.self_cond = sc_.data(), need_.self_cond_temperature = static_cast<float>(sc_t_);
+  pending_ = true;
+  return &need_;
+}
+
+void Sequence::commit_entropy_bound(const float* logits) {
+  pending_ = false;
+  if (need_.pass == Pass::Encode) {
+    encoded_ = need_.end;
+    return;
+  }
+  ++res_.forward_passes;
+  const int64_t C = C_len_, base = n() - C;
+  const uint64_t g = static_cast<uint64_t>(gstep_);
+  std::vector<EbPosition> pos(static_cast<size_t>(C));
+  auto one = [&](int64_t i, int) {
+    pos[static_cast<size_t>(i)] = eb_position(logits + i * V_, V_, t_, RowRandom(cfg_.seed, RandomPurpose::EbSample, g, static_cast<uint64_t>(i)));
+  };
+  if (hooks_.pool && C > 1) {
+    hooks_.pool->parallel_for(C, one);
+  } else {
+    for (int64_t i = 0; i < C; ++i) one(i, 0);
+  }
+  std::vector<double> entropy(static_cast<size_t>(C));
+  std::vector<int32_t> argmax(static_cast<size_t>(C));
+  double mean = 0;
+  for (int64_t i = 0; i < C; ++i) {
+    const EbPosition& e = pos[static_cast<size_t>(i)];
+    if (!e.finite) {
+      res_.error = "the model gave canvas position " + std::to_string(base + i) + " no finite logit at step " +
+                   std::to_string(gstep_ + 1) + " (NaN or infinity: its weights or activations overflowed; the file " +
+                   "may be corrupt)";
+      res_.canvas.resize(static_cast<size_t>(base));
+      block_open_ = false;
+      finish();
+      return;
+    }
+    entropy[static_cast<size_t>(i)] = e.entropy, argmax[static_cast<size_t>(i)] = e.argmax, mean += e.entropy;
+  }
+  mean /= static_cast<double>(C);
+  // Accepted positions take their sample; every other one a fresh random token.
+  const std::vector<uint8_t> accepted = eb_accept(entropy, cfg_.eb.entropy_bound);
+  committed_.clear();
+  for (int64_t i = 0; i < C; ++i) {
+    const size_t k = static_cast<size_t>(i);
+    res_.canvas[static_cast<size_t>(base + i)] =
+        accepted[k] ? pos[k].sample : eb_random_token(cfg_.seed, RandomPurpose::EbNoise, g, i, V_);
+    if (accepted[k]) committed_.push_back(base + i);
+  }
+  sc_.assign(logits, logits + C * V_);  // the next step's self-conditioning: these logits at this temperature
+  sc_t_ = t_;
+  const bool stop = eb_stop_->update(argmax, mean);
+  StepEvent ev;
+  ev.step = gstep_;
+  ev.total_steps = res_.total_steps;
+  ev.block = b_;
+  ev.scheduled = static_cast<int64_t>(committed_.size());
+  ev.committed = committed_;
+  ev.masked_left = C - static_cast<int64_t>(committed_.size());  // re-noised
+  ev.canvas = res_.canvas;
+  ev.prompt_length = P();
+  ev.ms = ms_since(t0_);
+  ++res_.steps_run;
+  res_.step_ms.push_back(ev.ms);
+  res_.forward_ms += ev.ms;
+  if (hooks_.on_step) hooks_.on_step(ev);
+  ++gstep_;
+  --cur_;
+  if (stop || cur_ == 0) end_block(argmax);
+}
+
+void Sequence::end_block(const std::vector<int32_t>& argmax) {
+  // The block's result is its last argmax canvas: appended up to max_tokens in all, and up to the first stop
+  // token, which ends the answer.
+  res_.canvas.resize(static_cast<size_t>(n() - C_len_));
+  const int64_t room = cfg_.max_tokens - (n() - P());
+  for (int64_t i = 0; i < std::min(C_len_, room); ++i) {
+    const int32_t t = argmax[static_cast<size_t>(i)];
+    res_.canvas.push_back(t);
+    ++res_.committed;
+    if (std::find(cfg_.stop_ids.begin(), cfg_.stop_ids.end(), t) != cfg_.stop_ids.end()) {
+      answer_ended_ = true;
+      break;
+    }
+  }
+  block_open_ = false;
+  ++b_;
+  if (answer_ended_ || b_ >= nb_) finish();
+}
+
 void Sequence::commit(const float* logits) {
   if (!pending_) return;
+  if (eb_) return commit_entropy_bound(logits);
   pending_ = false;
   ++res_.forward_passes;
   const bool llada = blocks_;

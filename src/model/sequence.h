@@ -11,6 +11,7 @@
 #include <span>
 #include <vector>
 
+#include "model/forward.h"
 #include "model/generate.h"
 #include "model/sampler.h"
 
@@ -21,14 +22,24 @@ enum class Pass {
   Exact,    // every position through every layer; no cache
   Refresh,  // an exact pass that also keeps every position's keys and values (the sequence's cache)
   Cached,   // only positions [begin, end) recomputed against the kept keys and values
+  // DiffusionGemma (the sequence's cached prefix, CacheMode::Extend / Prefix):
+  Encode,   // tokens [begin, end) encoded causally and appended to the prefix; no logits
+  Canvas,   // the canvas [begin, end) against the prefix [0, begin), with self-conditioning
 };
 
 // What the next step asks of the model.
 struct StepNeed {
   Pass pass = Pass::Exact;
   std::vector<int64_t> rows;   // raw rows whose logits the step reads, in this order
-  int64_t begin = 0, end = 0;  // Cached: the recomputed positions (rows lie inside)
+  int64_t begin = 0, end = 0;  // Cached, Encode, Canvas: the computed positions (rows lie inside)
+  const float* self_cond = nullptr;  // Canvas: the previous step's raw canvas logits [end - begin, n_vocab]
+  float self_cond_temperature = 1;   // and the temperature they are softmaxed at
 };
+
+// The forward request of a step's need over the sequence's canvas (tokens) with the sequence's cache (the dual
+// cache or DiffusionGemma's prefix; unused for Exact) and out for its rows' logits: every pass kind in one place,
+// for the batch and the single-sequence loop alike.
+ForwardRequest step_request(std::span<const int32_t> canvas, const StepNeed& need, KVCache* cache, float* out);
 
 class Sequence {
  public:
@@ -69,6 +80,9 @@ class Sequence {
   bool finish_step(StepEvent ev, const std::vector<Candidate>& cand, const std::vector<size_t>& chosen);
   const StepNeed* plan_llada();
   const StepNeed* plan_dream();
+  const StepNeed* plan_entropy_bound();
+  void commit_entropy_bound(const float* logits);
+  void end_block(const std::vector<int32_t>& argmax);
   const StepNeed* ask(Pass pass, int64_t begin, int64_t end);
 
   GenerateConfig cfg_;
@@ -89,6 +103,15 @@ class Sequence {
   LladaBlock block_;
   bool block_open_ = false, refreshed_ = false;
   std::optional<DreamSchedule> dream_sched_;
+  // DiffusionGemma: the canvas is [prefix | C block tokens]; encoded_ prefix tokens are in the model's cache;
+  // step cur_ counts down from eb.max_steps; gstep_ numbers the sequence's steps (its random stream).
+  bool eb_ = false;
+  int64_t C_len_ = 0, encoded_ = 0, cur_ = 0, gstep_ = 0;
+  double t_ = 0;                 // the pending step's temperature
+  std::vector<float> sc_;        // the previous step's raw canvas logits (self-conditioning)
+  double sc_t_ = 0;
+  bool answer_ended_ = false;    // a block held a stop token
+  std::optional<EntropyBoundStop> eb_stop_;
 };
 
 }  // namespace dllm::model
