@@ -271,7 +271,7 @@ TEST(DiffusionGemmaRouter, QuantisedWithinTwoPercentOrExplainedByRoundingFlips) 
   }
 }
 
-TEST(DiffusionGemmaCli, LogitsFlagsAreChecked) {
+TEST(DiffusionGemmaCli, LogitsAndRunFlagsAreChecked) {
   const std::string mf = dg_path("gguf/tiny-diffusion-gemma-A-Q8_0.gguf");
   const std::string out = ::testing::TempDir() + "dg_logits.f32";
   std::string ids;  // prompt of 4 ids, then a 16-id canvas
@@ -302,6 +302,28 @@ TEST(DiffusionGemmaCli, LogitsFlagsAreChecked) {
   EXPECT_EQ(j.at("output_ids").size(), 20u) << r.out;  // two blocks of 16, the second cut
   EXPECT_LE(j.at("steps_run").get<int>(), 2 * 48) << r.out;
   EXPECT_EQ(j.at("forward_passes"), j.at("steps_run")) << "encoding the prefix is not a step";
+  // The sampler's own flags; the other samplers' flags are refused on this model, and its flags on others.
+  r = test::run_dllm({"run", "--model", mf, "--prompt", "hi", "--max-tokens", "8", "--eb-max-steps", "3", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_LE(nlohmann::json::parse(r.out).at("steps_run").get<int>(), 3) << r.out;
+  for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
+           {"--steps", "4"}, {"--temperature", "0.5"}, {"--block-length", "8"}, {"--remasking", "entropy"}}) {
+    r = test::run_dllm({"run", "--model", mf, "--prompt", "hi", flag, value});
+    EXPECT_EQ(r.exit_code, 2) << flag;
+    EXPECT_NE(r.err.find(flag + " does not apply to DiffusionGemma models"), std::string::npos) << r.err;
+  }
+  r = test::run_dllm({"run", "--model", test::data_path("models/tiny-llada-Q8_0.gguf"), "--prompt", "hi",
+                      "--eb-max-steps", "3"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--eb-max-steps is for DiffusionGemma models only (this model is LLaDA)"), std::string::npos) << r.err;
+  r = test::run_dllm({"run", "--model", mf, "--prompt", "hi", "--eb-t-min", "0.9"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("flags --eb-t-min and --eb-t-max must satisfy 0 < t_min <= t_max, got 0.9 and 0.8"),
+            std::string::npos) << r.err;
+  r = test::run_dllm({"run", "--model", mf, "--prompts-file", "-", "--json"},
+                     "{\"prompt\":\"hi\",\"max_tokens\":8,\"eb_max_steps\":2}\n{\"prompt\":\"yo\",\"steps\":3}\n");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("line 2: \"steps\" does not apply to DiffusionGemma models"), std::string::npos) << r.err;
 }
 
 // --- generation: the entropy-bound sampler in the per-sequence state machine ---
@@ -354,12 +376,15 @@ TEST(DiffusionGemmaGenerate, BlocksChainThroughTheCachedPrefixAndEqualUnifiedFor
   const std::vector<int32_t> prompt(a.ids.begin(), a.ids.begin() + a.n_prompt);
   const int64_t C = m->hparams().canvas_length;
   const model::GenerateConfig cfg = generation_config(*m, 2 * C, 7);
-  int steps_seen = 0;
+  int steps_seen = 0, blocks_closed = 0;
   model::GenerateHooks hooks;
   hooks.on_step = [&](const model::StepEvent& ev) {
     ++steps_seen;
     EXPECT_GE(ev.scheduled, 1) << "the lowest-entropy position is always accepted";
     EXPECT_EQ(static_cast<int64_t>(ev.canvas.size()), a.n_prompt + (ev.block + 1) * C);
+    // The open block is noise until its last step, which reports the block's tokens as answer.
+    if (ev.open_begin >= 0) EXPECT_EQ(ev.open_begin, a.n_prompt + ev.block * C);
+    blocks_closed += ev.open_begin < 0;
   };
   CountingSource cached(*m, false), other_seed(*m, false), plain(*m, true);
   const model::GenerateResult r = model::generate(cached, cfg, prompt, hooks);
@@ -368,6 +393,7 @@ TEST(DiffusionGemmaGenerate, BlocksChainThroughTheCachedPrefixAndEqualUnifiedFor
   EXPECT_EQ(cached.encodes, 2) << "the prompt, then the first block's tokens";
   EXPECT_EQ(cached.canvases, r.steps_run);
   EXPECT_EQ(steps_seen, r.steps_run);
+  EXPECT_EQ(blocks_closed, 2);
   EXPECT_LE(r.steps_run, 2 * cfg.eb.max_steps);
   const model::GenerateResult u = model::generate(plain, cfg, prompt);
   EXPECT_EQ(u.canvas, r.canvas) << "unified forwards give the same tokens";

@@ -819,5 +819,36 @@ TEST(ServeText, Utf8Helpers) {
   EXPECT_EQ(utf8_complete_prefix("ab\xf0\x9f\xa6\x99"), 6u);
 }
 
+// DiffusionGemma through the server: its sampler's settings in the body (the other samplers' refused, naming
+// the field), and a stream whose text is the whole answer's, sent block by block: a block being denoised is
+// noise, never streamed as answer.
+TEST(ServeDiffusionGemma, StreamsEachFinishedBlockAndTakesItsSettings) {
+  ServeProcess server({"--model", data_path("diffusion-gemma/gguf/tiny-diffusion-gemma-A-Q8_0.gguf"), "--threads", "2"});
+  const std::string req = R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 40, "seed": 9,
+      "eb_max_steps": 3, "eb_t_max": 0.9)";
+  const Http whole = post(server, "/v1/chat/completions", req + "}");
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  const std::string answer = whole.j()["choices"][0]["message"]["content"];
+  EXPECT_EQ(whole.j()["usage"]["completion_tokens"], 40) << "no stop token: three blocks, the last cut";
+  const Http h = post(server, "/v1/chat/completions", req + R"(, "stream": true})", {"-N"});
+  ASSERT_EQ(h.status, 200) << h.body;
+  std::string text;
+  int chunks = 0;
+  for (const std::string& e : sse_events(h.body)) {
+    if (e == "[DONE]") continue;
+    const json c = json::parse(e);
+    const json& d = c["choices"][0]["delta"];
+    if (d.contains("content") && !d["content"].get<std::string>().empty()) text += d["content"].get<std::string>(), ++chunks;
+  }
+  EXPECT_EQ(text, answer);
+  EXPECT_LE(chunks, 3) << "one piece of text per finished block at most";
+  const Http bad = post(server, "/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "steps": 4})");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_EQ(bad.j()["error"]["param"], "steps");
+  const Http bad2 = post(server, "/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "eb_t_min": 2})");
+  EXPECT_EQ(bad2.status, 400);
+  EXPECT_EQ(bad2.j()["error"]["param"], "eb_t_min");
+}
+
 }  // namespace
 }  // namespace dllm::test

@@ -106,6 +106,19 @@ const std::vector<Flag> kGenerationFlags = {
     {"dual-cache", "", "off",
      "LLaDA: cache keys/values and recompute only the current block's rows inside a block", Kind::Bool},
     {"seed", "N", "42", "seeds this program's PRNG", Kind::UInt},
+    {"eb-max-steps", "N", "the file's (48)", "DiffusionGemma: denoising steps per block, at most", Kind::Count},
+    {"eb-t-max", "T", "the file's (0.8)", "DiffusionGemma: the first step's temperature", Kind::Float0},
+    {"eb-t-min", "T", "the file's (0.4)",
+     "DiffusionGemma: the temperature the steps go down towards (t_min + (t_max - t_min) * steps left / steps)",
+     Kind::Float0},
+    {"eb-entropy-bound", "B", "the file's (0.1)",
+     "DiffusionGemma: each step keeps the lowest-entropy positions while the entropies before each sum to at most "
+     "B, and re-noises the rest",
+     Kind::Float0},
+    {"eb-stability", "N", "the file's (1)",
+     "DiffusionGemma: a block stops once its argmax canvas held for N steps and the step is confident", Kind::UInt},
+    {"eb-confidence", "C", "the file's (0.005)", "DiffusionGemma: confident = the mean entropy is below C",
+     Kind::Float0},
 };
 
 // base's flags, then more.
@@ -419,6 +432,7 @@ void apply_flag(Settings& s, const Flag& f, const std::string& v) {
       else if (name == "batch-size") s.batch_size = x;
       else if (name == "max-tokens-limit") s.max_tokens_limit = x;
       else if (name == "max-steps-limit") s.max_steps_limit = x;
+      else if (name == "eb-max-steps") s.eb_max_steps = x;
       else if (name == "max-n") {
         if (x > 1024) throw usage_error("flag --max-n must be at most 1024, got " + std::to_string(x));
         s.max_n = x;
@@ -429,6 +443,7 @@ void apply_flag(Settings& s, const Flag& f, const std::string& v) {
       int64_t x = parse_int(name, v);
       if (x < 0) throw usage_error("flag --" + name + " must be at least 0, got " + std::to_string(x));
       if (name == "seed") s.seed = static_cast<uint64_t>(x);
+      else if (name == "eb-stability") s.eb_stability = x;
       else if (name == "max-queue") s.max_queue = x;
       else if (name == "top-logprobs") {
         if (x > model::kMaxTopLogprobs) {
@@ -448,6 +463,10 @@ void apply_flag(Settings& s, const Flag& f, const std::string& v) {
       double x = parse_number(name, v);
       if (x < 0) throw usage_error("flag --" + name + " must be at least 0, got " + format_number(x));
       if (name == "temperature") s.temperature = x;
+      else if (name == "eb-t-min") s.eb_t_min = x;
+      else if (name == "eb-t-max") s.eb_t_max = x;
+      else if (name == "eb-entropy-bound") s.eb_entropy_bound = x;
+      else if (name == "eb-confidence") s.eb_confidence = x;
       else if (name == "self-cond-temperature") s.self_cond_temperature = x, s.has_self_cond_temperature = true;
       return;
     }

@@ -16,7 +16,8 @@ using json = nlohmann::ordered_json;
 
 constexpr const char* kKeys[] = {"prompt",  "prompt_tokens", "id",   "system",    "no_chat",   "max_tokens",
                                  "steps",   "block_length",  "remasking", "temperature", "seed", "threshold",
-                                 "dual_cache"};
+                                 "dual_cache", "eb_max_steps", "eb_t_min", "eb_t_max", "eb_entropy_bound",
+                                 "eb_stability", "eb_confidence"};
 constexpr const char* kRemasking = "low_confidence|random|entropy|maskgit_plus|topk_margin";
 
 // A value as the message shows it (JSON text, cut short).
@@ -120,6 +121,13 @@ class LineParser {
         s.threshold = number(key, v, 0, 1);
       } else if (key == "dual_cache") {
         s.dual_cache = boolean(key, v);
+      } else if (key == "eb_max_steps") {
+        s.eb_max_steps = integer(key, v, 1);
+      } else if (key == "eb_stability") {
+        s.eb_stability = integer(key, v, 0);
+      } else if (key == "eb_t_min" || key == "eb_t_max" || key == "eb_entropy_bound" || key == "eb_confidence") {
+        const double x = number(key, v, 0, std::numeric_limits<double>::infinity());
+        (key == "eb_t_min" ? s.eb_t_min : key == "eb_t_max" ? s.eb_t_max : key == "eb_entropy_bound" ? s.eb_entropy_bound : s.eb_confidence) = x;
       } else {
         std::string suggestion;
         size_t best = 3;

@@ -8,6 +8,7 @@ engine::Sampling sampling_of(const Settings& s) {
   g.max_tokens = s.max_tokens;
   g.steps = s.steps;
   g.block_length = s.block_length;
+  g.has_block_length = s.has_block_length;
   g.temperature = s.temperature;
   g.remasking = s.remasking;
   g.threshold = s.threshold;
@@ -16,6 +17,12 @@ engine::Sampling sampling_of(const Settings& s) {
   g.full_logits = s.full_logits;
   g.early_stop = !s.no_early_stop;
   g.top_logprobs = static_cast<int>(s.top_logprobs);  // -1 to 20 (args.cpp)
+  g.eb.max_steps = s.eb_max_steps;
+  g.eb.t_min = s.eb_t_min;
+  g.eb.t_max = s.eb_t_max;
+  g.eb.entropy_bound = s.eb_entropy_bound;
+  g.eb.stability = s.eb_stability;
+  g.eb.confidence = s.eb_confidence;
   return g;
 }
 

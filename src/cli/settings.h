@@ -2,6 +2,7 @@
 // (parse_command_line); the commands read only this struct.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,9 @@ struct Settings {
   uint64_t seed = 42;                 // --seed
   bool full_logits = false;           // --full-logits
   bool no_early_stop = false;         // --no-early-stop
+  // DiffusionGemma's entropy-bound sampler (--eb-*; unset: the file's diffusion.eb_* values)
+  std::optional<int64_t> eb_max_steps, eb_stability;
+  std::optional<double> eb_t_min, eb_t_max, eb_entropy_bound, eb_confidence;
 
   // execution
   int64_t threads = 0;                // --threads; 0 = all logical CPUs

@@ -39,8 +39,31 @@ model::GenerateConfig make_config(const Sampling& s, const model::HParams& hp, s
   c.seed = s.seed;
   c.top_logprobs = s.top_logprobs;
   c.context_length = hp.n_ctx;
-  c.eb = hp.eb;  // DiffusionGemma: the file's sampler settings
   c.canvas_length = hp.canvas_length;
+  // DiffusionGemma runs its own sampler: the other samplers' settings are refused, and its settings on other models.
+  const std::string label = model::arch_spec(hp.arch).label;
+  if (model::arch_spec(hp.arch).sampler == model::SamplerKind::EntropyBound) {
+    const auto refuse = [&](const char* key, const std::string& instead) {
+      throw RequestError(key, std::string("{") + key + "} does not apply to " + label + " models (" + instead + ")");
+    };
+    if (s.steps > 0) refuse("steps", "each block runs up to {eb_max_steps} steps");
+    if (s.has_block_length) refuse("block_length", "its blocks are the file's canvas");
+    if (s.temperature != 0) refuse("temperature", "the steps' temperatures go from {eb_t_max} down to {eb_t_min}");
+    if (!s.remasking.empty()) refuse("remasking", "it re-noises what {eb_entropy_bound} does not accept");
+    if (s.threshold > 0) refuse("threshold", "see {eb_entropy_bound}");
+    if (s.dual_cache) refuse("dual_cache", "its prompt is always encoded once");
+    if (s.full_logits) refuse("full_logits", "every step reads the whole canvas");
+    c.remasking = model::Remasking::Entropy;
+    c.eb = hp.eb;  // the file's settings, then the request's
+    if (s.eb.max_steps) c.eb.max_steps = *s.eb.max_steps;
+    if (s.eb.t_min) c.eb.t_min = *s.eb.t_min;
+    if (s.eb.t_max) c.eb.t_max = *s.eb.t_max;
+    if (s.eb.entropy_bound) c.eb.entropy_bound = *s.eb.entropy_bound;
+    if (s.eb.stability) c.eb.stability = static_cast<double>(*s.eb.stability);
+    if (s.eb.confidence) c.eb.confidence = *s.eb.confidence;
+  } else if (const std::string key = s.eb.first_given(); !key.empty()) {
+    throw RequestError(key, "{" + key + "} is for DiffusionGemma models only (this model is " + label + ")");
+  }
   return c;
 }
 

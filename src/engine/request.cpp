@@ -16,6 +16,16 @@ Error RequestError::as_flags() const { return Error(message(model::flag_name), k
 
 std::string plain_name(std::string_view name) { return std::string(name); }
 
+std::string EbSettings::first_given() const {
+  if (max_steps) return "eb_max_steps";
+  if (t_min) return "eb_t_min";
+  if (t_max) return "eb_t_max";
+  if (entropy_bound) return "eb_entropy_bound";
+  if (stability) return "eb_stability";
+  if (confidence) return "eb_confidence";
+  return {};
+}
+
 void check_sampling(const Sampling& s) {
   if (s.dual_cache && s.full_logits)
     throw RequestError("dual_cache", "{settings} {dual_cache} and {full_logits} cannot be combined");

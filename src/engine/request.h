@@ -18,11 +18,20 @@ namespace dllm::engine {
 // The largest max_tokens (16 Mi tokens, beyond any model's context): prompt + canvas sums stay far from overflow.
 inline constexpr int64_t kMaxCanvasTokens = int64_t{1} << 24;
 
+// DiffusionGemma's entropy-bound settings a request gives (unset: the file's diffusion.eb_* values).
+struct EbSettings {
+  std::optional<int64_t> max_steps, stability;
+  std::optional<double> t_min, t_max, entropy_bound, confidence;
+  // The first given setting's field name ("eb_max_steps", ...), or "" when none is given.
+  std::string first_given() const;
+};
+
 // The sampler's settings of one request (the run flags without dashes).
 struct Sampling {
   int64_t max_tokens = 128;
   int64_t steps = 0;           // 0: max_tokens
   int64_t block_length = 32;   // LLaDA
+  bool has_block_length = false;  // given by the request (DiffusionGemma refuses it)
   double temperature = 0;
   std::string remasking;       // "": the architecture's default
   double threshold = 0;        // LLaDA; 0 = off
@@ -32,6 +41,7 @@ struct Sampling {
   bool early_stop = true;
   int top_logprobs = -1;       // -1: no log-probabilities; 0..20: each answer token's, with that many
                                // alternatives (model::GenerateConfig::top_logprobs, Answer::logprobs)
+  EbSettings eb;               // DiffusionGemma
 };
 
 struct Request {

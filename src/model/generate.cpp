@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <chrono>
 
 #include "common/error.h"
@@ -44,7 +45,11 @@ std::optional<SettingProblem> check_settings(const GenerateConfig& c, int64_t pr
   if (c.max_tokens < 1) return problem("max_tokens", "{setting} {max_tokens} must be at least 1, got " + L);
   if (arch_spec(c.arch).sampler == SamplerKind::EntropyBound) {  // its own settings; the others' do not apply
     const EntropyBoundDefaults& e = c.eb;
-    const auto num = [](double v) { return std::to_string(v); };
+    const auto num = [](double v) {
+      char b[32];
+      std::snprintf(b, sizeof b, "%g", v);
+      return std::string(b);
+    };
     if (c.canvas_length < 1) return problem("model", "the model file has no canvas length (diffusion.canvas_length)");
     if (e.max_steps < 1) return problem("eb_max_steps", "{setting} {eb_max_steps} must be at least 1, got " + std::to_string(e.max_steps));
     if (!(e.t_min > 0) || !(e.t_max >= e.t_min) || !std::isfinite(e.t_max))

@@ -117,6 +117,10 @@ struct StepEvent {
   double ms = 0;               // wall time of the step
   std::span<const int32_t> canvas;  // after the step
   int64_t prompt_length = 0;
+  // DiffusionGemma: the first position of the block still being denoised (canvas[open_begin..] is noise, not
+  // answer yet; the finished blocks before it are); -1 when no block is open (its last step: the block's
+  // tokens are in the canvas). Mask-based models: -1 (their masks say what is not answer yet).
+  int64_t open_begin = -1;
   // With GenerateConfig::top_logprobs >= 0: GenerateResult::logprobs after the step (one entry per generated
   // position; those committed so far filled), for streaming them; empty when off.
   std::span<const PositionLogprobs> logprobs;

@@ -283,16 +283,19 @@ void Sequence::commit_entropy_bound(const float* logits) {
   }
   sc_.assign(logits, logits + C * V_);  // the next step's self-conditioning: these logits at this temperature
   sc_t_ = t_;
-  const bool stop = eb_stop_->update(argmax, mean);
+  const bool block_done = eb_stop_->update(argmax, mean) || cur_ == 1;
+  const int64_t block = b_;
+  if (block_done) end_block(argmax);  // the block's tokens join the answer before the step is reported
   StepEvent ev;
   ev.step = gstep_;
   ev.total_steps = res_.total_steps;
-  ev.block = b_;
+  ev.block = block;
   ev.scheduled = static_cast<int64_t>(committed_.size());
   ev.committed = committed_;
   ev.masked_left = C - static_cast<int64_t>(committed_.size());  // re-noised
   ev.canvas = res_.canvas;
   ev.prompt_length = P();
+  ev.open_begin = block_done ? -1 : base;
   ev.ms = ms_since(t0_);
   ++res_.steps_run;
   res_.step_ms.push_back(ev.ms);
@@ -300,7 +303,6 @@ void Sequence::commit_entropy_bound(const float* logits) {
   if (hooks_.on_step) hooks_.on_step(ev);
   ++gstep_;
   --cur_;
-  if (stop || cur_ == 0) end_block(argmax);
 }
 
 void Sequence::end_block(const std::vector<int32_t>& argmax) {

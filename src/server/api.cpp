@@ -2,6 +2,7 @@
 #include "server/api.h"
 
 #include <cmath>
+#include <limits>
 
 #include "common/printable.h"
 #include "model/generate.h"
@@ -313,6 +314,7 @@ ApiRequest parse_request(const std::string& body, bool chat, const engine::Sampl
       s.steps = integer(key, v, 1, std::min<int64_t>(limits.max_steps, engine::kMaxCanvasTokens));
     } else if (key == "block_length") {
       s.block_length = integer(key, v, 1, engine::kMaxCanvasTokens);
+      s.has_block_length = true;
     } else if (key == "remasking") {
       s.remasking = string(key, v);
       if (!model::parse_remasking(s.remasking))
@@ -322,6 +324,13 @@ ApiRequest parse_request(const std::string& body, bool chat, const engine::Sampl
       s.threshold = number(key, v, 0, 1);
     } else if (key == "dual_cache") {
       s.dual_cache = boolean(key, v);
+    } else if (key == "eb_max_steps") {
+      s.eb.max_steps = integer(key, v, 1, limits.max_steps);
+    } else if (key == "eb_stability") {
+      s.eb.stability = integer(key, v, 0, 1000000);
+    } else if (key == "eb_t_min" || key == "eb_t_max" || key == "eb_entropy_bound" || key == "eb_confidence") {
+      const double x = number(key, v, 0, std::numeric_limits<double>::infinity());
+      (key == "eb_t_min" ? s.eb.t_min : key == "eb_t_max" ? s.eb.t_max : key == "eb_entropy_bound" ? s.eb.entropy_bound : s.eb.confidence) = x;
     } else if (key == "return_tokens") {
       r.return_tokens = boolean(key, v);
     }

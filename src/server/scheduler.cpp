@@ -64,8 +64,12 @@ void Scheduler::admit(Job job) {
 // include_canvas the whole generated part.
 void Scheduler::on_step(Running& r, const model::StepEvent& ev) {
   const auto generated = ev.canvas.subspan(static_cast<size_t>(ev.prompt_length));
+  // A DiffusionGemma block still being denoised is noise, not answer: only the finished blocks count.
+  const auto settled = ev.open_begin >= 0 ? ev.canvas.subspan(static_cast<size_t>(ev.prompt_length),
+                                                              static_cast<size_t>(ev.open_begin - ev.prompt_length))
+                                          : generated;
   bool ended = false;
-  const auto committed = committed_answer(generated, r.mask_id, r.stops, &ended);
+  const auto committed = committed_answer(settled, r.mask_id, r.stops, &ended);
   const bool grew = committed.size() > r.committed || ended;
   if (!grew && !r.stream->want_canvas()) return;
   StreamEvent e;
