@@ -306,6 +306,17 @@ TEST(DiffusionGemmaCli, LogitsAndRunFlagsAreChecked) {
   r = test::run_dllm({"run", "--model", mf, "--prompt", "hi", "--max-tokens", "8", "--eb-max-steps", "3", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_LE(nlohmann::json::parse(r.out).at("steps_run").get<int>(), 3) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(r.out).at("settings").at("eb").at("max_steps"), 3) << r.out;
+  EXPECT_FALSE(nlohmann::json::parse(r.out).at("settings").contains("remasking")) << "not this sampler's setting";
+  // Per-step statistics: the schedule's temperatures (0.8, then 0.8 - 0.4/3, ...), the mean entropy, block ends.
+  r = test::run_dllm({"run", "--model", mf, "--prompt", "hi", "--max-tokens", "8", "--eb-max-steps", "3",
+                      "--eb-confidence", "0", "--dump-step-stats"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("step=0 steps=3 block=0"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("temperature=0.8000 mean_entropy="), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("temperature=0.6667 mean_entropy="), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("temperature=0.5333 mean_entropy="), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(" block_done"), std::string::npos) << r.err;
   for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
            {"--steps", "4"}, {"--temperature", "0.5"}, {"--block-length", "8"}, {"--remasking", "entropy"}}) {
     r = test::run_dllm({"run", "--model", mf, "--prompt", "hi", flag, value});

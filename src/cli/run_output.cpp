@@ -90,6 +90,9 @@ std::string step_stats_line(const model::StepEvent& ev) {
                   " ms=" + fmt("%.3f", ev.ms);
   if (ev.skipped) s += " skipped";
   if (ev.cached) s += " cached";
+  if (ev.temperature >= 0)  // DiffusionGemma: committed = accepted, masked = re-noised
+    s += " temperature=" + fmt("%.4f", ev.temperature) + " mean_entropy=" + fmt("%.6f", ev.mean_entropy) +
+         (ev.open_begin < 0 ? " block_done" : "");
   return s;
 }
 
@@ -235,7 +238,15 @@ json run_json(const RunSummary& r, const Settings& s) {
       {"dump_step_stats", s.dump_step_stats},
       {"top_logprobs", s.top_logprobs < 0 ? json(nullptr) : json(s.top_logprobs)},
   };
-  if (!block_sampler(c.arch)) settings["block_length_ignored"] = s.block_length;
+  if (model::arch_spec(c.arch).sampler == model::SamplerKind::EntropyBound) {  // its own sampler's settings
+    for (const char* k : {"steps", "block_length", "temperature", "remasking", "threshold", "dual_cache", "full_logits"})
+      settings.erase(k);
+    settings["eb"] = {{"max_steps", c.eb.max_steps}, {"t_min", c.eb.t_min},           {"t_max", c.eb.t_max},
+                      {"entropy_bound", c.eb.entropy_bound}, {"stability", c.eb.stability}, {"confidence", c.eb.confidence},
+                      {"canvas_length", c.canvas_length}};
+  } else if (!block_sampler(c.arch)) {
+    settings["block_length_ignored"] = s.block_length;
+  }
   return json{
       {"text", sanitize_utf8(r.text)},
       {"prompt_ids", r.prompt},
@@ -322,8 +333,16 @@ std::string verbose_report(const RunSummary& r, const Settings& s) {
     o << "note: --block-length is ignored for " << model::arch_spec(r.hp.arch).label << " models\n";
   o << "model: " << r.model_path << " (" << arch_label(r.hp.arch) << ", " << r.hp.n_layer << " layers, vocab "
     << r.hp.n_vocab << "), executor " << r.executor << ", " << r.threads << " threads, device " << r.device << " (" << r.device_reason << ")\n";
-  o << "sampler: " << model::remasking_name(r.config.remasking) << ", temperature " << r.config.temperature
-    << ", " << r.config.max_tokens << " tokens in " << r.config.effective_steps() << " steps";
+  if (model::arch_spec(r.hp.arch).sampler == model::SamplerKind::EntropyBound) {
+    const model::EntropyBoundDefaults& e = r.config.eb;
+    o << "sampler: entropy-bound, " << r.config.max_tokens << " tokens in blocks of " << r.config.canvas_length
+      << ", up to " << e.max_steps << " steps a block at temperatures " << e.t_max << " down to " << e.t_min
+      << ", entropy bound " << e.entropy_bound << ", stop after " << e.stability << " stable step(s) with mean entropy below "
+      << e.confidence;
+  } else {
+    o << "sampler: " << model::remasking_name(r.config.remasking) << ", temperature " << r.config.temperature
+      << ", " << r.config.max_tokens << " tokens in " << r.config.effective_steps() << " steps";
+  }
   if (block_sampler(r.hp.arch)) o << ", block length " << r.config.block_length;
   if (r.config.threshold > 0) o << ", threshold " << r.config.threshold;
   if (r.config.dual_cache) o << ", dual cache";

@@ -121,6 +121,8 @@ struct StepEvent {
   // answer yet; the finished blocks before it are); -1 when no block is open (its last step: the block's
   // tokens are in the canvas). Mask-based models: -1 (their masks say what is not answer yet).
   int64_t open_begin = -1;
+  // DiffusionGemma: the step's temperature and the mean entropy of its canvas (-1: another sampler).
+  double temperature = -1, mean_entropy = -1;
   // With GenerateConfig::top_logprobs >= 0: GenerateResult::logprobs after the step (one entry per generated
   // position; those committed so far filled), for streaming them; empty when off.
   std::span<const PositionLogprobs> logprobs;

@@ -296,6 +296,8 @@ void Sequence::commit_entropy_bound(const float* logits) {
   ev.canvas = res_.canvas;
   ev.prompt_length = P();
   ev.open_begin = block_done ? -1 : base;
+  ev.temperature = t_;
+  ev.mean_entropy = mean;
   ev.ms = ms_since(t0_);
   ++res_.steps_run;
   res_.step_ms.push_back(ev.ms);
