@@ -842,6 +842,10 @@ TEST(ServeDiffusionGemma, StreamsEachFinishedBlockAndTakesItsSettings) {
   }
   EXPECT_EQ(text, answer);
   EXPECT_LE(chunks, 3) << "one piece of text per finished block at most";
+  // An OpenAI client's habitual temperature is ignored (the sampler's schedule sets the temperatures).
+  const Http warm = post(server, "/v1/chat/completions", req + R"(, "temperature": 0.7})");
+  ASSERT_EQ(warm.status, 200) << warm.body;
+  EXPECT_EQ(warm.j()["choices"][0]["message"]["content"], answer);
   const Http bad = post(server, "/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "steps": 4})");
   EXPECT_EQ(bad.status, 400);
   EXPECT_EQ(bad.j()["error"]["param"], "steps");

@@ -48,7 +48,8 @@ model::GenerateConfig make_config(const Sampling& s, const model::HParams& hp, s
     };
     if (s.steps > 0) refuse("steps", "each block runs up to {eb_max_steps} steps");
     if (s.has_block_length) refuse("block_length", "its blocks are the file's canvas");
-    if (s.temperature != 0) refuse("temperature", "the steps' temperatures go from {eb_t_max} down to {eb_t_min}");
+    if (s.temperature != 0 && !s.temperature_is_a_hint)
+      refuse("temperature", "the steps' temperatures go from {eb_t_max} down to {eb_t_min}");
     if (!s.remasking.empty()) refuse("remasking", "it re-noises what {eb_entropy_bound} does not accept");
     if (s.threshold > 0) refuse("threshold", "see {eb_entropy_bound}");
     if (s.dual_cache) refuse("dual_cache", "its prompt is always encoded once");

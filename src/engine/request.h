@@ -33,6 +33,9 @@ struct Sampling {
   int64_t block_length = 32;   // LLaDA
   bool has_block_length = false;  // given by the request (DiffusionGemma refuses it)
   double temperature = 0;
+  // The temperature is an OpenAI request's (serve): clients send one by habit, so a sampler with its own
+  // temperatures (DiffusionGemma's schedule) ignores it instead of refusing the request.
+  bool temperature_is_a_hint = false;
   std::string remasking;       // "": the architecture's default
   double threshold = 0;        // LLaDA; 0 = off
   bool dual_cache = false;     // LLaDA

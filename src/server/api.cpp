@@ -279,7 +279,7 @@ ApiRequest parse_request(const std::string& body, bool chat, const engine::Sampl
     } else if (key == "max_tokens" || key == "max_completion_tokens") {
       if (!v.is_null()) s.max_tokens = integer(key, v, 1, std::min<int64_t>(limits.max_tokens, engine::kMaxCanvasTokens));
     } else if (key == "temperature") {
-      if (!v.is_null()) s.temperature = number(key, v, 0, 1e6);
+      if (!v.is_null()) s.temperature = number(key, v, 0, 1e6), s.temperature_is_a_hint = true;
     } else if (key == "seed") {
       if (!v.is_null()) {
         if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0))
