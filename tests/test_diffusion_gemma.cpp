@@ -464,6 +464,8 @@ TEST(DiffusionGemmaGenerate, SettingsAreChecked) {
   EXPECT_EQ(model::check_settings(c, 2)->key, "eb_t_min");
   c = generation_config(*m, 16, 1), c.eb.max_steps = 0;
   EXPECT_EQ(model::check_settings(c, 2)->key, "eb_max_steps");
+  c.eb.max_steps = int64_t{1} << 62;  // steps * blocks must not overflow
+  EXPECT_EQ(model::check_settings(c, 2)->key, "eb_max_steps");
   c = generation_config(*m, 16, 1), c.eb.stability = 1.5;
   EXPECT_EQ(model::check_settings(c, 2)->key, "eb_stability");
   c = generation_config(*m, 16, 1), c.eb.entropy_bound = -1;

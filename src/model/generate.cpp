@@ -51,7 +51,8 @@ std::optional<SettingProblem> check_settings(const GenerateConfig& c, int64_t pr
       return std::string(b);
     };
     if (c.canvas_length < 1) return problem("model", "the model file has no canvas length (diffusion.canvas_length)");
-    if (e.max_steps < 1) return problem("eb_max_steps", "{setting} {eb_max_steps} must be at least 1, got " + std::to_string(e.max_steps));
+    if (e.max_steps < 1 || e.max_steps > 1000000)
+      return problem("eb_max_steps", "{setting} {eb_max_steps} must be between 1 and 1000000, got " + std::to_string(e.max_steps));
     if (!(e.t_min > 0) || !(e.t_max >= e.t_min) || !std::isfinite(e.t_max))
       return problem("eb_t_min", "{settings} {eb_t_min} and {eb_t_max} must satisfy 0 < t_min <= t_max, got " +
                                      num(e.t_min) + " and " + num(e.t_max));
