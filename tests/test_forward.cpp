@@ -4,13 +4,17 @@
 // executor's matmul/attention rows are independent of the other rows in the call.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <random>
 #include <vector>
 
 #include "common/error.h"
+#include "common/thread_pool.h"
 #include "model/fast_math.h"
+#include "model/gguf.h"
+#include "model/quant.h"
 #include "model/model.h"
 #include "model/reference_executor.h"
 #include "support.h"
@@ -174,6 +178,52 @@ TEST(ReferenceExecutor, KeyValueStoreTakesEachLayersOwnWidth) {
   ex.kv_grow(kv, 8);
   EXPECT_NO_THROW(ex.kv_store(kv, 1, k, v, 0, 4, 4, {}, {}, rope, narrow));
   ex.kv_close(kv);
+}
+
+// The reference executor with its host buffers open to the test.
+struct OpenExecutor : model::ReferenceExecutor {
+  using ReferenceExecutor::ReferenceExecutor;
+  using Executor::host_data;
+};
+
+// soft_embed (Gemma-4's self-conditioning) decodes only the tokens some row gives a nonzero F16 probability:
+// the same sums, term for term and in the same order, as over the whole vocabulary (computed densely here),
+// at a sharp temperature (most probabilities round to 0) and a soft one.
+TEST(ReferenceExecutor, SoftEmbedEqualsTheDenseSumOverTheVocabularyBitForBit) {
+  const auto file = gguf::File::open(data_path("diffusion-gemma/gguf/tiny-diffusion-gemma-A-Q4_K_M.gguf"));
+  const gguf::TensorInfo& table = *file->find_tensor("token_embd.weight");
+  const int64_t D = table.ne[0], V = table.ne[1], rows = 3;
+  ThreadPool pool(2);
+  OpenExecutor ex(pool);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> n(0.0f, 4.0f);
+  std::vector<float> logits(static_cast<size_t>(rows * V));
+  for (float& l : logits) l = n(rng);
+  auto f16 = [](double x) { return static_cast<double>(quant::fp16_to_f32(quant::f32_to_fp16(static_cast<float>(x)))); };
+  std::vector<float> e(static_cast<size_t>(V * D));
+  for (int64_t v = 0; v < V; ++v)
+    quant::dequantize_row(table.type(), table.data + static_cast<uint64_t>(v) * table.row_bytes(), e.data() + v * D, D);
+  for (float t : {0.05f, 0.8f}) {
+    const model::Act x = ex.activation(50, rows, D);
+    ex.soft_embed(table, logits.data(), rows, t, 2.5f, x);
+    int zeros = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* l = logits.data() + r * V;
+      double mx = -INFINITY, sum = 0;
+      for (int64_t v = 0; v < V; ++v) mx = std::max(mx, double(l[v]) * (1.0 / double(t)));
+      std::vector<double> p(static_cast<size_t>(V));
+      for (int64_t v = 0; v < V; ++v) sum += p[v] = std::exp(double(l[v]) * (1.0 / double(t)) - mx);
+      for (int64_t v = 0; v < V; ++v) zeros += (p[v] = f16(static_cast<float>(p[v] / sum))) == 0;
+      std::vector<double> acc(static_cast<size_t>(D), 0.0);
+      for (int64_t v = 0; v < V; ++v) {
+        if (p[v] == 0) continue;
+        for (int64_t c = 0; c < D; ++c) acc[c] += p[v] * f16(e[v * D + c]);
+      }
+      for (int64_t c = 0; c < D; ++c)
+        ASSERT_EQ(ex.host_data(x)[r * D + c], static_cast<float>(acc[c] * 2.5)) << "t " << t << " row " << r << " col " << c;
+    }
+    if (t < 0.1f) EXPECT_GT(zeros, rows * V / 2) << "the sharp temperature leaves most of the vocabulary at 0";
+  }
 }
 
 }  // namespace

@@ -345,23 +345,37 @@ void Executor::soft_embed(const gguf::TensorInfo& table, const float* logits, in
       pr[v] = quant::fp16_to_f32(quant::f32_to_fp16(pv));
     }
   });
-  // Sums over the vocabulary in order, per output value: table rows decoded (and rounded to F16) a block
+  // Only the tokens some row gives a nonzero F16 probability can contribute (at the temperatures the sampler
+  // uses, most of a large vocabulary rounds to 0): their table rows alone are decoded, in ascending id order,
+  // so each sum takes the same terms in the same order as over the whole vocabulary, and the result is the same.
+  std::vector<int64_t> live;
+  for (int64_t v = 0; v < V; ++v) {
+    for (int64_t r = 0; r < rows; ++r) {
+      if (p[r * V + v] != 0) {
+        live.push_back(v);
+        break;
+      }
+    }
+  }
+  // Sums over the live tokens in order, per output value: table rows decoded (and rounded to F16) a block
   // at a time, every output row accumulating them in double.
   constexpr int64_t kBlock = 256;
+  const int64_t n_live = static_cast<int64_t>(live.size());
   std::vector<double> acc(sz(rows * D), 0.0);
   std::vector<float> rowsbuf(sz(kBlock * D));
-  for (int64_t v0 = 0; v0 < V; v0 += kBlock) {
-    const int64_t nv = std::min(kBlock, V - v0);
+  for (int64_t b0 = 0; b0 < n_live; b0 += kBlock) {
+    const int64_t nv = std::min(kBlock, n_live - b0);
     for_rows(host_pool_, nv, [&](int64_t i) {
       float* e = rowsbuf.data() + i * D;
-      quant::dequantize_row(table.type(), table.data + static_cast<uint64_t>(v0 + i) * table.row_bytes(), e, D);
+      const uint64_t v = static_cast<uint64_t>(live[sz(b0 + i)]);
+      quant::dequantize_row(table.type(), table.data + v * table.row_bytes(), e, D);
       for (int64_t c = 0; c < D; ++c) e[c] = quant::fp16_to_f32(quant::f32_to_fp16(e[c]));
     });
     for_rows(host_pool_, rows, [&](int64_t r) {
       double* a = acc.data() + r * D;
-      const float* pr = p + r * V + v0;
+      const float* pr = p + r * V;
       for (int64_t i = 0; i < nv; ++i) {
-        const double pv = pr[i];
+        const double pv = pr[live[sz(b0 + i)]];
         if (pv == 0) continue;
         const float* e = rowsbuf.data() + i * D;
         for (int64_t c = 0; c < D; ++c) a[c] += pv * e[c];
