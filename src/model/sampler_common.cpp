@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "model/fast_math.h"
 #include "model/sampler.h"
@@ -196,29 +197,45 @@ PositionLogprobs position_logprobs(const float* logits, int64_t n_vocab, int32_t
 
 EbPosition eb_position(const float* logits, int64_t n_vocab, double temperature, const RowRandom& rng) {
   EbPosition out;
-  const Softmax s(logits, n_vocab, temperature);
-  if (!std::isfinite(s.mx) || !std::isfinite(s.sum) || !(s.sum > 0)) {
+  const double inv_t = temperature > 0 ? 1.0 / temperature : 1.0;
+  const double mx = static_cast<double>(max_logit(logits, n_vocab)) * inv_t;
+  if (!std::isfinite(mx)) {
     out.finite = false;
     return out;
   }
-  out.argmax = argmax_token(logits, n_vocab);
-  // One pass: the entropy's sum of e_v * z_v (H = ln S - sum e_v z_v / S, z_v = l_v / t - max) and the sample,
-  // the first v whose running sum of e reaches u * S (rounding: else the last v with e > 0).
-  const double target = rng.uniform(0) * s.sum;
-  double ez = 0, run = 0;
-  int64_t pick = -1, last = 0;
+  // One exponential per logit, e_v = exp(z_v) with z_v = l_v / t - max (-inf logits: 0), kept for the sample:
+  // S = sum e_v, the entropy H = ln S - sum e_v z_v / S, and the sample the first v whose running sum of e
+  // reaches u * S (rounding: else the last v with e > 0).
+  thread_local std::vector<double> e;
+  e.resize(static_cast<size_t>(n_vocab));
+  double sum = 0, ez = 0;
   for (int64_t v = 0; v < n_vocab; ++v) {
-    const double z = s.scaled(logits[v]);
-    if (!std::isfinite(z)) continue;  // -inf and NaN logits: probability 0
-    const double e = exp_f64(z);
-    if (!(e > 0)) continue;
-    ez += e * z;
-    run += e;
+    const double z = static_cast<double>(logits[v]) * inv_t - mx;
+    if (z != z) {  // a NaN logit: no distribution to sample
+      out.finite = false;
+      return out;
+    }
+    const double ev = z == -std::numeric_limits<double>::infinity() ? 0.0 : exp_f64(z);
+    e[static_cast<size_t>(v)] = ev;
+    if (ev > 0) sum += ev, ez += ev * z;
+  }
+  if (!(sum > 0) || !std::isfinite(sum)) {
+    out.finite = false;
+    return out;
+  }
+  const double target = rng.uniform(0) * sum;
+  double run = 0;
+  int64_t pick = -1, last = 0;
+  for (int64_t v = 0; v < n_vocab && pick < 0; ++v) {
+    const double ev = e[static_cast<size_t>(v)];
+    if (!(ev > 0)) continue;
+    run += ev;
     last = v;
-    if (pick < 0 && run >= target) pick = v;
+    if (run >= target) pick = v;
   }
   out.sample = static_cast<int32_t>(pick >= 0 ? pick : last);
-  out.entropy = std::max(0.0, std::log(s.sum) - ez / s.sum);
+  out.argmax = argmax_token(logits, n_vocab);
+  out.entropy = std::max(0.0, std::log(sum) - ez / sum);
   return out;
 }
 

@@ -17,6 +17,12 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// GenerateResult::error for a position whose logits leave nothing to commit.
+std::string no_finite_logit(int64_t position, int64_t step) {
+  return "the model gave canvas position " + std::to_string(position) + " no finite logit at step " +
+         std::to_string(step + 1) + " (NaN or infinity: its weights or activations overflowed; the file may be corrupt)";
+}
+
 }  // namespace
 
 ForwardRequest step_request(std::span<const int32_t> canvas, const StepNeed& need, KVCache* cache, float* out) {
@@ -261,9 +267,7 @@ void Sequence::commit_entropy_bound(const float* logits) {
   for (int64_t i = 0; i < C; ++i) {
     const EbPosition& e = pos[static_cast<size_t>(i)];
     if (!e.finite) {
-      res_.error = "the model gave canvas position " + std::to_string(base + i) + " no finite logit at step " +
-                   std::to_string(gstep_ + 1) + " (NaN or infinity: its weights or activations overflowed; the file " +
-                   "may be corrupt)";
+      res_.error = no_finite_logit(base + i, gstep_);
       res_.canvas.resize(static_cast<size_t>(base));
       block_open_ = false;
       finish();
@@ -352,9 +356,7 @@ void Sequence::commit(const float* logits) {
   }
   for (size_t c = 0; c < C_.size(); ++c) {
     if (!broken[c]) continue;
-    res_.error = "the model gave canvas position " + std::to_string(C_[c]) + " no finite logit at step " +
-                 std::to_string(ev_.step + 1) + " (NaN or infinity: its weights or activations overflowed; the file " +
-                 "may be corrupt)";
+    res_.error = no_finite_logit(C_[c], ev_.step);
     finish();
     return;
   }

@@ -145,7 +145,6 @@ class GpuExecutor : public model::Executor {
   DevKv& store(model::KvHandle h);
   DeviceBuffer take_buffer(size_t bytes);  // a spare buffer of at least `bytes` or a new one
   void load_model_kernels();
-  void ensure_attention_kernels(const model::RopeSpec& rope, const model::AttentionShape& shape);
   const RopeTable& ensure_rope(const model::RopeSpec& rope, int64_t n_pos);
   DevAddr positions_addr(std::span<const int64_t> positions);
   template <class F>

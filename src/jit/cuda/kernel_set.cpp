@@ -191,33 +191,29 @@ void add_attention_kernels(KernelSet& set, const model::HParams& hp) {
 
 namespace {
 
+// f(matrix, rows of one of its products) for every matrix the forward program multiplies by: a fused gate_up
+// expert tensor's products are its gate and up halves, every other matrix's its ne1 rows.
 template <class F>
 void for_each_matrix(const model::ModelTensors& t, F&& f) {
   for (const model::LayerTensors& l : t.layers) {
-    for (const gguf::TensorInfo* m : l.matrices()) f(*m);
+    for (const gguf::TensorInfo* m : l.matrices()) f(*m, m == l.ffn_gate_up_exps ? m->ne[1] / 2 : m->ne[1]);
   }
-  for (const gguf::TensorInfo* m : {t.self_cond_gate, t.self_cond_up, t.self_cond_down})
-    if (m) f(*m);
-  f(*t.output);
-}
-
-// The rows of one product of matrix m: an expert's gate or up half of a fused gate_up tensor, else its ne1.
-int64_t product_rows(const model::LayerTensors& l, const gguf::TensorInfo& m) {
-  return &m == l.ffn_gate_up_exps ? m.ne[1] / 2 : m.ne[1];
+  for (const gguf::TensorInfo* m : {t.self_cond_gate, t.self_cond_up, t.self_cond_down, t.output})
+    if (m) f(*m, m->ne[1]);
 }
 
 }  // namespace
 
 std::string gpu_support_error(const model::ModelTensors& tensors) {
   std::string err;
-  for_each_matrix(tensors, [&](const gguf::TensorInfo& m) {
+  for_each_matrix(tensors, [&](const gguf::TensorInfo& m, int64_t rows) {
     if (!err.empty()) return;
     WeightFormat f = WeightFormat::Q8_0;
     if (!weight_format_of(m.type(), &f)) {
       err = "tensor " + std::string(m.name) + " is " + ggml_type_name(m.type_id) +
             ": the GPU backend has matrix kernels for " + gpu_type_list() + " (run with --device cpu)";
-    } else if (m.ne[1] % 8 != 0) {
-      err = "tensor " + std::string(m.name) + " has " + std::to_string(m.ne[1]) +
+    } else if (rows % 8 != 0) {
+      err = "tensor " + std::string(m.name) + " has " + std::to_string(rows) +
             " rows: the GPU matrix kernels need a multiple of 8 (run with --device cpu)";
     }
   });
@@ -249,15 +245,11 @@ std::string gpu_model_error(const model::HParams& hp, const model::ModelTensors&
 KernelSet kernels_for_model(const model::HParams& hp, const model::ModelTensors& tensors) {
   if (const std::string err = gpu_model_error(hp, tensors); !err.empty()) throw Error(err);
   KernelSet set;
-  const auto gemm = [&](const gguf::TensorInfo& m, int64_t n) {
+  for_each_matrix(tensors, [&](const gguf::TensorInfo& m, int64_t rows) {
     WeightFormat f = WeightFormat::Q8_0;
     weight_format_of(m.type(), &f);
-    set.add(GemmDesc{f, n, m.ne[0]});
-  };
-  for (const model::LayerTensors& l : tensors.layers)
-    for (const gguf::TensorInfo* m : l.matrices()) gemm(*m, product_rows(l, *m));
-  for (const gguf::TensorInfo* m : {tensors.self_cond_gate, tensors.self_cond_up, tensors.self_cond_down, tensors.output})
-    if (m) gemm(*m, m->ne[1]);
+    set.add(GemmDesc{f, rows, m.ne[0]});
+  });
   // The activation quantisers, in the format of each matrix that reads them.
   auto quant = [&](QuantMode mode, const gguf::TensorInfo* m) {
     WeightFormat f = WeightFormat::Q8_0;
