@@ -302,6 +302,22 @@ TEST(DiffusionGemmaCli, LogitsAndRunFlagsAreChecked) {
   EXPECT_EQ(j.at("output_ids").size(), 20u) << r.out;  // two blocks of 16, the second cut
   EXPECT_LE(j.at("steps_run").get<int>(), 2 * 48) << r.out;
   EXPECT_EQ(j.at("forward_passes"), j.at("steps_run")) << "encoding the prefix is not a step";
+  // Steps per block and per-step statistics: the blocks' step counts add up to the steps run, each step has its
+  // scheduled temperature (the first of a block t_max = 0.8), and a block's last step closes it.
+  ASSERT_EQ(j.at("blocks").size(), 2u) << r.out;
+  ASSERT_EQ(j.at("step_stats").size(), j.at("steps_run").get<size_t>()) << r.out;
+  EXPECT_EQ(j["blocks"][0]["steps"].get<int>() + j["blocks"][1]["steps"].get<int>(), j["steps_run"].get<int>());
+  for (const auto& b : j["blocks"]) EXPECT_TRUE(b["done"].get<bool>()) << r.out;
+  EXPECT_FLOAT_EQ(j["step_stats"][0]["temperature"].get<float>(), 0.8f);
+  const int first_of_second = j["blocks"][0]["steps"].get<int>();
+  EXPECT_TRUE(j["step_stats"][first_of_second - 1]["block_done"].get<bool>());
+  EXPECT_EQ(j["step_stats"][first_of_second]["block"], 1);
+  EXPECT_FLOAT_EQ(j["step_stats"][first_of_second]["temperature"].get<float>(), 0.8f);
+  for (const auto& st : j["step_stats"]) {
+    EXPECT_GE(st["accepted"].get<int>(), 1);
+    EXPECT_EQ(st["accepted"].get<int>() + st["renoised"].get<int>(), 16) << st;
+    EXPECT_GE(st["mean_entropy"].get<double>(), 0.0);
+  }
   // The sampler's own flags; the other samplers' flags are refused on this model, and its flags on others.
   r = test::run_dllm({"run", "--model", mf, "--prompt", "hi", "--max-tokens", "8", "--eb-max-steps", "3", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -505,6 +505,22 @@ TEST(RunOutput, CanvasRendering) {
   esc_ev.canvas = esc_canvas;
   esc_ev.prompt_length = 1;
   EXPECT_EQ(render_canvas(esc_ev, tok, 1014, true), "\\x1b[2J");
+  // A uniform-state (DiffusionGemma) canvas: a finished block plain, then the open block's accepted position
+  // marked and its re-noised positions shown as their random tokens (terminal) or as light shades (plain).
+  std::vector<int32_t> uniform = {1012, a, a, nl, a};
+  std::vector<int64_t> accepted = {3};
+  model::StepEvent u;
+  u.canvas = uniform;
+  u.prompt_length = 1;
+  u.open_begin = 2;
+  u.committed = accepted;
+  u.temperature = 0.8;
+  EXPECT_EQ(render_canvas(u, tok, 1014, false), piece + "\xe2\x96\x91\\n\xe2\x96\x91");
+  EXPECT_EQ(render_canvas(u, tok, 1014, true), piece + "\x1b[2;38;5;30m" + piece + "\x1b[0m\x1b[1;38;5;208m\n\x1b[0m"
+                                               "\x1b[2;38;5;30m" + piece + "\x1b[0m");
+  u.open_begin = -1;  // the block's last step: its tokens are answer
+  u.committed = {};
+  EXPECT_EQ(render_canvas(u, tok, 1014, false), piece + piece + "\\n" + piece);
   EXPECT_EQ(step_stats_line(ev), "step=0 steps=0 block=0 scheduled=0 committed=1 masked=0 ms=0.000");
   ev.step = 3;
   ev.total_steps = 8;

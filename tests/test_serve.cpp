@@ -776,6 +776,31 @@ TEST(ServePage, DenoisesInHeadlessChromium) {
   EXPECT_EQ(s.stop(SIGTERM).exit_code, 0);
 }
 
+// A DiffusionGemma server's page: no masks; each step the open block's re-noised positions show as faded random
+// tokens and the accepted ones flash, the legend says so, and the answer arrives block by block.
+TEST(ServePage, ShowsAUniformStateCanvasSettle) {
+  const std::string browser = chromium();
+  if (browser.empty()) GTEST_SKIP() << "no chromium (Debian package chromium; `./dllm test` installs it)";
+  ServeProcess s({"--model", data_path("diffusion-gemma/gguf/tiny-diffusion-gemma-A-Q8_0.gguf"), "--threads", "2"});
+  const fs::path out_dir = fs::path(DLLM_BUILD_DIR) / "tests" / "test_serve_output";
+  const RunResult r = run_program("python3", {std::string(DLLM_SOURCE_DIR) + "/tests/serve/page_check.py", "--chromium",
+                                              browser, "--url", s.url(), "--prompt", "hi", "--max-tokens", "24",
+                                              "--out", out_dir.string() + "/diffusion-gemma"});
+  fs::remove_all(out_dir / "diffusion-gemma" / "chromium-profile");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const json seen = json::parse(r.out);
+  EXPECT_EQ(seen["state"], "done") << seen.dump();
+  EXPECT_EQ(seen["sampler"], "uniform");
+  EXPECT_NE(seen["legend"].get<std::string>().find("re-drawn each step"), std::string::npos) << seen.dump();
+  EXPECT_EQ(seen["legend"].get<std::string>().find("masked"), std::string::npos) << seen.dump();
+  EXPECT_GT(seen["noise_max"].get<int>(), 0) << "re-noised positions were shown";
+  EXPECT_GT(seen["draws"].get<int>(), 2);
+  EXPECT_GE(seen["pieces"].size(), 24u) << seen.dump();
+  for (const auto& p : seen["pieces"]) EXPECT_FALSE(p.is_null()) << "a uniform-state canvas has no masks";
+  EXPECT_NE(seen["status"].get<std::string>().find("done"), std::string::npos) << seen.dump();
+  EXPECT_EQ(s.stop(SIGTERM).exit_code, 0);
+}
+
 // --- the streamed text's pieces ---
 
 TEST(ServeText, CommittedPrefixStopsAtMaskAndEnd) {
@@ -842,6 +867,41 @@ TEST(ServeDiffusionGemma, StreamsEachFinishedBlockAndTakesItsSettings) {
   }
   EXPECT_EQ(text, answer);
   EXPECT_LE(chunks, 3) << "one piece of text per finished block at most";
+  // include_canvas: every step's whole canvas (no masks), the accepted and re-noised positions of the open block,
+  // its block and temperature; the props show the sampler's defaults.
+  const Http hc = post(server, "/v1/chat/completions",
+                       req + R"(, "stream": true, "stream_options": {"include_canvas": true}})", {"-N"});
+  ASSERT_EQ(hc.status, 200) << hc.body;
+  int steps = 0, last_block = -1;
+  for (const std::string& e : sse_events(hc.body)) {
+    if (e == "[DONE]") continue;
+    const json c = json::parse(e);
+    if (!c.contains("dllm")) continue;
+    const json& d = c["dllm"];
+    ++steps;
+    const int block = d["block"].get<int>();
+    EXPECT_GE(block, last_block);
+    last_block = block;
+    const size_t n = d["canvas"].size();
+    ASSERT_EQ(n, static_cast<size_t>(d["noise"].empty() ? std::min(16 * (block + 1), 40) : 16 * (block + 1))) << d.dump();
+    for (const auto& p : d["canvas"]) EXPECT_FALSE(p.is_null());
+    for (const auto& p : d["fresh"]) EXPECT_LT(p.get<size_t>(), n);
+    if (!d["noise"].empty()) {
+      EXPECT_EQ(d["fresh"].size() + d["noise"].size(), 16u) << "accepted and re-noised cover the open block: " << d.dump();
+      EXPECT_GE(d["fresh"].size(), 1u);
+    }
+    for (const auto& p : d["noise"]) EXPECT_GE(p.get<int>(), 16 * block);
+    EXPECT_GT(d["temperature"].get<double>(), 0.3);
+    EXPECT_LE(d["temperature"].get<double>(), 0.9 + 1e-6);
+  }
+  EXPECT_EQ(last_block, 2);
+  EXPECT_GE(steps, 3);
+  const Http props = get(server, "/props");
+  ASSERT_EQ(props.status, 200);
+  EXPECT_EQ(props.j()["defaults"]["eb_max_steps"], 48) << props.body;
+  EXPECT_EQ(props.j()["canvas_length"], 16);
+  const Http page = get(server, "/");
+  EXPECT_NE(page.body.find("data-sampler=\"uniform\""), std::string::npos);
   // An OpenAI client's habitual temperature is ignored (the sampler's schedule sets the temperatures).
   const Http warm = post(server, "/v1/chat/completions", req + R"(, "temperature": 0.7})");
   ASSERT_EQ(warm.status, 200) << warm.body;

@@ -59,6 +59,7 @@ int run_one(engine::Engine& e, const Settings& s, const Backend& backend, const 
   set_answer(r, std::move(answer));
   r.peak_rss_bytes = peak_rss_bytes();
   r.total_ms = ms_between(t_start, Clock::now());
+  r.steps = printer.records();
 
   if (s.json) {
     print_json_line(run_json(r, s));

@@ -103,11 +103,13 @@ int cmd_run_file(const Settings& s, Clock::time_point t_start) {
   const int64_t n = static_cast<int64_t>(requests.size());
   BatchProgress progress(isatty(STDERR_FILENO) && !s.dump_step_stats, n);
   engine::Session session(e, model::BatchLimits{s.batch_size, 0});
+  std::vector<std::vector<StepRecord>> records(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     model::GenerateHooks hooks;
     hooks.cancel = &run_interrupted();
-    hooks.on_step = [&progress, &s, i](const model::StepEvent& ev) {
+    hooks.on_step = [&progress, &s, &records, i](const model::StepEvent& ev) {
       progress.add_tokens(static_cast<int64_t>(ev.committed.size()));
+      if (auto rec = step_record(ev)) records[static_cast<size_t>(i)].push_back(*rec);
       if (s.dump_step_stats)
         std::fprintf(stderr, "request=%lld %s\n", static_cast<long long>(i), step_stats_line(ev).c_str());
     };
@@ -133,6 +135,7 @@ int cmd_run_file(const Settings& s, Clock::time_point t_start) {
       set_answer(r, std::move(a));
       r.peak_rss_bytes = peak_rss_bytes();
       r.total_ms = ms_since(t_start);
+      r.steps = std::move(records[static_cast<size_t>(i)]);
       json j = {{"index", i}, {"id", fr.id}};
       json report = run_json(r, fr.settings);
       for (auto& [k, v] : report.items()) j[k] = std::move(v);

@@ -22,6 +22,8 @@ constexpr const char* kTeal = "\x1b[38;5;30m";          // masked positions
 constexpr const char* kBoldOrange = "\x1b[1;38;5;208m";  // committed in this step
 constexpr const char* kDim = "\x1b[2m";                  // control tokens
 constexpr const char* kBlock = "\xe2\x96\x88";           // U+2588 FULL BLOCK
+constexpr const char* kNoiseColour = "\x1b[2;38;5;30m";  // DiffusionGemma: re-noised positions (dim teal)
+constexpr const char* kShade = "\xe2\x96\x91";           // U+2591 LIGHT SHADE: a re-noised position in plain text
 
 std::string fmt(const char* f, double x) {
   char buf[64];
@@ -96,8 +98,18 @@ std::string step_stats_line(const model::StepEvent& ev) {
   return s;
 }
 
+std::optional<StepRecord> step_record(const model::StepEvent& ev) {
+  if (ev.temperature < 0) return std::nullopt;
+  StepRecord r;
+  r.step = ev.step, r.block = ev.block;
+  r.accepted = static_cast<int64_t>(ev.committed.size()), r.renoised = ev.masked_left;
+  r.temperature = ev.temperature, r.mean_entropy = ev.mean_entropy, r.ms = ev.ms;
+  r.block_done = ev.open_begin < 0;
+  return r;
+}
+
 std::string render_canvas(const model::StepEvent& ev, const model::Tokenizer& tok, int32_t mask_id, bool ansi) {
-  enum Style { Plain, New, Mask, Control };
+  enum Style { Plain, New, Mask, Noise, Control };
   std::string out, run;
   Style run_style = Plain;
   auto flush = [&] {
@@ -106,7 +118,7 @@ std::string render_canvas(const model::StepEvent& ev, const model::Tokenizer& to
     std::string text = sanitize_utf8(run);
     text = ansi ? escape_terminal_controls(text) : escape_controls(text);
     if (ansi && run_style != Plain) {
-      out += run_style == New ? kBoldOrange : run_style == Mask ? kTeal : kDim;
+      out += run_style == New ? kBoldOrange : run_style == Mask ? kTeal : run_style == Noise ? kNoiseColour : kDim;
       out += text;
       out += kReset;
     } else {
@@ -116,12 +128,15 @@ std::string render_canvas(const model::StepEvent& ev, const model::Tokenizer& to
   };
   for (size_t j = static_cast<size_t>(ev.prompt_length); j < ev.canvas.size(); ++j) {
     const int32_t t = ev.canvas[j];
+    const bool committed = std::binary_search(ev.committed.begin(), ev.committed.end(), static_cast<int64_t>(j));
     Style st = Plain;
     if (t == mask_id) st = Mask;
-    else if (std::binary_search(ev.committed.begin(), ev.committed.end(), static_cast<int64_t>(j))) st = New;
+    else if (committed) st = New;
+    // DiffusionGemma's open block: what was not accepted is fresh noise, redrawn every step.
+    else if (ev.open_begin >= 0 && static_cast<int64_t>(j) >= ev.open_begin) st = Noise;
     else if (t >= 0 && t < tok.n_vocab() && tok.is_control(t)) st = Control;
     if (st != run_style) flush(), run_style = st;
-    if (st == Mask) run += kBlock;
+    if (st == Mask || (st == Noise && !ansi)) run += st == Mask ? kBlock : kShade;
     else if (t >= 0 && t < tok.n_vocab()) run += tok.token_piece(t);
   }
   flush();
@@ -139,11 +154,17 @@ StepPrinter::StepPrinter(const Settings& s, const model::Tokenizer& tok, int32_t
 }
 
 void StepPrinter::on_step(const model::StepEvent& ev) {
+  if (auto rec = step_record(ev)) records_.push_back(*rec);
   if (s_.dump_step_stats) std::fprintf(stderr, "%s\n", step_stats_line(ev).c_str());
   if (s_.visual) {
-    const std::string head = "step " + std::to_string(ev.step + 1) + "/" + std::to_string(ev.total_steps) +
-                             (ev.skipped ? " (skipped)" : "") + ", " + std::to_string(ev.committed.size()) +
-                             " committed, " + std::to_string(ev.masked_left) + " masked";
+    const std::string head =
+        ev.temperature >= 0  // DiffusionGemma: accepted under the entropy bound, the rest re-noised
+            ? "step " + std::to_string(ev.step + 1) + " (block " + std::to_string(ev.block) + "), temperature " +
+                  fmt("%.2f", ev.temperature) + ", " + std::to_string(ev.committed.size()) + " accepted, " +
+                  std::to_string(ev.masked_left) + " re-noised" + (ev.open_begin < 0 ? ", block done" : "")
+            : "step " + std::to_string(ev.step + 1) + "/" + std::to_string(ev.total_steps) +
+                  (ev.skipped ? " (skipped)" : "") + ", " + std::to_string(ev.committed.size()) + " committed, " +
+                  std::to_string(ev.masked_left) + " masked";
     const std::string canvas = render_canvas(ev, tok_, mask_id_, visual_ansi_);
     if (visual_ansi_) {
       std::string frame = head + "\n" + canvas + "\n";
@@ -213,6 +234,30 @@ json logprobs_json(const RunSummary& r, const Settings& s) {
 
 }  // namespace
 
+// DiffusionGemma's blocks, each with its step count and time, and its steps; null for the other samplers.
+json blocks_json(const std::vector<StepRecord>& steps) {
+  if (steps.empty()) return nullptr;
+  json out = json::array();
+  for (const StepRecord& st : steps) {
+    if (out.empty() || out.back()["block"] != st.block) out.push_back({{"block", st.block}, {"steps", 0}, {"ms", 0.0}, {"done", false}});
+    json& b = out.back();
+    b["steps"] = b["steps"].get<int64_t>() + 1;
+    b["ms"] = b["ms"].get<double>() + st.ms;
+    b["done"] = st.block_done;
+  }
+  return out;
+}
+
+json step_stats_json(const std::vector<StepRecord>& steps) {
+  if (steps.empty()) return nullptr;
+  json out = json::array();
+  for (const StepRecord& st : steps)
+    out.push_back({{"step", st.step},         {"block", st.block},         {"temperature", st.temperature},
+                   {"accepted", st.accepted}, {"renoised", st.renoised},   {"mean_entropy", st.mean_entropy},
+                   {"ms", st.ms},             {"block_done", st.block_done}});
+  return out;
+}
+
 json run_json(const RunSummary& r, const Settings& s) {
   const model::GenerateConfig& c = r.config;
   const auto gen = r.result.generated();
@@ -257,6 +302,8 @@ json run_json(const RunSummary& r, const Settings& s) {
       {"steps_total", r.result.total_steps},
       {"forward_passes", r.result.forward_passes},
       {"stopped_early", r.result.stopped_early},
+      {"blocks", blocks_json(r.steps)},
+      {"step_stats", step_stats_json(r.steps)},
       {"interrupted", r.result.cancelled},
       {"timings",
        {{"load_ms", r.load_ms},

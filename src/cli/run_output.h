@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,6 +24,16 @@
 namespace dllm::cli {
 
 // Everything the final report of a run needs.
+// One DiffusionGemma step as --json reports it (per-step statistics; the blocks' step counts come from them).
+struct StepRecord {
+  int64_t step = 0, block = 0;
+  int64_t accepted = 0, renoised = 0;  // positions kept under the entropy bound, and re-noised
+  double temperature = 0, mean_entropy = 0, ms = 0;
+  bool block_done = false;  // the block's last step
+};
+// The record of a DiffusionGemma step; nullopt for another sampler's step.
+std::optional<StepRecord> step_record(const model::StepEvent& ev);
+
 struct RunSummary {
   std::string model_path;
   model::HParams hp;
@@ -42,6 +53,7 @@ struct RunSummary {
   double prompt_ms = 0;        // chat template and tokenization
   double total_ms = 0;         // the whole command up to the report
   uint64_t peak_rss_bytes = 0;
+  std::vector<StepRecord> steps;  // DiffusionGemma: every step (--json "blocks" and "step_stats")
 };
 
 // The report's fields a loaded engine knows (model path, name, hyperparameters, executor, threads,
@@ -53,6 +65,7 @@ void set_answer(RunSummary& r, engine::Answer answer);
 void print_json_line(const nlohmann::ordered_json& j);
 
 // The --json object: text, prompt_ids, output_ids, logprobs (--top-logprobs), steps_run, stopped_early,
+// DiffusionGemma's blocks (steps and ms of each) and step_stats (StepRecord per step),
 // timings, tokens_per_s, peak_rss_bytes, settings (every effective setting), model, device (with the executor's description
 // lines) and gpu_profile (the per-step split with DLLM_GPU_PROFILE=1 on the GPU, else null).
 nlohmann::ordered_json run_json(const RunSummary& r, const Settings& s);
@@ -72,6 +85,8 @@ std::string step_stats_line(const model::StepEvent& ev);
 // tokens committed in this step in bold orange, control tokens dim, the pieces' own control characters
 // escaped (escape_terminal_controls); otherwise plain text on one line
 // (masks as blocks, newlines and other control characters escaped). Invalid UTF-8 shows as U+FFFD.
+// DiffusionGemma's open block (a uniform-state canvas, no masks): positions accepted this step in bold orange,
+// re-noised ones as their random tokens in dim teal (ansi: they change every step) or as light shades (plain).
 std::string render_canvas(const model::StepEvent& ev, const model::Tokenizer& tok, int32_t mask_id, bool ansi);
 
 // The answer as plain `dllm run` writes it: on a terminal (to_terminal) with its control characters escaped
@@ -92,6 +107,8 @@ class StepPrinter {
   void on_step(const model::StepEvent& ev);
   // Clears the progress line, if one is drawn.
   void finish();
+  // DiffusionGemma: every step seen so far.
+  const std::vector<StepRecord>& records() const { return records_; }
 
  private:
   void draw_progress(const model::StepEvent& ev);
@@ -105,6 +122,7 @@ class StepPrinter {
   bool progress_drawn_ = false;
   int visual_lines_ = 0;        // terminal lines of the last frame (to redraw in place)
   std::chrono::steady_clock::time_point start_;
+  std::vector<StepRecord> records_;
 };
 
 }  // namespace dllm::cli

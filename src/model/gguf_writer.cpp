@@ -76,6 +76,12 @@ void Writer::add_i32_array(const std::string& key, const std::vector<int32_t>& v
   add_kv(key, kArray, b);
 }
 
+void Writer::add_bool_array(const std::string& key, const std::vector<bool>& v) {
+  std::string b = le<uint32_t>(kBool) + le<uint64_t>(v.size());
+  for (bool x : v) b += static_cast<char>(x ? 1 : 0);
+  add_kv(key, kArray, b);
+}
+
 void Writer::add_f32_array(const std::string& key, const std::vector<float>& v) {
   std::string b = le<uint32_t>(kF32) + le<uint64_t>(v.size());
   b.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));

@@ -31,6 +31,7 @@ class Writer {
   void add_string_array(const std::string& key, const std::vector<std::string>& v);
   void add_i32_array(const std::string& key, const std::vector<int32_t>& v);
   void add_f32_array(const std::string& key, const std::vector<float>& v);
+  void add_bool_array(const std::string& key, const std::vector<bool>& v);
 
   // Declares a tensor (ne[0] = row length); its bytes come from the callback given to write().
   // Throws dllm::Error when ne[0] is not a multiple of the type's block size.

@@ -1,5 +1,5 @@
 // Synthetic models: random-weight GGUF files with the real LLaDA-8B-Instruct / Dream-7B-Instruct /
-// LLaDA-MoE-7B-A1B / RND1-30B-A3B (fewer layers) shapes,
+// LLaDA-MoE-7B-A1B / RND1-30B-A3B (fewer layers) / DiffusionGemma-26B-A4B shapes,
 // metadata, special tokens, a tokenizer-sized vocabulary and the tensor-type mix of a real Q4_K_M (or Q8_0)
 // download, valid for dllm and llama.cpp alike. Used for benchmarks (real weights cannot be downloaded here)
 // and, at tiny sizes, for end-to-end tests. Weights are random quantized blocks scaled so that every
@@ -12,7 +12,7 @@
 namespace dllm::synth {
 
 struct Shape {
-  std::string arch = "llada";  // "llada", "dream", "llada-moe" or "rnd1"
+  std::string arch = "llada";  // "llada", "dream", "llada-moe", "rnd1" or "diffusion-gemma"
   int64_t n_layer = 32;
   int64_t n_embd = 4096;
   int64_t n_head = 32;
@@ -23,10 +23,19 @@ struct Shape {
   int64_t n_expert = 0;       // mixture of experts (llada-moe, rnd1): experts, used per token, expert FFN width
   int64_t n_expert_used = 0;
   int64_t n_ff_exp = 0;
+  // diffusion-gemma: global layers use n_head_kv and head_dim (every 6th layer and the last), sliding layers
+  // these; the sliding window and the canvas (diffusion.canvas_length).
+  int64_t n_head_kv_swa = 0;
+  int64_t head_dim_swa = 0;
+  int64_t n_swa = 0;
+  int64_t canvas = 0;
 };
 
-// The real shapes: LLaDA-8B-Instruct, Dream-v0-Instruct-7B, LLaDA-MoE-7B-A1B, and RND1-30B-A3B with 24 of
-// its 48 layers (so that a Q4_K_M file fits a 24 GiB machine). Throws a usage error for another arch.
+// diffusion-gemma: whether layer i of n is a sliding-window layer (five of every six; the last is global).
+bool sliding_layer(int64_t i, int64_t n_layer);
+
+// The real shapes: LLaDA-8B-Instruct, Dream-v0-Instruct-7B, LLaDA-MoE-7B-A1B, RND1-30B-A3B with 24 of
+// its 48 layers (so that a Q4_K_M file fits a 24 GiB machine), and DiffusionGemma-26B-A4B (all 30 layers). Throws a usage error for another arch.
 Shape real_shape(const std::string& arch);
 
 struct Options {

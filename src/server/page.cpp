@@ -4,13 +4,17 @@
 // step, and the final answer is shown below as its text streams in. A legend says what the boxes are; a
 // position the model committed to its mask token is drawn as that token (the server sends null only for
 // positions not committed yet). Long answers wrap at any width (a phone's 375 px). ?prompt=...&autorun=1
-// submits at once (the headless browser test uses it).
+// submits at once (the headless browser test uses it). A DiffusionGemma server (body data-sampler="uniform",
+// set by the server) has no masks: every position holds a token from the first step, the positions re-noised
+// with random tokens are drawn faded and change each step, those accepted under the entropy bound flash, and a
+// block's text settles when the block ends; the steps box sets eb_max_steps and the temperature box is hidden
+// (the sampler follows its own temperature schedule).
 #include "server/server.h"
 
 namespace dllm::server {
 
-const char* page_html() {
-  return R"HTML(<!doctype html>
+std::string page_html(bool uniform) {
+  std::string page = R"HTML(<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
@@ -32,32 +36,36 @@ const char* page_html() {
                       background: #bbb; opacity: .55; }
   #canvas span.fresh { background: #ffe27a; }
   #canvas span.end { color: #aaa; }
+  #canvas span.noise { color: #6a8f9a; opacity: .55; font-style: italic; }
   #answer { border-left: 4px solid #4a8; padding: .5em .8em; background: #f4faf6; white-space: pre-wrap; min-height: 1.5em;
             overflow-wrap: anywhere; }
   #status { color: #666; font-size: .9em; }
-  #legend { color: #555; font-size: .85em; margin: .3em 0 .6em; }
-  #legend span { margin-right: 1.2em; white-space: nowrap; }
-  #legend .mask, #legend .fresh { display: inline-block; width: .9em; height: 1em; vertical-align: middle;
+  .legend { color: #555; font-size: .85em; margin: .3em 0 .6em; }
+  .legend span { margin-right: 1.2em; white-space: nowrap; }
+  .legend .mask, .legend .fresh, .legend .noise { display: inline-block; width: .9em; height: 1em; vertical-align: middle;
                                   border-radius: 3px; margin-right: .3em; }
-  #legend .mask { background: #bbb; opacity: .55; }
-  #legend .fresh { background: #ffe27a; }
+  .legend .mask { background: #bbb; opacity: .55; }
+  .legend .fresh { background: #ffe27a; }
+  .legend .noise { background: #6a8f9a; opacity: .35; }
+  body[data-sampler="uniform"] .masked-only, body[data-sampler="masked"] .uniform-only { display: none; }
 </style>
 </head>
-<body data-state="idle">
+<body data-state="idle" data-sampler="masked">
 <h1>dllm serve &mdash; watch a diffusion model denoise</h1>
 <form id="form">
   <textarea id="prompt" placeholder="Type a prompt">Write a haiku about the sea.</textarea>
   <div class="row">
     <label>max tokens <input id="max_tokens" type="number" min="1" value="64"></label>
-    <label>steps <input id="steps" type="number" min="1" placeholder="auto"></label>
-    <label>temperature <input id="temperature" type="number" min="0" step="0.1" value="0"></label>
+    <label><span class="masked-only">steps</span><span class="uniform-only">steps per block</span> <input id="steps" type="number" min="1" placeholder="auto"></label>
+    <label class="masked-only">temperature <input id="temperature" type="number" min="0" step="0.1" value="0"></label>
     <label>API key <input id="key" type="password" placeholder="(none)"></label>
     <button id="send" type="submit">Generate</button>
     <span id="status">idle</span>
   </div>
 </form>
 <h2>Canvas</h2>
-<div id="legend"><span><i class="mask"></i>a position not decided yet (masked)</span><span><i class="fresh"></i>decided at this step</span><span>&middot; an empty or end-of-text token</span></div>
+<div id="legend" class="legend masked-only"><span><i class="mask"></i>a position not decided yet (masked)</span><span><i class="fresh"></i>decided at this step</span><span>&middot; an empty or end-of-text token</span></div>
+<div id="legend-uniform" class="legend uniform-only"><span><i class="noise"></i>a random token, re-drawn each step (not settled)</span><span><i class="fresh"></i>accepted at this step</span><span>plain: a finished block</span></div>
 <div id="canvas"></div>
 <h2>Answer</h2>
 <div id="answer"></div>
@@ -66,18 +74,20 @@ const char* page_html() {
 const $ = (id) => document.getElementById(id);
 let spans = [];
 
-function drawCanvas(canvas, fresh) {
+const uniform = document.body.dataset.sampler === "uniform";
+
+function drawCanvas(canvas, fresh, noise) {
   const box = $("canvas");
   if (spans.length !== canvas.length) {
     box.textContent = "";
     spans = canvas.map(() => { const s = document.createElement("span"); box.appendChild(s); return s; });
   }
-  const isFresh = new Set(fresh || []);
+  const isFresh = new Set(fresh || []), isNoise = new Set(noise || []);
   canvas.forEach((piece, i) => {
     const s = spans[i];
     if (piece === null) { s.className = "mask"; s.textContent = ""; return; }
     s.textContent = piece === "" ? "\u00b7" : piece;
-    s.className = (piece === "" ? "end" : "tok") + (isFresh.has(i) ? " fresh" : "");
+    s.className = (piece === "" ? "end" : "tok") + (isFresh.has(i) ? " fresh" : "") + (isNoise.has(i) ? " noise" : "");
     if (isFresh.has(i)) setTimeout(() => s.classList.remove("fresh"), 50);
   });
 }
@@ -89,9 +99,9 @@ async function generate(ev) {
     stream: true,
     stream_options: { include_canvas: true, include_usage: true },
     max_tokens: Number($("max_tokens").value) || 64,
-    temperature: Number($("temperature").value) || 0,
   };
-  if ($("steps").value) body.steps = Number($("steps").value);
+  if (!uniform) body.temperature = Number($("temperature").value) || 0;
+  if ($("steps").value) body[uniform ? "eb_max_steps" : "steps"] = Number($("steps").value);
   const headers = { "Content-Type": "application/json" };
   if ($("key").value) headers["Authorization"] = "Bearer " + $("key").value;
   $("answer").textContent = "";
@@ -125,8 +135,10 @@ async function generate(ev) {
           if (j.error) throw new Error(j.error.message);
           if (j.dllm) {
             steps = j.dllm.step + 1;
-            drawCanvas(j.dllm.canvas, j.dllm.fresh);
-            $("status").textContent = "step " + steps + " / " + j.dllm.total_steps;
+            drawCanvas(j.dllm.canvas, j.dllm.fresh, j.dllm.noise);
+            $("status").textContent = j.dllm.noise
+                ? "block " + (j.dllm.block + 1) + ", step " + steps + ", temperature " + j.dllm.temperature.toFixed(2)
+                : "step " + steps + " / " + j.dllm.total_steps;
           }
           for (const c of j.choices || []) {
             if (c.delta && c.delta.content) $("answer").textContent += c.delta.content;
@@ -153,6 +165,11 @@ if (params.get("autorun") === "1") $("send").click();
 </body>
 </html>
 )HTML";
+  if (uniform) {
+    const std::string body = "<body data-state=\"idle\" data-sampler=\"masked\">";
+    page.replace(page.find(body), body.size(), "<body data-state=\"idle\" data-sampler=\"uniform\">");
+  }
+  return page;
 }
 
 }  // namespace dllm::server

@@ -79,7 +79,18 @@ void Scheduler::on_step(Running& r, const model::StepEvent& ev) {
   e.total_steps = ev.total_steps;
   e.committed.assign(committed.begin(), committed.end());
   e.ended = ended;
-  if (r.stream->want_canvas()) {
+  if (r.stream->want_canvas() && ev.temperature >= 0) {
+    // DiffusionGemma: every position holds a token; the open block's accepted and re-noised positions.
+    e.uniform = true;
+    e.block = ev.block;
+    e.temperature = ev.temperature;
+    e.canvas.assign(generated.begin(), generated.end());
+    for (int64_t p : ev.committed)  // (the answer's last block may be cut at max_tokens)
+      if (p < static_cast<int64_t>(ev.canvas.size())) e.fresh.push_back(p - ev.prompt_length);
+    if (ev.open_begin >= 0)
+      for (int64_t p = ev.open_begin; p < static_cast<int64_t>(ev.canvas.size()); ++p)
+        if (!std::binary_search(ev.committed.begin(), ev.committed.end(), p)) e.noise.push_back(p - ev.prompt_length);
+  } else if (r.stream->want_canvas()) {
     if (r.settled.size() != generated.size()) r.settled.assign(generated.size(), false);
     for (int64_t p : ev.committed) {
       e.fresh.push_back(p - ev.prompt_length);

@@ -121,6 +121,10 @@ class Server {
   // A Done event into the choice's result; returns the text not yet streamed.
   std::string finish_choice(Exchange& x, StreamEvent& ev);
   bool origin_allowed(const std::string& origin) const;
+  // DiffusionGemma: a uniform-state canvas and the entropy-bound sampler's settings.
+  bool uniform_state() const {
+    return model::arch_spec(engine_.hparams().arch).sampler == model::SamplerKind::EntropyBound;
+  }
 
   engine::Engine& engine_;
   ServerOptions o_;
@@ -229,6 +233,11 @@ bool Server::stream_events(Exchange& x, HttpExchange& out) {
                   {"choices", json::array()},
                   {"dllm", {{"index", c}, {"step", ev->step}, {"total_steps", ev->total_steps},
                             {"canvas", canvas_json(ev->canvas)}, {"fresh", ev->fresh}}}};
+        if (ev->uniform) {  // DiffusionGemma: the re-noised positions, the block and its scheduled temperature
+          j["dllm"]["noise"] = ev->noise;
+          j["dllm"]["block"] = ev->block;
+          j["dllm"]["temperature"] = ev->temperature;
+        }
         if (!write(sse(j))) return false;
       }
       TextStream& t = x.texts[static_cast<size_t>(c)];
@@ -360,6 +369,26 @@ void Server::detokenize(const HttpRequest& req, HttpExchange& out) {
 json Server::props() const {
   const model::HParams& hp = engine_.hparams();
   const engine::Sampling& d = o_.defaults;
+  if (uniform_state()) {  // DiffusionGemma: the entropy-bound sampler's defaults (serve's flags, else the file's)
+    const model::EntropyBoundDefaults& f = hp.eb;
+    return {{"model", o_.model_id},
+            {"architecture", hp.arch_name},
+            {"context_length", hp.n_ctx},
+            {"vocab_size", engine_.tokenizer().n_vocab()},
+            {"canvas_length", hp.canvas_length},
+            {"defaults",
+             {{"max_tokens", d.max_tokens},
+              {"eb_max_steps", d.eb.max_steps.value_or(f.max_steps)},
+              {"eb_t_min", d.eb.t_min.value_or(f.t_min)},
+              {"eb_t_max", d.eb.t_max.value_or(f.t_max)},
+              {"eb_entropy_bound", d.eb.entropy_bound.value_or(f.entropy_bound)},
+              {"eb_stability", d.eb.stability.value_or(static_cast<int64_t>(f.stability))},
+              {"eb_confidence", d.eb.confidence.value_or(f.confidence)}}},
+            {"limits",
+             {{"max_tokens", o_.limits.max_tokens}, {"n", o_.limits.max_n}, {"prompts", o_.limits.max_prompts},
+              {"batch_size", o_.batch_size}, {"max_queue", o_.max_queue}, {"max_body_bytes", o_.http.max_body_bytes},
+              {"max_header_bytes", o_.http.max_header_bytes}, {"max_connections", o_.http.max_connections}}}};
+  }
   return {{"model", o_.model_id},
           {"architecture", hp.arch_name},
           {"context_length", hp.n_ctx},
@@ -468,7 +497,7 @@ void Server::handle(const HttpRequest& req, HttpExchange& x) {
   const HttpHeaders h = cors(req);
   try {
     if (req.path == "/") {
-      return x.respond(200, {{"Content-Type", "text/html; charset=utf-8"}}, page_html());
+      return x.respond(200, {{"Content-Type", "text/html; charset=utf-8"}}, page_html(uniform_state()));
     }
     if (req.path == "/health") {
       return stopping_ ? send_json(x, 503, {{"status", "shutting down"}}) : send_json(x, 200, {{"status", "ok"}});

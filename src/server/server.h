@@ -44,7 +44,7 @@ int run_server(engine::Engine& engine, const ServerOptions& options);
 // (sigwait). Call it before the engine's worker threads start (before Engine::load).
 void block_stop_signals();
 
-// The page at GET / (page.cpp).
-const char* page_html();
+// The page at GET / (page.cpp); `uniform` for a DiffusionGemma server (a uniform-state canvas, its own steps box).
+std::string page_html(bool uniform);
 
 }  // namespace dllm::server

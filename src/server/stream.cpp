@@ -23,10 +23,12 @@ void Stream::push(StreamEvent ev) {
       // prefix and the canvas are the newest; the fresh positions of both are kept). Never a Done event.
       for (auto it = q_.rbegin(); it != q_.rend(); ++it) {
         if (it->kind != StreamEvent::Kind::Step || it->choice != ev.choice) continue;
+        // (A uniform-state canvas is redrawn whole each step: the newest step's accepted positions alone.)
         std::vector<int64_t> fresh = std::move(it->fresh);
         fresh.insert(fresh.end(), ev.fresh.begin(), ev.fresh.end());
+        const bool uniform = ev.uniform;
         *it = std::move(ev);
-        it->fresh = std::move(fresh);
+        if (!uniform) it->fresh = std::move(fresh);
         return;
       }
     }

@@ -26,6 +26,12 @@ struct StreamEvent {
   bool ended = false;              // Step: an end token is among the committed ids (the answer is final)
   std::vector<int32_t> canvas;     // Step with include_canvas: the generated part, -1 where not committed yet
   std::vector<int64_t> fresh;      // Step with include_canvas: positions (in the generated part) committed now
+  // DiffusionGemma (a uniform-state canvas, no masks): fresh = the positions accepted at this step, noise = the
+  // open block's positions re-noised with random tokens; the step's block and temperature.
+  bool uniform = false;
+  std::vector<int64_t> noise;
+  int64_t block = 0;
+  double temperature = 0;
   std::optional<engine::Answer> answer;  // Done
 };
 

@@ -4,7 +4,8 @@ tests/test_serve.cpp; standard library only: the protocol goes over --remote-deb
 
 Loads /, types the prompt into the text box, presses Generate, waits until the page says it is done (at most
 --timeout s), saves a screenshot, and prints one JSON line with what the page shows: the state, the canvas's
-pieces and masks, the answer's text, how many canvas updates it drew, the legend's text, and whether the page
+pieces and masks, the answer's text, how many canvas updates it drew, the most re-noised positions it showed at
+once (DiffusionGemma), the sampler the page was served for, the visible legend's text, and whether the page
 still fits its window's width (--width, e.g. a phone's 375 px) with a long unbroken answer put in.
 """
 import argparse
@@ -91,7 +92,11 @@ def main():
         # A person's actions: type the prompt, set the length, press Generate; count the canvas redraws.
         js("""(() => {
             window.__draws = 0;
-            new MutationObserver(() => window.__draws++).observe(document.getElementById('canvas'),
+            window.__noise = 0;
+            new MutationObserver(() => {
+                window.__draws++;
+                window.__noise = Math.max(window.__noise, document.querySelectorAll('#canvas span.noise').length);
+            }).observe(document.getElementById('canvas'),
                 {subtree: true, childList: true, characterData: true, attributes: true});
             document.getElementById('prompt').value = %s;
             document.getElementById('max_tokens').value = %d;
@@ -116,7 +121,10 @@ def main():
             answer: document.getElementById('answer').textContent,
             pieces: Array.from(document.querySelectorAll('#canvas span')).map(x => x.className === 'mask' ? null : x.textContent),
             draws: window.__draws,
-            legend: document.getElementById('legend').textContent,
+            noise_max: window.__noise,
+            sampler: document.body.dataset.sampler,
+            legend: Array.from(document.querySelectorAll('#legend, #legend-uniform'))
+                .filter(x => getComputedStyle(x).display !== 'none').map(x => x.textContent).join(' '),
         }))()""")
         # A long answer without a break (a URL, a run of symbols): the page must still fit the window.
         seen["fits"] = js("""(() => {
