@@ -29,6 +29,7 @@
 #include "model/model.h"
 #include "model/batch.h"
 #include "model/generate.h"
+#include "model/prefix_cache.h"
 #include "model/reference_executor.h"
 #include "model/sequence.h"
 #include "dg_cases.h"
@@ -438,6 +439,93 @@ TEST(DiffusionGemmaGenerate, BlocksChainThroughTheCachedPrefixAndEqualUnifiedFor
             std::vector<int32_t>(r.generated().begin(), r.generated().begin() + first + 1));
   EXPECT_EQ(once.encodes, 1) << "no second block";
   EXPECT_EQ(model::answer_tokens(s.canvas, s.prompt_length, stop.stop_ids).size(), static_cast<size_t>(first));
+}
+
+// The prefix cache on its own: the longest shared run of leading ids wins, an entry that extends another
+// replaces it, one already held is not kept twice, the least recently used goes first, one larger than the
+// whole bound is not kept.
+TEST(DiffusionGemmaPrefixCache, LongestPrefixLeastRecentlyUsedOutAndBounded) {
+  auto entry = [](std::vector<int32_t> ids) {
+    model::PrefixCache::Entry e;
+    e.kv.assign(ids.size() * 4, 1.0f);
+    e.ids = std::move(ids);
+    return e;
+  };
+  const uint64_t one = entry({1, 2, 3, 4}).bytes();  // 4 positions
+  model::PrefixCache c(3 * one);
+  c.insert(entry({1, 2, 3, 4}));
+  c.insert(entry({1, 2, 9, 9}));
+  EXPECT_EQ(c.entries(), 2u);
+  const std::vector<int32_t> q{1, 2, 3, 7, 7};
+  auto hit = c.find(q, 5);
+  ASSERT_NE(hit.entry, nullptr);
+  EXPECT_EQ(hit.length, 3);
+  EXPECT_EQ(hit.entry->ids, (std::vector<int32_t>{1, 2, 3, 4}));
+  EXPECT_EQ(c.find(q, 2).length, 2) << "at most max_length";
+  EXPECT_EQ(c.find(std::vector<int32_t>{5, 1}, 2).entry, nullptr);
+  EXPECT_EQ(c.misses(), 1);
+  c.insert(entry({1, 2, 3}));  // held already by {1, 2, 3, 4}
+  EXPECT_EQ(c.entries(), 2u);
+  c.insert(entry({1, 2, 9, 9, 5, 6}));  // the next turn of {1, 2, 9, 9}: replaces it
+  EXPECT_EQ(c.entries(), 2u);
+  EXPECT_EQ(c.find(std::vector<int32_t>{1, 2, 9, 9, 5, 6, 7}, 7).length, 6);
+  EXPECT_LE(c.bytes(), c.capacity_bytes());
+  // {1, 2, 3, 4} is now the least recently used: a new entry that needs the room evicts it.
+  c.insert(entry({8, 8, 8, 8}));
+  EXPECT_EQ(c.find(std::vector<int32_t>{1, 2, 3, 4}, 4).length, 2) << "only {1, 2, 9, 9, 5, 6} shares a prefix now";
+  c.insert(entry(std::vector<int32_t>(13, 3)));  // larger than the bound
+  EXPECT_EQ(c.find(std::vector<int32_t>(13, 3), 13).length, 0);
+  EXPECT_LE(c.bytes(), c.capacity_bytes());
+}
+
+// Through the batch: a finished sequence leaves its encoded prefix (prompt and first block); a later prompt that
+// begins with it (the next turn: prompt, answer's first block, more) encodes only the rest, reports the cached
+// positions, and generates exactly the tokens of a cold run; a prompt that shares only part of it takes that part.
+TEST(DiffusionGemmaPrefixCache, NextTurnReusesTheEncodedPrefixExactly) {
+  for (const char* name : {"tiny-diffusion-gemma-A-Q8_0", "tiny-diffusion-gemma-A-F32"}) {
+    auto m = load(name, true);
+    const int64_t C = m->hparams().canvas_length;
+    const Case a = load_case(name, "a2_prompt29_long", "pkv");
+    const std::vector<int32_t> p1(a.ids.begin(), a.ids.begin() + a.n_prompt);
+    model::PrefixCache cache(64 << 20);
+    model::Batch warm(*m);
+    warm.set_prefix_cache(&cache);
+    warm.add(generation_config(*m, 2 * C, 4), p1);
+    warm.run();
+    auto first = warm.take_finished();
+    ASSERT_EQ(first.size(), 1u);
+    const model::GenerateResult& r1 = first[0].second;
+    ASSERT_TRUE(r1.error.empty()) << r1.error;
+    EXPECT_EQ(r1.cached_prompt_tokens, 0);
+    ASSERT_EQ(cache.entries(), 1u) << name;
+    // The next turn: the first turn's prompt and first block, then new tokens.
+    std::vector<int32_t> p2(r1.canvas.begin(), r1.canvas.begin() + a.n_prompt + C);
+    for (int32_t t : {7, 40, 41, 42, 6}) p2.push_back(t);
+    // A prompt sharing only the first 10 ids.
+    std::vector<int32_t> p3(p1.begin(), p1.begin() + 10);
+    for (int32_t t : {300, 301, 302}) p3.push_back(t);
+    const model::GenerateConfig c2 = generation_config(*m, C + 3, 11), c3 = generation_config(*m, C, 12);
+    warm.add(c2, p2);
+    warm.add(c3, p3);
+    warm.run();
+    auto second = warm.take_finished();
+    ASSERT_EQ(second.size(), 2u);
+    model::Batch cold(*m);
+    cold.add(c2, p2);
+    cold.add(c3, p3);
+    cold.run();
+    auto want = cold.take_finished();
+    ASSERT_EQ(want.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {
+      const auto& [id, res] = second[i];
+      const auto& [wid, wres] = want[i];
+      ASSERT_EQ(id - 1, wid);
+      EXPECT_TRUE(res.error.empty()) << res.error;
+      EXPECT_EQ(res.canvas, wres.canvas) << name << ": the reuse is exact, request " << wid;
+      EXPECT_EQ(wres.cached_prompt_tokens, 0);
+      EXPECT_EQ(res.cached_prompt_tokens, wid == 0 ? a.n_prompt + C : 10) << name << " request " << wid;
+    }
+  }
 }
 
 // Sequences at different blocks in one batch give each exactly its tokens alone; max_tokens not a multiple of the

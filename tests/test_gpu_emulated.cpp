@@ -27,6 +27,7 @@
 #include "jit/cuda/weight_pack.h"
 #include "common/error.h"
 #include "model/batch.h"
+#include "model/prefix_cache.h"
 #include "model/model.h"
 #include "model/quant.h"
 #include "support.h"
@@ -897,6 +898,26 @@ TEST(GpuEmulated, DiffusionGemmaGenerationBatchedEqualsAlone) {
   auto done = batch.take_finished();
   ASSERT_EQ(done.size(), 2u);
   for (auto& [id, r] : done) EXPECT_EQ(r.canvas, id == 0 ? a.canvas : b.canvas) << "sequence " << id;
+
+  // The prefix cache on the device: the first sequence's encoded prefix (prompt and first block) read back from
+  // the device, written into the next turn's store, and that turn's tokens exactly a cold run's.
+  model::PrefixCache cache(16 << 20);
+  model::Batch warm(*m);
+  warm.set_prefix_cache(&cache);
+  warm.add(c1, p1);
+  warm.run();
+  ASSERT_EQ(warm.take_finished().size(), 1u);
+  ASSERT_EQ(cache.entries(), 1u);
+  std::vector<int32_t> p3(a.canvas.begin(), a.canvas.begin() + static_cast<int64_t>(p1.size()) + hp.canvas_length);
+  p3.insert(p3.end(), {7, 32, 6, 321});
+  const model::GenerateConfig c3 = config(hp.canvas_length, 6);
+  warm.add(c3, p3);
+  warm.run();
+  auto hit = warm.take_finished();
+  ASSERT_EQ(hit.size(), 1u);
+  EXPECT_EQ(hit[0].second.cached_prompt_tokens, static_cast<int64_t>(p1.size()) + hp.canvas_length);
+  auto src3 = model::make_model_logit_source(*m);
+  EXPECT_EQ(hit[0].second.canvas, model::generate(*src3, c3, p3).canvas);
 }
 
 // The real model's head dimensions (512 global, 256 sliding) fit the flash kernel; one beyond it (640) is

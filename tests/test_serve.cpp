@@ -795,7 +795,9 @@ TEST(ServePage, ShowsAUniformStateCanvasSettle) {
   EXPECT_EQ(seen["legend"].get<std::string>().find("masked"), std::string::npos) << seen.dump();
   EXPECT_GT(seen["noise_max"].get<int>(), 0) << "re-noised positions were shown";
   EXPECT_GT(seen["draws"].get<int>(), 2);
-  EXPECT_GE(seen["pieces"].size(), 24u) << seen.dump();
+  // The page sends no seed: a stop token may end the answer early, and the last canvas is cut there.
+  EXPECT_GE(seen["pieces"].size(), 1u) << seen.dump();
+  EXPECT_LE(seen["pieces"].size(), 32u) << seen.dump();
   for (const auto& p : seen["pieces"]) EXPECT_FALSE(p.is_null()) << "a uniform-state canvas has no masks";
   EXPECT_NE(seen["status"].get<std::string>().find("done"), std::string::npos) << seen.dump();
   EXPECT_EQ(s.stop(SIGTERM).exit_code, 0);
@@ -912,6 +914,52 @@ TEST(ServeDiffusionGemma, StreamsEachFinishedBlockAndTakesItsSettings) {
   const Http bad2 = post(server, "/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "eb_t_min": 2})");
   EXPECT_EQ(bad2.status, 400);
   EXPECT_EQ(bad2.j()["error"]["param"], "eb_t_min");
+}
+
+// The next turn of a chat reuses the first turn's encoded prompt (usage.prompt_tokens_details.cached_tokens)
+// and answers as a cold server does; --prefix-cache-mib 0 turns the cache off.
+TEST(ServeDiffusionGemma, FollowUpTurnReusesTheCachedPrefix) {
+  const std::string model = data_path("diffusion-gemma/gguf/tiny-diffusion-gemma-A-Q8_0.gguf");
+  ServeProcess warm({"--model", model, "--threads", "2"});
+  ServeProcess cold({"--model", model, "--threads", "2", "--prefix-cache-mib", "0"});
+  const json turn1 = {{"messages", {{{"role", "user"}, {"content", "hi there"}}}}, {"max_tokens", 24}, {"seed", 5},
+                      {"eb_max_steps", 3}, {"return_tokens", true}};
+  const Http a = post(warm, "/v1/chat/completions", turn1.dump());
+  ASSERT_EQ(a.status, 200) << a.body;
+  EXPECT_EQ(a.j()["usage"]["prompt_tokens_details"]["cached_tokens"], 0) << "nothing cached yet";
+  const std::string answer = a.j()["choices"][0]["message"]["content"];
+  const int64_t p1 = a.j()["usage"]["prompt_tokens"];
+  json turn2 = turn1;
+  turn2["messages"] = {{{"role", "user"}, {"content", "hi there"}},
+                       {{"role", "assistant"}, {"content", answer}},
+                       {{"role", "user"}, {"content", "and then?"}}};
+  turn2["seed"] = 6;
+  const Http b = post(warm, "/v1/chat/completions", turn2.dump());
+  ASSERT_EQ(b.status, 200) << b.body;
+  const int64_t cached = b.j()["usage"]["prompt_tokens_details"]["cached_tokens"];
+  EXPECT_GE(cached, p1) << "the first turn's prompt at least: " << b.body;
+  EXPECT_LT(cached, b.j()["usage"]["prompt_tokens"].get<int64_t>());
+  const Http c = post(cold, "/v1/chat/completions", turn2.dump());
+  ASSERT_EQ(c.status, 200) << c.body;
+  EXPECT_EQ(c.j()["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  EXPECT_EQ(b.j()["choices"][0]["message"]["content"], c.j()["choices"][0]["message"]["content"]);
+  EXPECT_EQ(b.j()["choices"][0]["dllm"]["tokens"], c.j()["choices"][0]["dllm"]["tokens"]) << "token for token";
+  // Streaming reports it too.
+  json s2 = turn2;
+  s2["stream"] = true;
+  s2["stream_options"] = {{"include_usage", true}};
+  const Http st = post(warm, "/v1/chat/completions", s2.dump(), {"-N"});
+  ASSERT_EQ(st.status, 200);
+  bool seen = false;
+  for (const std::string& e : sse_events(st.body)) {
+    if (e == "[DONE]") continue;
+    const json j = json::parse(e);
+    if (j.contains("usage") && !j["usage"].is_null()) {
+      EXPECT_GE(j["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>(), cached) << e;
+      seen = true;
+    }
+  }
+  EXPECT_TRUE(seen);
 }
 
 }  // namespace

@@ -66,11 +66,11 @@ struct Command {
   bool takes_path = false;            // inspect PATH
 };
 
-const Flag kModel{"model", "PATH", "", "LLaDA, Dream, LLaDA-MoE or RND1 GGUF file, or a Hugging Face id owner/repo[:QUANT]",
+const Flag kModel{"model", "PATH", "", "LLaDA, Dream, LLaDA-MoE, RND1 or DiffusionGemma GGUF file, or a Hugging Face id owner/repo[:QUANT]",
                   Kind::String};
 const std::string kRunModelDefault = "$DLLM_MODEL, else " + std::string(hub::kDefaultModel);
 const Flag kRunModel{"model", "PATH", kRunModelDefault.c_str(),
-                     "LLaDA, Dream, LLaDA-MoE or RND1 GGUF file, or a Hugging Face id owner/repo[:QUANT] (downloaded once)",
+                     "LLaDA, Dream, LLaDA-MoE, RND1 or DiffusionGemma GGUF file, or a Hugging Face id owner/repo[:QUANT] (downloaded once)",
                      Kind::String};
 const Flag kPrompt{"prompt", "TEXT", "", "the user message", Kind::String};
 const Flag kPromptFile{"prompt-file", "PATH", "",
@@ -172,6 +172,10 @@ const std::vector<Command>& commands() {
                     "requests to /v1/ need the header 'Authorization: Bearer K' (else 401)", Kind::String},
                    {"batch-size", "N", "8", "sequences generated at once, at most 1024", Kind::Count},
                    {"max-queue", "Q", "64", "sequences waiting for a place in the batch, at most (beyond: 429)",
+                    Kind::UInt},
+                   {"prefix-cache-mib", "MIB", "512",
+                    "DiffusionGemma: the encoded prompts of recent requests kept for the next turn of a chat, at "
+                    "most this many MiB (least recently used out; 0: off)",
                     Kind::UInt},
                    {"shutdown-grace", "S", "10",
                     "on SIGINT / SIGTERM, seconds the requests in flight may still run before they are cancelled",
@@ -446,6 +450,7 @@ void apply_flag(Settings& s, const Flag& f, const std::string& v) {
       if (name == "seed") s.seed = static_cast<uint64_t>(x);
       else if (name == "eb-stability") s.eb_stability = x;
       else if (name == "max-queue") s.max_queue = x;
+      else if (name == "prefix-cache-mib") s.prefix_cache_mib = x;
       else if (name == "top-logprobs") {
         if (x > model::kMaxTopLogprobs) {
           throw usage_error("flag --top-logprobs must be at most " + std::to_string(model::kMaxTopLogprobs) +

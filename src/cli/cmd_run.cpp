@@ -60,6 +60,7 @@ int run_one(engine::Engine& e, const Settings& s, const Backend& backend, const 
   r.peak_rss_bytes = peak_rss_bytes();
   r.total_ms = ms_between(t_start, Clock::now());
   r.steps = printer.records();
+  if (!r.executor_report.gpu) r.pass_times = e.model().executor().pass_times();
 
   if (s.json) {
     print_json_line(run_json(r, s));

@@ -45,6 +45,7 @@ int cmd_serve(const Settings& s) {
   o.api_key = s.api_key;
   o.batch_size = s.batch_size;
   o.max_queue = s.max_queue;
+  o.prefix_cache_mib = s.prefix_cache_mib;
   o.defaults = sampling_of(s);
   o.grace_ms = std::min<int64_t>(s.shutdown_grace_s, int64_t{1} << 30) * 1000;
   o.model_id = std::filesystem::path(s.model).stem().string();

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <sstream>
 
 #include "model/sampler.h"
@@ -258,6 +259,25 @@ json step_stats_json(const std::vector<StepRecord>& steps) {
   return out;
 }
 
+// Mean ms per forward pass with logits of each part of the forward, and the rest of a step (the sampler);
+// null when the split was not measured.
+json step_split_json(const RunSummary& r) {
+  const model::PassTimes& t = r.pass_times;
+  if (t.passes == 0) return nullptr;
+  const double n = static_cast<double>(t.passes);
+  const double sampler = step_mean_ms(r.result) - t.total_ms() / n;
+  return json{{"passes", t.passes},
+              {"embed_ms", t.embed_ms / n},
+              {"self_conditioning_ms", t.self_cond_ms / n},
+              {"attention_ms", t.attention_ms / n},
+              {"mlp_ms", t.mlp_ms / n},
+              {"experts_ms", t.experts_ms / n},
+              {"other_ms", t.other_ms / n},
+              {"lm_head_ms", t.lm_head_ms / n},
+              {"sampler_ms", std::max(0.0, sampler)},
+              {"encode_ms_total", t.encode_ms}};
+}
+
 json run_json(const RunSummary& r, const Settings& s) {
   const model::GenerateConfig& c = r.config;
   const auto gen = r.result.generated();
@@ -311,6 +331,7 @@ json run_json(const RunSummary& r, const Settings& s) {
         {"generate_ms", r.result.total_ms},
         {"step_mean_ms", step_mean_ms(r.result)},
         {"total_ms", r.total_ms}}},
+      {"step_split", step_split_json(r)},
       {"tokens_per_s", tokens_per_second(r.result)},
       {"peak_rss_bytes", r.peak_rss_bytes},
       {"settings", settings},
@@ -408,6 +429,14 @@ std::string verbose_report(const RunSummary& r, const Settings& s) {
   o << "timings: load " << fmt("%.1f", r.load_ms) << " ms, prompt " << fmt("%.1f", r.prompt_ms) << " ms, "
     << fmt("%.1f", step_mean_ms(g)) << " ms/step, generation " << fmt("%.1f", g.total_ms) << " ms, total "
     << fmt("%.1f", r.total_ms) << " ms, " << fmt("%.1f", tokens_per_second(g)) << " tokens/s\n";
+  if (const json split = step_split_json(r); !split.is_null()) {
+    o << "step split (ms per step):";
+    for (const char* k : {"attention_ms", "experts_ms", "mlp_ms", "lm_head_ms", "self_conditioning_ms", "embed_ms",
+                          "other_ms", "sampler_ms"})
+      o << " " << std::string(k, std::strlen(k) - 3) << " " << fmt("%.1f", split[k].get<double>());
+    if (r.pass_times.encode_ms > 0) o << "; encoding prefixes " << fmt("%.1f", r.pass_times.encode_ms) << " ms in all";
+    o << "\n";
+  }
   for (const std::string& line : r.executor_report.lines) o << line << "\n";
   o << "peak resident memory: " << fmt("%.1f", static_cast<double>(r.peak_rss_bytes) / (1024.0 * 1024.0))
     << " MiB\n";

@@ -54,6 +54,8 @@ struct RunSummary {
   double total_ms = 0;         // the whole command up to the report
   uint64_t peak_rss_bytes = 0;
   std::vector<StepRecord> steps;  // DiffusionGemma: every step (--json "blocks" and "step_stats")
+  // The forward passes' time split (a CPU executor's; passes == 0 when not measured).
+  model::PassTimes pass_times;
 };
 
 // The report's fields a loaded engine knows (model path, name, hyperparameters, executor, threads,
@@ -65,8 +67,8 @@ void set_answer(RunSummary& r, engine::Answer answer);
 void print_json_line(const nlohmann::ordered_json& j);
 
 // The --json object: text, prompt_ids, output_ids, logprobs (--top-logprobs), steps_run, stopped_early,
-// DiffusionGemma's blocks (steps and ms of each) and step_stats (StepRecord per step),
-// timings, tokens_per_s, peak_rss_bytes, settings (every effective setting), model, device (with the executor's description
+// DiffusionGemma's blocks (steps and ms of each) and step_stats (StepRecord per step), step_split (where a
+// step's time went, on a CPU executor), timings, tokens_per_s, peak_rss_bytes, settings (every effective setting), model, device (with the executor's description
 // lines) and gpu_profile (the per-step split with DLLM_GPU_PROFILE=1 on the GPU, else null).
 nlohmann::ordered_json run_json(const RunSummary& r, const Settings& s);
 // The --verbose lines (printed to stderr after the text), led by a note that the architecture's sampler

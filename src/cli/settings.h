@@ -59,6 +59,7 @@ struct Settings {
   int64_t port = 8080;                // --port (0: any free port)
   std::string api_key;                // --api-key
   int64_t max_queue = 64;             // --max-queue
+  int64_t prefix_cache_mib = 512;     // --prefix-cache-mib
   int64_t shutdown_grace_s = 10;      // --shutdown-grace
   int64_t max_tokens_limit = 4096;    // --max-tokens-limit
   int64_t max_steps_limit = 4096;     // --max-steps-limit

@@ -156,7 +156,12 @@ Answer Engine::answer(model::GenerateResult result, std::span<const int32_t> sto
 
 // --- Session ---
 
-Session::Session(Engine& engine, model::BatchLimits limits) : engine_(engine), batch_(engine.model(), limits) {}
+Session::Session(Engine& engine, model::BatchLimits limits, uint64_t prefix_cache_bytes)
+    : engine_(engine),
+      prefix_(prefix_cache_bytes > 0 ? std::make_unique<model::PrefixCache>(prefix_cache_bytes) : nullptr),
+      batch_(engine.model(), limits) {
+  batch_.set_prefix_cache(prefix_.get());
+}
 
 Session::~Session() = default;
 

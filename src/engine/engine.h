@@ -101,7 +101,10 @@ class Engine {
 // a request's tokens are the same whichever others share its steps.
 class Session {
  public:
-  Session(Engine& engine, model::BatchLimits limits = {});
+  // prefix_cache_bytes > 0: DiffusionGemma requests share a prefix cache of that bound (model::PrefixCache):
+  // a prompt that begins with an earlier request's encoded prefix (the next turn of a chat) encodes only the
+  // rest (Answer::result.cached_prompt_tokens says how many it took).
+  Session(Engine& engine, model::BatchLimits limits = {}, uint64_t prefix_cache_bytes = 0);
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
@@ -120,9 +123,12 @@ class Session {
   // Requests whose state the session keeps (those not taken yet): a server's session must not grow with
   // every request it ever ran.
   size_t tracked_requests() const { return stops_.size(); }
+  // The prefix cache (when on) and what it holds.
+  const model::PrefixCache* prefix_cache() const { return prefix_.get(); }
 
  private:
   Engine& engine_;
+  std::unique_ptr<model::PrefixCache> prefix_;
   model::Batch batch_;
   std::unordered_map<int64_t, std::vector<int32_t>> stops_;  // per id in flight
 };

@@ -49,10 +49,26 @@ void Batch::advance(Slot& s) {
   s.seq->next();  // processes steps that need no pass; finishes the sequence when nothing is left
 }
 
+void Batch::adopt_prefix(Slot& s) {
+  if (!prefix_cache_ || !s.seq->prefixed() || s.cache.handle.valid()) return;
+  const int64_t P = s.seq->prompt_length();
+  const PrefixCache::Hit hit = prefix_cache_->find(s.seq->canvas().first(static_cast<size_t>(P)), P);
+  if (hit.length == 0) return;
+  restore_prefix(model_.hparams(), model_.executor(), s.cache, hit.length, hit.entry->kv,
+                 static_cast<int64_t>(hit.entry->ids.size()), static_cast<int64_t>(s.seq->canvas().size()));
+  if (!s.seq->adopt_prefix(hit.length)) s.cache.reset();
+}
+
 void Batch::retire() {
   auto done = [](const std::unique_ptr<Slot>& s) { return s->seq->finished(); };
   for (auto& s : running_) {
     if (done(s)) {
+      // A DiffusionGemma sequence's encoded prefix (prompt and finished blocks) stays for the next request.
+      if (prefix_cache_ && s->seq->prefixed() && s->seq->result().error.empty() && s->cache.n > 0 &&
+          s->cache.n <= static_cast<int64_t>(s->seq->canvas().size())) {
+        const auto ids = s->seq->canvas().first(static_cast<size_t>(s->cache.n));
+        prefix_cache_->insert({std::vector<int32_t>(ids.begin(), ids.end()), read_prefix(s->cache)});
+      }
       s->cache.reset();  // the dual cache's keys and values go at once
       finished_.emplace_back(s->id, s->seq->take_result());
     }
@@ -85,6 +101,7 @@ bool Batch::step() {
       waiting_.pop_front();
       continue;
     }
+    adopt_prefix(s);
     const int64_t r = rows_of(s);
     if (limits_.max_rows > 0 && !running_.empty() && rows + r > limits_.max_rows) break;
     rows += r;

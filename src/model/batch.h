@@ -14,6 +14,7 @@
 
 #include "model/forward.h"
 #include "model/generate.h"
+#include "model/prefix_cache.h"
 #include "model/sequence.h"
 
 namespace dllm::model {
@@ -39,6 +40,10 @@ class Batch {
   int64_t add(const GenerateConfig& config, std::span<const int32_t> prompt, GenerateHooks hooks = {});
   // Cancels a waiting or running sequence: it finishes (cancelled) at the next step.
   void cancel(int64_t id);
+  // DiffusionGemma sequences take what they can of their prompt from `cache` when admitted, and leave their
+  // encoded prefix in it when they finish (prefix_cache.h). nullptr (the default): no prefix cache. The cache
+  // outlives the batch's use of it.
+  void set_prefix_cache(PrefixCache* cache) { prefix_cache_ = cache; }
 
   // One step: admit, one forward pass over every sequence in flight, commit. Returns false, doing
   // nothing, when no sequence is in flight or waiting.
@@ -66,6 +71,7 @@ class Batch {
   int64_t rows_of(const Slot& s) const;
   void advance(Slot& s);  // next need, or finished
   void retire();          // moves finished slots out
+  void adopt_prefix(Slot& s);  // from the prefix cache, when admitted
 
   Model& model_;
   BatchLimits limits_;
@@ -73,6 +79,7 @@ class Batch {
   std::deque<std::unique_ptr<Slot>> waiting_;
   std::vector<std::unique_ptr<Slot>> running_;
   std::vector<std::pair<int64_t, GenerateResult>> finished_;
+  PrefixCache* prefix_cache_ = nullptr;
 };
 
 }  // namespace dllm::model

@@ -110,12 +110,33 @@ struct MoeLayer {
   std::vector<float> expert_scale;
 };
 
+// Where the forward passes' wall time went (forward.cpp adds to it), for the step split that --json and
+// --verbose report. Only a synchronous executor's times are each phase's own: a device executor's calls may
+// return before its work is done.
+struct PassTimes {
+  double embed_ms = 0;       // token embedding, canvas input norm
+  double self_cond_ms = 0;   // DiffusionGemma's self-conditioning: soft embedding and its MLP
+  double attention_ms = 0;   // norms, Q/K/V projections, RoPE, the keys and values stored, attention, output
+  double mlp_ms = 0;         // the dense FFN (Gemma-4: the shared MLP beside the experts)
+  double experts_ms = 0;     // router and experts
+  double other_ms = 0;       // post-norms, sums and scalars between the blocks
+  double lm_head_ms = 0;     // final norm, LM head, softcap
+  double encode_ms = 0;      // passes that only fill a cache (a DiffusionGemma prompt or finished block)
+  int64_t passes = 0;        // passes with logits
+  double total_ms() const {
+    return embed_ms + self_cond_ms + attention_ms + mlp_ms + experts_ms + other_ms + lm_head_ms;
+  }
+};
+
 class Executor {
  public:
   virtual ~Executor();
 
   // Short name for diagnostics ("reference", ...).
   virtual std::string name() const = 0;
+
+  // The forward passes' time split so far (PassTimes).
+  PassTimes& pass_times() { return pass_times_; }
 
   // After load: one sentence for the user when some matrices run on a slower path than the executor's
   // own (the JIT CPU executor's weight types without kernels), else "". Commands print it once.
@@ -206,7 +227,7 @@ class Executor {
   // x[r] = softmax(logits[r] / temperature) (over n_vocab values, host memory [rows, n_vocab]) times the
   // embedding table [n_vocab rows of D] times `scale`, r < rows: the expected embedding of Gemma-4's
   // self-conditioning. As the reference (llama.cpp's CPU backend) does it, the probabilities and the table's
-  // values are rounded to F16 first; sums in double.
+  // values are rounded to F16 first and the products summed in F32 (here in ascending token order).
   virtual void soft_embed(const gguf::TensorInfo& table, const float* logits, int64_t rows, float temperature,
                           float scale, Act x);
   // dst[i] = src[rows[i]].
@@ -219,6 +240,12 @@ class Executor {
   virtual void kv_close(KvHandle kv);
   // Room for `positions` positions, the stored ones kept (a cached prefix that grows). Default: host stores.
   virtual void kv_grow(KvHandle kv, int64_t positions);
+  // A store's first `positions` positions, copied to host memory: layer by layer its keys then its values
+  // (layer l: positions * widths[l] floats each), and back into a store with the same widths and room for
+  // them (`data` holding `data_positions` >= positions positions in that layout). What a prefix cache across
+  // requests keeps. Default: host stores.
+  virtual std::vector<float> kv_read(KvHandle kv, int64_t positions);
+  virtual void kv_write(KvHandle kv, int64_t positions, std::span<const float> data, int64_t data_positions);
   // Stores rows [row0, row0 + rows) of k and v as positions [pos0, pos0 + rows) of layer `layer`:
   // bias (when valid) then RoPE at those positions on the keys, bias on the values.
   virtual void kv_store(KvHandle kv, int64_t layer, Act k, Act v, int64_t row0, int64_t rows, int64_t pos0,
@@ -243,6 +270,10 @@ class Executor {
   // Default: moe_route. (A test overrides it to force one decision.)
   virtual void route(const MoeLayer& m, std::span<const float> router, const float* h, int64_t rows, int64_t D,
                      int32_t* ids, float* weights);
+  // logits[i] = cap * tanh(logits[i] / cap), i < n (host memory): Gemma's final softcap, in f32 as llama.cpp
+  // (scale by 1/cap, tanh rounded to f32, scale by cap; the tangent tanh_f64's, vectorised). Default: split
+  // over the host pool.
+  virtual void softcap(float* logits, int64_t n, float cap);
   // logits (host, [rows, n_vocab]) = rmsnorm(x[r]) * norm through the LM head, r < rows.
   virtual void final_logits(WeightHandle output, Act x, int64_t rows, VectorHandle norm, float eps,
                             float* logits);
@@ -263,6 +294,7 @@ class Executor {
                               std::span<const float> router_scale);
   ThreadPool* host_pool_ = nullptr;
   std::unique_ptr<HostState> host_;
+  PassTimes pass_times_;
 
  public:
   Executor(const Executor&) = delete;

@@ -6,6 +6,7 @@
 #include "model/forward.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 
@@ -215,6 +216,20 @@ void check_canvas(const HParams& hp, std::span<const int32_t> tokens, std::span<
 
 namespace {
 
+// Adds the wall time of its scope to one PassTimes field.
+class Timed {
+ public:
+  Timed(PassTimes& t, double PassTimes::*slot) : t_(t), slot_(slot), t0_(std::chrono::steady_clock::now()) {}
+  ~Timed() { t_.*slot_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count(); }
+  Timed(const Timed&) = delete;
+  Timed& operator=(const Timed&) = delete;
+
+ private:
+  PassTimes& t_;
+  double PassTimes::*slot_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
 // The forward program over one batch (the blocks of LayerProgram, and the layout they share).
 class Program : public LayerProgram {
  public:
@@ -231,18 +246,35 @@ class Program : public LayerProgram {
   }
 
   void run(std::span<float*> logits) {
+    run_timed(logits);
+    PassTimes& all = ex_.pass_times();
+    if (M_ == 0) {  // only caches were filled
+      all.encode_ms += t_.total_ms();
+      return;
+    }
+    all.embed_ms += t_.embed_ms, all.self_cond_ms += t_.self_cond_ms, all.attention_ms += t_.attention_ms;
+    all.mlp_ms += t_.mlp_ms, all.experts_ms += t_.experts_ms, all.other_ms += t_.other_ms;
+    all.lm_head_ms += t_.lm_head_ms;
+    ++all.passes;
+  }
+
+  void run_timed(std::span<float*> logits) {
     // --- embedding of every computed position ---
-    x_ = ex_.activation(kX, std::max(total_, M_), hp_.n_embd);
-    std::vector<int32_t> ids;
-    ids.reserve(static_cast<size_t>(total_));
-    for (const Part& p : parts_) ids.insert(ids.end(), p.req->tokens.begin() + p.r0, p.req->tokens.begin() + p.r1);
-    ex_.embed(*w_.token_embd, ids, x_);
-    rows_ = total_;
-    if (hp_.embd_scale != 1.0f) ex_.scale_rows(x_, std::vector<float>(static_cast<size_t>(total_), hp_.embd_scale));
+    {
+      Timed t(t_, &PassTimes::embed_ms);
+      x_ = ex_.activation(kX, std::max(total_, M_), hp_.n_embd);
+      std::vector<int32_t> ids;
+      ids.reserve(static_cast<size_t>(total_));
+      for (const Part& p : parts_) ids.insert(ids.end(), p.req->tokens.begin() + p.r0, p.req->tokens.begin() + p.r1);
+      ex_.embed(*w_.token_embd, ids, x_);
+      rows_ = total_;
+      if (hp_.embd_scale != 1.0f) ex_.scale_rows(x_, std::vector<float>(static_cast<size_t>(total_), hp_.embd_scale));
+    }
     if (hp_.prompt_regions) canvas_input();
     const ArchSpec& arch = arch_spec(hp_.arch);
     for (int64_t l = 0; l < static_cast<int64_t>(w_.layers.size()); ++l) arch.build_layer(*this, l);
     if (M_ == 0) return;  // only caches were filled
+    Timed t(t_, &PassTimes::lm_head_ms);
     if (rows_ != M_) ex_.gather(x_, keep_, x_);  // no layers at all: select the rows here
 
     // --- final norm and LM head, requested rows only ---
@@ -254,16 +286,14 @@ class Program : public LayerProgram {
       out = all.data();
     }
     ex_.final_logits(w_.output, x_, M_, w_.output_norm, hp_.rms_eps, out);
-    if (hp_.final_softcap > 0) {  // c * tanh(l / c), in f32 as llama.cpp (scale by 1/c, tanh, scale by c)
-      const float c = hp_.final_softcap, inv = 1.0f / c;
-      for (int64_t i = 0; i < M_ * V; ++i) out[i] = std::tanh(out[i] * inv) * c;
-    }
+    if (hp_.final_softcap > 0) ex_.softcap(out, M_ * V, hp_.final_softcap);
     if (parts_.size() == 1) return;
     for (size_t i = 0; i < parts_.size(); ++i)
       std::copy_n(all.data() + parts_[i].qoff * V, parts_[i].m() * V, logits[i]);
   }
 
   void self_attention(int64_t l) override {
+    Timed t(t_, &PassTimes::attention_ms);
     const ForwardWeights::Layer& L = w_.layers[static_cast<size_t>(l)];
     const bool last = l + 1 == static_cast<int64_t>(w_.layers.size());
     const LayerAttention g = hp_.attn(l);
@@ -313,6 +343,7 @@ class Program : public LayerProgram {
   }
 
   void swiglu_ffn(int64_t l) override {
+    Timed t(t_, &PassTimes::mlp_ms);
     const ForwardWeights::Layer& L = w_.layers[static_cast<size_t>(l)];
     const Act gate = ex_.activation(kGate, rows_, hp_.n_ff), up = ex_.activation(kUp, rows_, hp_.n_ff);
     const WeightHandle ws[2] = {L.ffn_gate, L.ffn_up};
@@ -322,6 +353,7 @@ class Program : public LayerProgram {
   }
 
   void moe_ffn(int64_t l) override {
+    Timed t(t_, &PassTimes::experts_ms);
     const ForwardWeights::Layer& L = w_.layers[static_cast<size_t>(l)];
     ex_.moe_ffn(L.moe, x_, rows_, L.ffn_norm, hp_.rms_eps);
   }
@@ -330,15 +362,23 @@ class Program : public LayerProgram {
     const ForwardWeights::Layer& L = w_.layers[static_cast<size_t>(l)];
     const float eps = hp_.rms_eps;
     const Act mlp = ex_.activation(kMlp, rows_, hp_.n_embd), moe = ex_.activation(kMoe, rows_, hp_.n_embd);
-    geglu_mlp(x_, rows_, L.ffn_norm, L.ffn_gate, L.ffn_up, L.ffn_down, mlp);
+    {
+      Timed t(t_, &PassTimes::mlp_ms);
+      geglu_mlp(x_, rows_, L.ffn_norm, L.ffn_gate, L.ffn_up, L.ffn_down, mlp);
+    }
+    {
+      Timed t(t_, &PassTimes::experts_ms);
+      ex_.moe_ffn_to(L.moe, x_, rows_, L.pre_ffw_norm_2, eps, moe);
+    }
+    Timed t(t_, &PassTimes::other_ms);
     ex_.norm(mlp, rows_, L.post_ffw_norm_1, eps, mlp);
-    ex_.moe_ffn_to(L.moe, x_, rows_, L.pre_ffw_norm_2, eps, moe);
     ex_.norm(moe, rows_, L.post_ffw_norm_2, eps, moe);
     ex_.add(moe, rows_, mlp);
     ex_.norm_add(mlp, rows_, L.post_ffw_norm, eps, x_);
   }
 
   void region_scale(int64_t l) override {
+    Timed t(t_, &PassTimes::other_ms);
     const ForwardWeights::Layer& L = w_.layers[static_cast<size_t>(l)];
     std::vector<float> s(static_cast<size_t>(rows_));
     for (size_t i = 0; i < s.size(); ++i)
@@ -372,6 +412,7 @@ class Program : public LayerProgram {
     if (canvas.empty()) return;
     const int64_t nc = static_cast<int64_t>(canvas.size()), D = hp_.n_embd;
     if (!sc.empty()) {
+      Timed t(t_, &PassTimes::self_cond_ms);
       if (!w_.sc_gate.valid()) throw Error("this model file has no self-conditioning tensors (self_cond_*)");
       // One soft embedding per sequence (its own temperature), then the MLP over every such row at once.
       const Act s = ex_.activation(kMoe, static_cast<int64_t>(sc.size()), D);
@@ -394,6 +435,7 @@ class Program : public LayerProgram {
       ex_.add(g, at, xs);
       ex_.scatter(xs, sc, x_);
     }
+    Timed t(t_, &PassTimes::embed_ms);
     const Act xc = ex_.activation(kAtt, nc, D);
     ex_.gather(x_, canvas, xc);
     ex_.norm(xc, nc, VectorHandle{}, hp_.rms_eps, xc);
@@ -432,15 +474,39 @@ class Program : public LayerProgram {
   std::vector<int64_t> row_pos_;   // per carried row: its position
   std::vector<int64_t> iota_;
   Act x_;
+  PassTimes t_;  // this pass's
 };
 
 }  // namespace
 
-void forward_batch(const HParams& hp, const ForwardWeights& w, Executor& ex, std::span<const ForwardRequest> reqs) {
-  const int64_t n_layer = static_cast<int64_t>(w.layers.size());
-  const int64_t KV = hp.max_kv_dim();
-  std::vector<int64_t> widths(static_cast<size_t>(n_layer));  // each layer's own Hkv * d
+namespace {
+
+std::vector<int64_t> layer_widths(const HParams& hp, int64_t n_layer) {  // each layer's own Hkv * d
+  std::vector<int64_t> widths(static_cast<size_t>(n_layer));
   for (int64_t l = 0; l < n_layer; ++l) widths[static_cast<size_t>(l)] = hp.attn(l).n_head_kv * hp.attn(l).head_dim;
+  return widths;
+}
+
+}  // namespace
+
+std::vector<float> read_prefix(const KVCache& cache) {
+  if (!cache.owner || !cache.handle.valid()) return {};
+  return cache.owner->kv_read(cache.handle, cache.n);
+}
+
+void restore_prefix(const HParams& hp, Executor& ex, KVCache& cache, int64_t positions, std::span<const float> data,
+                    int64_t data_positions, int64_t capacity) {
+  cache.reset();
+  cache.handle = ex.kv_open(layer_widths(hp, hp.n_layer), std::max(capacity, positions));
+  cache.owner = &ex;
+  cache.capacity = std::max(capacity, positions);
+  ex.kv_write(cache.handle, positions, data, data_positions);
+  cache.n = positions;
+}
+
+void forward_batch(const HParams& hp, const ForwardWeights& w, Executor& ex, std::span<const ForwardRequest> reqs) {
+  const int64_t KV = hp.max_kv_dim();
+  const std::vector<int64_t> widths = layer_widths(hp, static_cast<int64_t>(w.layers.size()));
 
   // --- the batch's layout: every request checked before any work ---
   std::vector<Part> parts;

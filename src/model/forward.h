@@ -67,6 +67,13 @@ class KVCache {
   Executor* owner = nullptr;
 };
 
+// A sequence's cached prefix copied out (the keys and values of its cache.n positions, Executor::kv_read's
+// layout) and into an empty cache (opened with every layer's width and room for `capacity` positions, the
+// first `positions` of `data`'s `data_positions` written): the cross-request prefix cache (prefix_cache.h).
+std::vector<float> read_prefix(const KVCache& cache);
+void restore_prefix(const HParams& hp, Executor& ex, KVCache& cache, int64_t positions, std::span<const float> data,
+                    int64_t data_positions, int64_t capacity);
+
 // How a pass uses a KVCache.
 enum class CacheMode {
   None,    // the exact pass; the cache is not touched

@@ -147,6 +147,7 @@ struct GenerateResult {
   // throw it as a dllm::Error; the batch and the server hand it to the request.
   std::string error;
   int64_t committed = 0;         // positions filled during the run
+  int64_t cached_prompt_tokens = 0;  // DiffusionGemma: prompt positions taken from a prefix cache, not encoded
   double total_ms = 0;           // the whole loop
   double forward_ms = 0;         // sum over steps that ran a forward pass
   std::vector<double> step_ms;   // per processed step

@@ -178,7 +178,12 @@ struct Executor::HostState {
   std::vector<std::vector<float>> vectors;
   std::map<int32_t, Buffer> buffers;
   std::vector<std::unique_ptr<Kv>> kv;  // null = closed (index reused)
-  std::vector<float> scratch, normed, soft;
+  std::vector<float> scratch, normed;
+  struct SoftRow {  // soft_embed: one row's nonzero F16 probabilities, ascending ids
+    std::vector<int32_t> ids;
+    std::vector<float> p;
+  };
+  std::vector<SoftRow> soft_rows;
   RopeTables rope;
   // moe_ffn_on_host's buffers, kept so that a layer neither allocates nor zeroes them again.
   struct Moe {
@@ -322,68 +327,117 @@ void Executor::scale_rows(Act x, std::span<const float> s) {
   });
 }
 
+namespace {
+
+// x[i] rounded to F16 and back (round to nearest even, as the reference's F32 -> F16 conversions).
+__attribute__((target_clones("avx512f", "arch=x86-64-v3", "default"))) void round_to_f16(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(static_cast<_Float16>(x[i]));
+}
+
+// The largest of l[v], v < n (-inf for none; NaN ignored; exact in any order).
+__attribute__((target_clones("avx512f", "avx2", "default"))) float max_of(const float* l, int64_t n) {
+  float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+  for (int64_t v = 0; v < n; ++v) mx = l[v] > mx ? l[v] : mx;
+  return mx;
+}
+
+// e[v] = exp(l[v] * inv_t - mx), v < n (exp_f64: vectorised, the same in every clone).
+__attribute__((target_clones("avx512f", "avx2", "default"))) void exp_row(const float* l, int64_t n, double inv_t,
+                                                                         double mx, double* e) {
+#pragma omp simd
+  for (int64_t v = 0; v < n; ++v) e[v] = exp_f64(static_cast<double>(l[v]) * inv_t - mx);
+}
+
+// acc[c] += p * e[c], c < n: one F32 multiply and add per value (the same in every clone).
+__attribute__((target_clones("avx512f", "avx2", "default"))) void axpy_f32(float p, const float* e, float* acc,
+                                                                          int64_t n) {
+  for (int64_t c = 0; c < n; ++c) acc[c] += p * e[c];
+}
+
+}  // namespace
+
 void Executor::soft_embed(const gguf::TensorInfo& table, const float* logits, int64_t rows, float temperature,
                           float scale, Act x) {
   auto& h = host();
   const int64_t D = table.ne[0], V = table.ne[1];
   const auto sz = [](int64_t v) { return static_cast<size_t>(v); };
-  // The probabilities of every row, rounded to F16 (the reference multiplies F16 by F16).
-  h.soft.resize(sz(rows * V));
-  float* p = h.soft.data();
+  // Each row's probabilities, rounded to F16 (the reference multiplies F16 by F16), kept where they are not 0:
+  // at the sampler's temperatures most of a large vocabulary rounds to 0. A probability below 2^-26 of the sum
+  // cannot round to a nonzero F16 (the smallest is 2^-24; below 2^-25 rounds to 0), so only the others are
+  // divided and rounded.
+  h.soft_rows.resize(sz(rows));
   const double inv_t = 1.0 / static_cast<double>(temperature);
   for_rows(host_pool_, rows, [&](int64_t r) {
     const float* l = logits + r * V;
-    float* pr = p + r * V;
-    double mx = -INFINITY;
-    for (int64_t v = 0; v < V; ++v) mx = std::max(mx, static_cast<double>(l[v]) * inv_t);
-    // Each exponential once, kept in double until the sum is known.
-    std::vector<double> ex(static_cast<size_t>(V));
+    thread_local std::vector<double> ex;
+    ex.resize(sz(V));
+    const double mx = static_cast<double>(max_of(l, V)) * inv_t;  // the largest l * inv_t (inv_t > 0)
+    exp_row(l, V, inv_t, mx, ex.data());
     double sum = 0;
-    for (int64_t v = 0; v < V; ++v) sum += ex[static_cast<size_t>(v)] = std::exp(static_cast<double>(l[v]) * inv_t - mx);
+    for (int64_t v = 0; v < V; ++v) sum += ex[sz(v)];
+    const double floor = sum * 0x1p-26;
+    HostState::SoftRow& row = h.soft_rows[sz(r)];
+    row.ids.clear(), row.p.clear();
     for (int64_t v = 0; v < V; ++v) {
-      const float pv = static_cast<float>(ex[static_cast<size_t>(v)] / sum);
-      pr[v] = quant::fp16_to_f32(quant::f32_to_fp16(pv));
+      if (!(ex[sz(v)] >= floor)) continue;
+      const float pv = static_cast<float>(static_cast<_Float16>(static_cast<float>(ex[sz(v)] / sum)));
+      if (pv != 0) row.ids.push_back(static_cast<int32_t>(v)), row.p.push_back(pv);
     }
   });
-  // Only the tokens some row gives a nonzero F16 probability can contribute (at the temperatures the sampler
-  // uses, most of a large vocabulary rounds to 0): their table rows alone are decoded, in ascending id order,
-  // so each sum takes the same terms in the same order as over the whole vocabulary, and the result is the same.
-  std::vector<int64_t> live;
-  for (int64_t v = 0; v < V; ++v) {
-    for (int64_t r = 0; r < rows; ++r) {
-      if (p[r * V + v] != 0) {
-        live.push_back(v);
-        break;
-      }
-    }
-  }
-  // Sums over the live tokens in order, per output value: table rows decoded (and rounded to F16) a block
-  // at a time, every output row accumulating them in double.
+  // Only the tokens some row gives a nonzero probability contribute: their table rows alone are decoded (and
+  // rounded to F16), kBlock at a time in ascending id order, and every row adds its terms in that order, in F32
+  // (as the reference's F16 dot products accumulate): the same sums as over the whole vocabulary.
+  std::vector<uint8_t> seen(sz(V), 0);
+  for (const auto& row : h.soft_rows)
+    for (int32_t v : row.ids) seen[sz(v)] = 1;
+  std::vector<int32_t> live, slot(sz(V), -1);
+  for (int64_t v = 0; v < V; ++v)
+    if (seen[sz(v)]) live.push_back(static_cast<int32_t>(v));
   constexpr int64_t kBlock = 256;
   const int64_t n_live = static_cast<int64_t>(live.size());
-  std::vector<double> acc(sz(rows * D), 0.0);
-  std::vector<float> rowsbuf(sz(kBlock * D));
+  float* out = h.at(x);
+  std::fill_n(out, rows * D, 0.0f);
+  std::vector<float> block(sz(std::min(kBlock, std::max<int64_t>(n_live, 1)) * D));
+  std::vector<size_t> next(sz(rows), 0);  // each row's first entry not yet added
   for (int64_t b0 = 0; b0 < n_live; b0 += kBlock) {
     const int64_t nv = std::min(kBlock, n_live - b0);
+    for (int64_t i = 0; i < nv; ++i) slot[sz(live[sz(b0 + i)])] = static_cast<int32_t>(i);
     for_rows(host_pool_, nv, [&](int64_t i) {
-      float* e = rowsbuf.data() + i * D;
+      float* e = block.data() + i * D;
       const uint64_t v = static_cast<uint64_t>(live[sz(b0 + i)]);
       quant::dequantize_row(table.type(), table.data + v * table.row_bytes(), e, D);
-      for (int64_t c = 0; c < D; ++c) e[c] = quant::fp16_to_f32(quant::f32_to_fp16(e[c]));
+      round_to_f16(e, D);
     });
+    const int32_t last = live[sz(b0 + nv - 1)];
     for_rows(host_pool_, rows, [&](int64_t r) {
-      double* a = acc.data() + r * D;
-      const float* pr = p + r * V;
-      for (int64_t i = 0; i < nv; ++i) {
-        const double pv = pr[live[sz(b0 + i)]];
-        if (pv == 0) continue;
-        const float* e = rowsbuf.data() + i * D;
-        for (int64_t c = 0; c < D; ++c) a[c] += pv * e[c];
-      }
+      const HostState::SoftRow& row = h.soft_rows[sz(r)];
+      size_t& k = next[sz(r)];
+      for (; k < row.ids.size() && row.ids[k] <= last; ++k)
+        axpy_f32(row.p[k], block.data() + slot[sz(row.ids[k])] * D, out + r * D, D);
     });
   }
-  float* out = h.at(x);
-  for (int64_t i = 0; i < rows * D; ++i) out[i] = static_cast<float>(acc[sz(i)] * static_cast<double>(scale));
+  for (int64_t i = 0; i < rows * D; ++i) out[i] *= scale;
+}
+
+namespace {
+
+// x[i] = cap * tanh(x[i] * inv), the product and the tangent rounded to f32 (tanh_f64: vectorised, the same in
+// every clone).
+__attribute__((target_clones("avx512f", "avx2", "default"))) void softcap_row(float* x, int64_t n, float inv,
+                                                                             float cap) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(tanh_f64(static_cast<double>(x[i] * inv))) * cap;
+}
+
+}  // namespace
+
+void Executor::softcap(float* logits, int64_t n, float cap) {
+  constexpr int64_t kChunk = 1 << 14;
+  const float inv = 1.0f / cap;
+  for_rows(host_pool_, (n + kChunk - 1) / kChunk, [&](int64_t c) {
+    softcap_row(logits + c * kChunk, std::min(kChunk, n - c * kChunk), inv, cap);
+  });
 }
 
 void Executor::gather(Act src, std::span<const int64_t> rows, Act dst) {
@@ -428,6 +482,33 @@ void Executor::kv_grow(KvHandle kv, int64_t positions) {
   for (auto* lv : {&s.k, &s.v})
     for (size_t l = 0; l < lv->size(); ++l) (*lv)[l].resize(static_cast<size_t>(positions * s.width[l]), 0.0f);
   s.positions = positions;
+}
+
+std::vector<float> Executor::kv_read(KvHandle kv, int64_t positions) {
+  const auto& s = host().store(kv);
+  if (positions < 0 || positions > s.positions) throw Error("internal error: key/value positions out of range");
+  std::vector<float> out;
+  for (size_t l = 0; l < s.k.size(); ++l) {
+    const auto n = static_cast<std::ptrdiff_t>(positions * s.width[l]);
+    out.insert(out.end(), s.k[l].begin(), s.k[l].begin() + n);
+    out.insert(out.end(), s.v[l].begin(), s.v[l].begin() + n);
+  }
+  return out;
+}
+
+void Executor::kv_write(KvHandle kv, int64_t positions, std::span<const float> data, int64_t data_positions) {
+  auto& s = host().store(kv);
+  int64_t need = 0;
+  for (int64_t w : s.width) need += 2 * data_positions * w;
+  if (positions < 0 || positions > data_positions || positions > s.positions || static_cast<int64_t>(data.size()) != need)
+    throw Error("internal error: a key/value snapshot that does not fit the store");
+  const float* at = data.data();
+  for (size_t l = 0; l < s.k.size(); ++l) {
+    const int64_t w = s.width[l];
+    std::copy_n(at, positions * w, s.k[l].data());
+    std::copy_n(at + data_positions * w, positions * w, s.v[l].data());
+    at += 2 * data_positions * w;
+  }
 }
 
 void Executor::kv_close(KvHandle kv) {

@@ -116,6 +116,36 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) int64_t first_equal
   return n;
 }
 
+// One logit's term of exp_sums: its exponential (0 for -inf) into *e, added to the lane's sums.
+inline void exp_term(float logit, double inv_t, double mx, double* e, double& s, double& sz, int& nan) {
+  const double z = static_cast<double>(logit) * inv_t - mx;
+  nan |= z != z;
+  const double ev = z == -std::numeric_limits<double>::infinity() ? 0.0 : exp_f64(z);
+  *e = ev;
+  s += ev;
+  sz += ev > 0 ? ev * z : 0.0;
+}
+
+// e[v] = exp(z_v), z_v = logits[v] * inv_t - mx (0 for a -inf logit), with sum = sum e_v and ez = sum e_v z_v
+// over the e_v > 0, each in 8 lanes (element v into lane v % 8) reduced in one fixed order, whichever clone
+// runs. False when a logit is NaN.
+__attribute__((target_clones("avx512f", "avx2", "default"))) bool exp_sums(const float* logits, int64_t n, double inv_t,
+                                                                          double mx, double* e, double& sum,
+                                                                          double& ez) {
+  constexpr int L = 8;
+  double ls[L] = {}, lz[L] = {};
+  int nan = 0;
+  int64_t v0 = 0;
+  for (; v0 + L <= n; v0 += L) {
+#pragma omp simd reduction(| : nan)
+    for (int l = 0; l < L; ++l) exp_term(logits[v0 + l], inv_t, mx, e + v0 + l, ls[l], lz[l], nan);
+  }
+  for (int l = 0; v0 + l < n; ++l) exp_term(logits[v0 + l], inv_t, mx, e + v0 + l, ls[l], lz[l], nan);
+  sum = ((ls[0] + ls[4]) + (ls[2] + ls[6])) + ((ls[1] + ls[5]) + (ls[3] + ls[7]));
+  ez = ((lz[0] + lz[4]) + (lz[2] + lz[6])) + ((lz[1] + lz[5]) + (lz[3] + lz[7]));
+  return nan == 0;
+}
+
 }  // namespace
 
 int32_t argmax_token(const float* logits, int64_t n_vocab) {
@@ -209,15 +239,9 @@ EbPosition eb_position(const float* logits, int64_t n_vocab, double temperature,
   thread_local std::vector<double> e;
   e.resize(static_cast<size_t>(n_vocab));
   double sum = 0, ez = 0;
-  for (int64_t v = 0; v < n_vocab; ++v) {
-    const double z = static_cast<double>(logits[v]) * inv_t - mx;
-    if (z != z) {  // a NaN logit: no distribution to sample
-      out.finite = false;
-      return out;
-    }
-    const double ev = z == -std::numeric_limits<double>::infinity() ? 0.0 : exp_f64(z);
-    e[static_cast<size_t>(v)] = ev;
-    if (ev > 0) sum += ev, ez += ev * z;
+  if (!exp_sums(logits, n_vocab, inv_t, mx, e.data(), sum, ez)) {  // a NaN logit: no distribution to sample
+    out.finite = false;
+    return out;
   }
   if (!(sum > 0) || !std::isfinite(sum)) {
     out.finite = false;

@@ -243,6 +243,19 @@ const StepNeed* Sequence::plan_entropy_bound() {
   return &need_;
 }
 
+bool Sequence::adopt_prefix(int64_t n) {
+  if (!eb_ || done_ || encoded_ != 0 || res_.forward_passes != 0 || n < 1 || n > P()) return false;
+  // The prompt's encoding may be planned already: it starts after the adopted positions (or is not needed).
+  if (pending_ && (need_.pass != Pass::Encode || need_.begin != 0)) return false;
+  encoded_ = n;
+  res_.cached_prompt_tokens = n;
+  if (pending_) {
+    need_.begin = n;
+    if (n == need_.end) pending_ = false;  // the whole prompt: next() plans the first canvas step
+  }
+  return true;
+}
+
 void Sequence::commit_entropy_bound(const float* logits) {
   pending_ = false;
   if (need_.pass == Pass::Encode) {

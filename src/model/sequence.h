@@ -58,6 +58,15 @@ class Sequence {
   // Stops the generation before its next step (the result says cancelled).
   void cancel();
 
+  // DiffusionGemma, before the first pass (the prompt's encoding may be planned): the first n prompt positions
+  // are already in the sequence's cached prefix (a prefix cache's copy), so they are not encoded again. False
+  // (nothing changed) for another kind, after a pass, or for n outside [1, prompt length].
+  bool adopt_prefix(int64_t n);
+  // DiffusionGemma: positions encoded into the cached prefix so far (the prompt, then finished blocks).
+  int64_t encoded() const { return encoded_; }
+  // DiffusionGemma: whether the sequence encodes a prefix to attend to (a uniform-state canvas).
+  bool prefixed() const { return eb_; }
+
   bool finished() const { return done_; }
   std::span<const int32_t> canvas() const { return res_.canvas; }
   int64_t prompt_length() const { return res_.prompt_length; }

@@ -467,10 +467,11 @@ std::vector<int32_t> parse_detokenize(const std::string& body, int64_t vocab_siz
   return ids;
 }
 
-json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
+json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens) {
   return {{"prompt_tokens", prompt_tokens},
           {"completion_tokens", completion_tokens},
-          {"total_tokens", prompt_tokens + completion_tokens}};
+          {"total_tokens", prompt_tokens + completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
 }
 
 json completion_body(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model,
@@ -495,7 +496,9 @@ json completion_body(const ApiRequest& r, const std::string& id, int64_t created
     list.push_back(std::move(ch));
   }
   out["choices"] = std::move(list);
-  out["usage"] = usage_json(prompt_tokens * static_cast<int64_t>(choices.size() > 0 ? 1 : 0), completion);
+  // The prompt is counted once (each choice's sequence encodes it; the first choice's cache hit is reported).
+  out["usage"] = usage_json(prompt_tokens * static_cast<int64_t>(choices.size() > 0 ? 1 : 0), completion,
+                            choices.empty() ? 0 : choices.front().cached_tokens);
   if (r.return_tokens) out["dllm"] = {{"prompt_tokens", prompt_ids}};
   return out;
 }

@@ -74,6 +74,7 @@ struct ChoiceResult {
   std::string finish_reason;  // "stop" or "length"
   std::vector<int32_t> tokens;  // up to the stop (string or token)
   json logprobs;                // null unless asked for
+  int64_t cached_tokens = 0;    // prompt tokens taken from the prefix cache (DiffusionGemma), not encoded
 };
 
 // The first tokens whose text covers `text` (an answer cut at a stop string): what completion_tokens
@@ -99,7 +100,8 @@ json completion_body(const ApiRequest& r, const std::string& id, int64_t created
                      const std::vector<ChoiceResult>& choices, int64_t prompt_tokens,
                      const std::vector<int32_t>& prompt_ids);
 // usage: {"prompt_tokens", "completion_tokens", "total_tokens"}.
-json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
+// usage, with prompt_tokens_details.cached_tokens (the prompt tokens a prefix cache held, OpenAI's field).
+json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens);
 // A stream chunk of one choice: delta text (chat: delta.content, the first chunk with role; completions:
 // text) and finish_reason (null when empty).
 // final: the choice's result on its last chunk (its logprobs go there).

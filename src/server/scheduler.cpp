@@ -10,12 +10,13 @@ namespace dllm::server {
 
 using Clock = std::chrono::steady_clock;
 
-Scheduler::Scheduler(engine::Engine& engine, int64_t batch_size, int64_t max_queue, Metrics& metrics)
+Scheduler::Scheduler(engine::Engine& engine, int64_t batch_size, int64_t max_queue, Metrics& metrics,
+                     uint64_t prefix_cache_bytes)
     : engine_(engine),
       batch_size_(batch_size),
       max_queue_(max_queue),
       metrics_(metrics),
-      session_(engine, model::BatchLimits{batch_size, 0}) {
+      session_(engine, model::BatchLimits{batch_size, 0}, prefix_cache_bytes) {
   thread_ = std::thread([this] { loop(); });
 }
 

@@ -21,7 +21,9 @@ namespace dllm::server {
 class Scheduler {
  public:
   // batch_size: sequences in flight at once; max_queue: sequences waiting at most (submit refuses more).
-  Scheduler(engine::Engine& engine, int64_t batch_size, int64_t max_queue, Metrics& metrics);
+  // prefix_cache_bytes: the DiffusionGemma prefix cache's bound (engine::Session), 0 for none.
+  Scheduler(engine::Engine& engine, int64_t batch_size, int64_t max_queue, Metrics& metrics,
+            uint64_t prefix_cache_bytes = 0);
   ~Scheduler();  // stop()
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;

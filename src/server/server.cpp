@@ -99,7 +99,8 @@ struct Exchange {
 class Server {
  public:
   Server(engine::Engine& engine, const ServerOptions& o)
-      : engine_(engine), o_(o), scheduler_(engine, o.batch_size, o.max_queue, metrics_) {
+      : engine_(engine), o_(o),
+        scheduler_(engine, o.batch_size, o.max_queue, metrics_, static_cast<uint64_t>(o.prefix_cache_mib) << 20) {
     loopback_ = loopback_name(ascii_lower(o.host));  // the bind address as given: 127.0.0.1, ::1, localhost
   }
 
@@ -163,6 +164,7 @@ std::string Server::finish_choice(Exchange& x, StreamEvent& ev) {
   if (a.result.cancelled) x.cancelled = true;
   if (!a.result.error.empty() && x.error.empty()) x.error = a.result.error;
   ChoiceResult& r = x.results[static_cast<size_t>(c)];
+  r.cached_tokens = a.result.cached_prompt_tokens;
   if (x.done[static_cast<size_t>(c)]) {  // ended by a stop string already: its tokens up to the stop
     r.tokens = tokens_for_text(engine_.tokenizer(), a.tokens, r.text);
     return "";
@@ -175,6 +177,7 @@ std::string Server::finish_choice(Exchange& x, StreamEvent& ev) {
   r.tokens = t.stopped() ? tokens_for_text(engine_.tokenizer(), a.tokens, r.text) : a.tokens;
   r.logprobs = choice_logprobs(engine_.tokenizer(), a, r.tokens.size(), x.api);
   r.finish_reason = ended || t.stopped() ? "stop" : "length";
+  r.cached_tokens = a.result.cached_prompt_tokens;
   x.done[static_cast<size_t>(c)] = true;
   ++x.finished;
   return rest;
@@ -277,7 +280,7 @@ bool Server::stream_events(Exchange& x, HttpExchange& out) {
               {"created", x.created},
               {"model", x.model},
               {"choices", json::array()},
-              {"usage", usage_json(x.prompt_tokens, completion)}};
+              {"usage", usage_json(x.prompt_tokens, completion, x.results.empty() ? 0 : x.results.front().cached_tokens)}};
     if (!write(sse(j))) return false;
   }
   if (!write("data: [DONE]\n\n")) return false;

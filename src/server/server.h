@@ -25,6 +25,7 @@ struct ServerOptions {
   std::string api_key;              // "": no key needed
   int64_t batch_size = 8;           // sequences in flight at once
   int64_t max_queue = 64;           // sequences waiting for a place at most (beyond: 503)
+  int64_t prefix_cache_mib = 512;   // DiffusionGemma: encoded prefixes of recent requests kept (0: none)
   HttpLimits http;                  // the transport's limits and deadlines (http.h)
   ApiLimits limits;                 // what one request may ask (api.h)
   std::vector<std::string> cors_origins;  // browser origins allowed to call the API ("*": any)

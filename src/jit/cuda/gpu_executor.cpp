@@ -511,6 +511,34 @@ void GpuExecutor::kv_grow(model::KvHandle h, int64_t positions) {
   s.k = std::move(grown.k), s.v = std::move(grown.v);
 }
 
+std::vector<float> GpuExecutor::kv_read(model::KvHandle h, int64_t positions) {
+  const DevKv& s = store(h);
+  if (positions < 0 || positions > s.positions) throw Error(internal("key/value positions out of range"));
+  std::vector<float> out;
+  for (int64_t l = 0; l < s.layers; ++l) {
+    const size_t n = static_cast<size_t>(positions * s.width[static_cast<size_t>(l)]), at = out.size();
+    out.resize(at + 2 * n);
+    dev_->download(out.data() + at, s.k_at(l, 0), n * kF32);
+    dev_->download(out.data() + at + n, s.v_at(l, 0), n * kF32);
+  }
+  return out;
+}
+
+void GpuExecutor::kv_write(model::KvHandle h, int64_t positions, std::span<const float> data, int64_t data_positions) {
+  DevKv& s = store(h);
+  int64_t need = 0;
+  for (int64_t w : s.width) need += 2 * data_positions * w;
+  if (positions < 0 || positions > data_positions || positions > s.positions || static_cast<int64_t>(data.size()) != need)
+    throw Error(internal("a key/value snapshot that does not fit the store"));
+  const float* at = data.data();
+  for (int64_t l = 0; l < s.layers; ++l) {
+    const int64_t w = s.width[static_cast<size_t>(l)];
+    dev_->upload(s.k_at(l, 0), at, static_cast<size_t>(positions * w) * kF32);
+    dev_->upload(s.v_at(l, 0), at + data_positions * w, static_cast<size_t>(positions * w) * kF32);
+    at += 2 * data_positions * w;
+  }
+}
+
 void GpuExecutor::kv_store(model::KvHandle h, int64_t layer, model::Act k, model::Act v, int64_t row0, int64_t rows,
                            int64_t pos0, model::VectorHandle bk, model::VectorHandle bv, const model::RopeSpec&,
                            const model::AttentionShape& shape) {

@@ -91,6 +91,8 @@ class GpuExecutor : public model::Executor {
   model::KvHandle kv_open(std::span<const int64_t> widths, int64_t positions) override;
   void kv_close(model::KvHandle kv) override;
   void kv_grow(model::KvHandle kv, int64_t positions) override;
+  std::vector<float> kv_read(model::KvHandle kv, int64_t positions) override;
+  void kv_write(model::KvHandle kv, int64_t positions, std::span<const float> data, int64_t data_positions) override;
   void kv_store(model::KvHandle kv, int64_t layer, model::Act k, model::Act v, int64_t row0, int64_t rows,
                 int64_t pos0, model::VectorHandle bk, model::VectorHandle bv, const model::RopeSpec& rope,
                 const model::AttentionShape& shape) override;
