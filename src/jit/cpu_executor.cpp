@@ -52,7 +52,8 @@ model::WeightHandle CpuExecutor::prepare_weight(const gguf::TensorInfo& t) {
         prepare_matrix(t.type(), t.ne[0], t.ne[1], t.data, isa_, pool_, std::string(t.name)));
     repack_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     packed_bytes_ += slot.jit->packed.size();
-    if (slot.jit->packed.size() > 0) release_source_pages(t.data, t.nbytes);
+    if (slot.jit->packed.size() > 0 && std::find(keep_.begin(), keep_.end(), t.data) == keep_.end())
+      release_source_pages(t.data, t.nbytes);
   } else {
     slot.ref = reference_.prepare_weight(t);
     if (fallback_count_++ == 0) first_fallback_ = std::string(t.name) + " (" + ggml_type_name(t.type()) + ")";

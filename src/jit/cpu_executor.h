@@ -24,6 +24,7 @@ class CpuExecutor : public model::Executor {
   std::string name() const override;
   std::string load_warning() const override;
   model::WeightHandle prepare_weight(const gguf::TensorInfo& tensor) override;
+  void keep_mapped(const gguf::TensorInfo& tensor) override { keep_.push_back(tensor.data); }
   void matmul(model::WeightHandle w, const float* x, int64_t rows, float* y) override;
   void matmul_shared(const model::WeightHandle* ws, float* const* ys, int n, const float* x,
                      int64_t rows) override;
@@ -57,6 +58,7 @@ class CpuExecutor : public model::Executor {
   int fallback_count_ = 0;
   std::string first_fallback_;         // "blk.0.attn_output.weight (Q3_K)"
   std::vector<GgmlType> fallback_types_;  // distinct, in load order
+  std::vector<const uint8_t*> keep_;      // tensors whose mapped pages stay resident (keep_mapped)
 };
 
 // True when the JIT kernels can take a matrix of this type (the weight table's types: jit_supports_type).

@@ -104,6 +104,7 @@ ForwardWeights prepare_forward_weights(const HParams& hp, const ModelTensors& t,
   ex.prepare_model(hp);
   ForwardWeights w;
   w.token_embd = t.token_embd;
+  if (t.self_cond_gate) ex.keep_mapped(*t.token_embd);  // soft_embed reads the table every step
   w.output_norm = prepare_vector(ex, t.output_norm);
   w.output = ex.prepare_weight(*t.output);
   w.rope_freqs = host_values(t.rope_freqs);

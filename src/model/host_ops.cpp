@@ -4,6 +4,8 @@
 // the GPU overrides them. Also the mixture-of-experts operations (router, grouped expert GEMMs through
 // the executor's matmul primitives, weighted scatter; per-head q/k norms), which the GPU runs on a host
 // copy of its rows.
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <deque>
@@ -184,6 +186,7 @@ struct Executor::HostState {
     std::vector<float> p;
   };
   std::vector<SoftRow> soft_rows;
+  std::vector<float> soft_table;  // soft_embed: a block of decoded table rows
   RopeTables rope;
   // moe_ffn_on_host's buffers, kept so that a layer neither allocates nor zeroes them again.
   struct Moe {
@@ -329,9 +332,22 @@ void Executor::scale_rows(Act x, std::span<const float> s) {
 
 namespace {
 
-// x[i] rounded to F16 and back (round to nearest even, as the reference's F32 -> F16 conversions).
-__attribute__((target_clones("avx512f", "arch=x86-64-v3", "default"))) void round_to_f16(float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(static_cast<_Float16>(x[i]));
+// x[i] rounded to F16 and back (round to nearest even, as the reference's F32 -> F16 conversions): F16C's
+// conversions where the CPU has them (every AVX2 CPU dllm targets), quant's software ones otherwise; the same
+// values either way.
+__attribute__((target("avx2,f16c"))) void round_to_f16_f16c(float* x, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm256_storeu_ps(x + i, _mm256_cvtph_ps(h));
+  }
+  for (; i < n; ++i) x[i] = quant::fp16_to_f32(quant::f32_to_fp16(x[i]));
+}
+
+void round_to_f16(float* x, int64_t n) {
+  static const bool f16c = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  if (f16c) return round_to_f16_f16c(x, n);
+  for (int64_t i = 0; i < n; ++i) x[i] = quant::fp16_to_f32(quant::f32_to_fp16(x[i]));
 }
 
 // The largest of l[v], v < n (-inf for none; NaN ignored; exact in any order).
@@ -349,10 +365,28 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void exp_row(const 
   for (int64_t v = 0; v < n; ++v) e[v] = exp_f64(static_cast<double>(l[v]) * inv_t - mx);
 }
 
-// acc[c] += p * e[c], c < n: one F32 multiply and add per value (the same in every clone).
-__attribute__((target_clones("avx512f", "avx2", "default"))) void axpy_f32(float p, const float* e, float* acc,
-                                                                          int64_t n) {
-  for (int64_t c = 0; c < n; ++c) acc[c] += p * e[c];
+// The soft embedding's product on one tile: kSoftRows output rows by kSoftCols columns, acc[r][c] +=
+// p[r][i] * e[i][c] over the block's tokens i < n in order, one F32 multiply and add per term (the same in every
+// clone); a token no row of the tile gives a probability is passed over (its terms are all 0). The tile's sums
+// stay in registers across the tokens. p: kSoftRows rows of stride p_stride; e and acc: rows of stride `stride`.
+constexpr int64_t kSoftRows = 4, kSoftCols = 64;
+__attribute__((target_clones("avx512f", "avx2", "default"))) void soft_tile(const float* p, int64_t p_stride,
+                                                                           const float* e, int64_t stride, int64_t n,
+                                                                           float* acc) {
+  float a[kSoftRows][kSoftCols];
+  for (int64_t r = 0; r < kSoftRows; ++r)
+    for (int64_t c = 0; c < kSoftCols; ++c) a[r][c] = acc[r * stride + c];
+  for (int64_t i = 0; i < n; ++i) {
+    const float p0 = p[i], p1 = p[p_stride + i], p2 = p[2 * p_stride + i], p3 = p[3 * p_stride + i];
+    if (p0 == 0 && p1 == 0 && p2 == 0 && p3 == 0) continue;
+    const float* er = e + i * stride;
+    for (int64_t c = 0; c < kSoftCols; ++c) {
+      const float v = er[c];
+      a[0][c] += p0 * v, a[1][c] += p1 * v, a[2][c] += p2 * v, a[3][c] += p3 * v;
+    }
+  }
+  for (int64_t r = 0; r < kSoftRows; ++r)
+    for (int64_t c = 0; c < kSoftCols; ++c) acc[r * stride + c] = a[r][c];
 }
 
 }  // namespace
@@ -379,45 +413,67 @@ void Executor::soft_embed(const gguf::TensorInfo& table, const float* logits, in
     const double floor = sum * 0x1p-26;
     HostState::SoftRow& row = h.soft_rows[sz(r)];
     row.ids.clear(), row.p.clear();
-    for (int64_t v = 0; v < V; ++v) {
-      if (!(ex[sz(v)] >= floor)) continue;
-      const float pv = static_cast<float>(static_cast<_Float16>(static_cast<float>(ex[sz(v)] / sum)));
-      if (pv != 0) row.ids.push_back(static_cast<int32_t>(v)), row.p.push_back(pv);
-    }
+    for (int64_t v = 0; v < V; ++v)
+      if (ex[sz(v)] >= floor) row.ids.push_back(static_cast<int32_t>(v)), row.p.push_back(static_cast<float>(ex[sz(v)] / sum));
+    round_to_f16(row.p.data(), static_cast<int64_t>(row.p.size()));
+    size_t kept = 0;  // those that round to 0 go
+    for (size_t k = 0; k < row.p.size(); ++k)
+      if (row.p[k] != 0) row.ids[kept] = row.ids[k], row.p[kept++] = row.p[k];
+    row.ids.resize(kept), row.p.resize(kept);
   });
   // Only the tokens some row gives a nonzero probability contribute: their table rows alone are decoded (and
   // rounded to F16), kBlock at a time in ascending id order, and every row adds its terms in that order, in F32
-  // (as the reference's F16 dot products accumulate): the same sums as over the whole vocabulary.
+  // (as the reference's F16 dot products accumulate): the same sums as over the whole vocabulary. The block's
+  // probabilities are laid out dense (zeros included) for the tiles of soft_tile; rows and columns are padded
+  // to whole tiles with zeros.
   std::vector<uint8_t> seen(sz(V), 0);
   for (const auto& row : h.soft_rows)
     for (int32_t v : row.ids) seen[sz(v)] = 1;
-  std::vector<int32_t> live, slot(sz(V), -1);
+  std::vector<int32_t> live;
   for (int64_t v = 0; v < V; ++v)
     if (seen[sz(v)]) live.push_back(static_cast<int32_t>(v));
-  constexpr int64_t kBlock = 256;
+  // kBlock tokens decoded per pass over the threads (a dispatch costs more than a small block's work), their
+  // products in runs of kRun tokens, so that a run's columns [c0, c0 + kSoftCols) (16 KB) stay in L1 across a
+  // thread's row tiles.
+  constexpr int64_t kBlock = 1024, kRun = 64;
   const int64_t n_live = static_cast<int64_t>(live.size());
-  float* out = h.at(x);
-  std::fill_n(out, rows * D, 0.0f);
-  std::vector<float> block(sz(std::min(kBlock, std::max<int64_t>(n_live, 1)) * D));
-  std::vector<size_t> next(sz(rows), 0);  // each row's first entry not yet added
+  const int64_t Rp = (rows + kSoftRows - 1) / kSoftRows * kSoftRows, Dp = (D + kSoftCols - 1) / kSoftCols * kSoftCols;
+  const int64_t groups = Rp / kSoftRows, slices = std::min<int64_t>(groups, host_pool_ ? host_pool_->size() : 1);
+  std::vector<float> acc(sz(Rp * Dp), 0.0f), pb(sz(Rp * kBlock), 0.0f);
+  h.soft_table.resize(sz(std::min(kBlock, std::max<int64_t>(n_live, 1)) * Dp));
+  std::fill(h.soft_table.begin(), h.soft_table.end(), 0.0f);  // the padding columns stay 0
+  float* block = h.soft_table.data();
+  std::vector<size_t> next(sz(rows), 0);  // each row's first entry not yet laid out
   for (int64_t b0 = 0; b0 < n_live; b0 += kBlock) {
     const int64_t nv = std::min(kBlock, n_live - b0);
-    for (int64_t i = 0; i < nv; ++i) slot[sz(live[sz(b0 + i)])] = static_cast<int32_t>(i);
-    for_rows(host_pool_, nv, [&](int64_t i) {
-      float* e = block.data() + i * D;
-      const uint64_t v = static_cast<uint64_t>(live[sz(b0 + i)]);
-      quant::dequantize_row(table.type(), table.data + v * table.row_bytes(), e, D);
-      round_to_f16(e, D);
+    for_rows(host_pool_, slices, [&](int64_t sl) {
+      for (int64_t i = nv * sl / slices; i < nv * (sl + 1) / slices; ++i) {
+        float* e = block + i * Dp;
+        const uint64_t v = static_cast<uint64_t>(live[sz(b0 + i)]);
+        quant::dequantize_row(table.type(), table.data + v * table.row_bytes(), e, D);
+        round_to_f16(e, D);
+      }
+      for (int64_t r = rows * sl / slices; r < rows * (sl + 1) / slices; ++r) {  // row r's probabilities, laid out
+        float* pr = pb.data() + r * kBlock;
+        std::fill_n(pr, nv, 0.0f);
+        const HostState::SoftRow& row = h.soft_rows[sz(r)];
+        size_t& k = next[sz(r)];
+        for (int64_t i = 0; i < nv && k < row.ids.size(); ++i)
+          if (row.ids[k] == live[sz(b0 + i)]) pr[i] = row.p[k++];
+      }
     });
-    const int32_t last = live[sz(b0 + nv - 1)];
-    for_rows(host_pool_, rows, [&](int64_t r) {
-      const HostState::SoftRow& row = h.soft_rows[sz(r)];
-      size_t& k = next[sz(r)];
-      for (; k < row.ids.size() && row.ids[k] <= last; ++k)
-        axpy_f32(row.p[k], block.data() + slot[sz(row.ids[k])] * D, out + r * D, D);
+    for_rows(host_pool_, slices, [&](int64_t sl) {
+      const int64_t g0 = groups * sl / slices, g1 = groups * (sl + 1) / slices;
+      for (int64_t s0 = 0; s0 < nv; s0 += kRun)
+        for (int64_t c0 = 0; c0 < Dp; c0 += kSoftCols)
+          for (int64_t g = g0; g < g1; ++g)
+            soft_tile(pb.data() + g * kSoftRows * kBlock + s0, kBlock, block + s0 * Dp + c0, Dp,
+                      std::min(kRun, nv - s0), acc.data() + g * kSoftRows * Dp + c0);
     });
   }
-  for (int64_t i = 0; i < rows * D; ++i) out[i] *= scale;
+  float* out = h.at(x);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < D; ++c) out[r * D + c] = acc[sz(r * Dp + c)] * scale;
 }
 
 namespace {

@@ -361,12 +361,27 @@ void dequant_q5_k(const void* src, float* y, int64_t n) {
   }
 }
 
-// Q6_K: 16 sub-blocks of 16, int8 scales; x = (d * sc) * q.
+// Q6_K: 16 sub-blocks of 16, int8 scales; x = (d * sc) * q (q6_k_quant's layout, written as loops over
+// 32 elements that vectorise: the self-conditioning decodes the whole embedding table every step).
 void dequant_q6_k(const void* src, float* y, int64_t n) {
   for (int64_t i = 0; i < n / kQK_K; ++i, y += kQK_K) {
     const auto b = load_block<BlockQ6_K>(src, i);
     const float d = h2f(b.d);
-    for (int k = 0; k < kQK_K; ++k) y[k] = d * b.scales[k / 16] * q6_k_quant(b, k);
+    for (int half = 0; half < 2; ++half) {
+      const uint8_t* ql = b.ql + 64 * half;
+      const uint8_t* qh = b.qh + 32 * half;
+      for (int quarter = 0; quarter < 4; ++quarter) {
+        const uint8_t* low = ql + ((quarter & 1) ? 32 : 0);
+        const int shift = quarter < 2 ? 0 : 4;
+        const int k0 = 128 * half + 32 * quarter;
+        const float ds0 = d * static_cast<float>(b.scales[k0 / 16]), ds1 = d * static_cast<float>(b.scales[k0 / 16 + 1]);
+        float* out = y + k0;
+        for (int l = 0; l < 32; ++l) {
+          const int q = (((low[l] >> shift) & 0xf) | (((qh[l] >> (2 * quarter)) & 3) << 4)) - 32;
+          out[l] = (l < 16 ? ds0 : ds1) * static_cast<float>(q);
+        }
+      }
+    }
   }
 }
 
