@@ -12,8 +12,12 @@ LM head, self-conditioning, embedding, other, sampler). The first step of a bloc
 either program, so --steps should be 3 or more. Writes results.json, results.csv, machine.txt and
 dg_step.png into --out.
 
-usage: bench_dg.py --out bench/results/dg-DATE [--layers 2,6] [--steps 4] [--repeat 3]
-                   [--llama-diffusion-cli PATH] [--models DIR]
+With --alone 30: that many layers for dllm alone (the fork's peak memory passes a 24 GiB machine at the full
+30 layers), written to alone.json. With --defaults N: one 256-token answer on the N-layer file at the file's
+own sampler settings (48 steps a block at most, the adaptive stop on), its tokens per second, to defaults.json.
+
+usage: bench_dg.py --out bench/results/dg-DATE [--layers 2,6] [--steps 6] [--repeat 3]
+                   [--llama-diffusion-cli PATH] [--models DIR] [--alone 30] [--defaults 2]
        bench_dg.py --out DIR --plot-only
 """
 import argparse
@@ -31,15 +35,18 @@ SPLIT = ["attention_ms", "experts_ms", "mlp_ms", "lm_head_ms", "self_conditionin
 
 
 def run_dllm(model, ids, steps, threads):
+    """steps = 0: the file's own sampler settings (the adaptive stop on)."""
     cmd = [e2e.TIME, "-v", e2e.DLLM, "run", "--model", model, "--prompt-tokens", ",".join(map(str, ids)),
-           "--max-tokens", "256", "--eb-max-steps", str(steps), "--eb-confidence", "0", "--threads", str(threads),
-           "--seed", "1", "--json"]
+           "--max-tokens", "256", "--threads", str(threads), "--seed", "1", "--json"]
+    if steps:
+        cmd += ["--eb-max-steps", str(steps), "--eb-confidence", "0"]
     r = e2e.sh(cmd)
     if r.returncode:
         raise RuntimeError(f"dllm failed: {' '.join(cmd)}\n{r.stderr[-2000:]}")
     j = json.loads(r.stdout)
     out = {"step_ms": j["timings"]["step_mean_ms"], "total_ms": j["timings"]["total_ms"],
-           "load_ms": j["timings"]["load_ms"], "steps_run": j["steps_run"],
+           "load_ms": j["timings"]["load_ms"], "generate_ms": j["timings"]["generate_ms"], "steps_run": j["steps_run"],
+           "tokens_per_s": j["tokens_per_s"], "step_ms_each": [s["ms"] for s in j["step_stats"]],
            "peak_rss": e2e.peak_rss_from_time(r.stderr) or j["peak_rss_bytes"]}
     for k in SPLIT:
         out[k] = j["step_split"][k]
@@ -114,6 +121,8 @@ def main():
     p.add_argument("--models", default=os.path.join(e2e.ROOT, "build", "bench-models"))
     p.add_argument("--llama-diffusion-cli", default=os.environ.get("LLAMA_DIFFUSION_CLI"))
     p.add_argument("--plot-only", action="store_true")
+    p.add_argument("--alone", type=int, default=0, help="layers of a file dllm runs alone (alone.json)")
+    p.add_argument("--defaults", type=int, default=0, help="layers of the file for one run at the file's settings")
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
     if a.plot_only:
@@ -121,6 +130,20 @@ def main():
         return 0
     with open(os.path.join(a.out, "machine.txt"), "w") as f:
         f.write(e2e.machine_description())
+    for layers, name, steps in ((a.alone, "alone.json", a.steps), (a.defaults, "defaults.json", 0)):
+        if not layers:
+            continue
+        model = e2e.ensure_model(os.path.join(a.models, f"diffusion-gemma-{layers}L-Q4_K_M.gguf"), "diffusion-gemma",
+                                 layers, "Q4_K_M")
+        text, ids = e2e.prompt_for(model, 33)
+        res = run_dllm(model, ids, steps, a.threads)
+        res.update({"layers": layers, "model": model, "file_bytes": os.path.getsize(model), "steps": steps,
+                    "peak_rss_over_file": res["peak_rss"] / os.path.getsize(model)})
+        with open(os.path.join(a.out, name), "w") as f:
+            json.dump(res, f, indent=1)
+        print(json.dumps({k: res[k] for k in ("layers", "step_ms", "tokens_per_s", "peak_rss_over_file")}))
+    if not a.layers:
+        return 0
     rows = []
     for layers in [int(x) for x in a.layers.split(",")]:
         model = e2e.ensure_model(os.path.join(a.models, f"diffusion-gemma-{layers}L-Q4_K_M.gguf"), "diffusion-gemma",
