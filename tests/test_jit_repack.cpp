@@ -201,10 +201,11 @@ TEST(JitRepack, LayoutSizes) {
   EXPECT_EQ((std::vector<int64_t>{f.p, f.n_panels, f.quant_bytes, f.meta_bytes}),
             (std::vector<int64_t>{8, 3, 160 * 8, 20 * 8}));
   EXPECT_EQ(packed_layout(Isa::Avx512Vnni, GgmlType::Q5_K, 33, 512).p, 16);
-  // Q5_0: Q8_0's layout (a byte per weight, one fp16 d).
+  // Q5_0: four nibble vectors and a high-bit vector, one fp16 d: the GGUF's 22 bytes per block and row.
   const PackedLayout g = packed_layout(Isa::Avx512Vnni, GgmlType::Q5_0, 17, 704);
   EXPECT_EQ((std::vector<int64_t>{g.p, g.n_panels, g.nblocks, g.quant_bytes, g.meta_bytes}),
-            (std::vector<int64_t>{16, 2, 22, 32 * 16, 2 * 16}));
+            (std::vector<int64_t>{16, 2, 22, 20 * 16, 2 * 16}));
+  EXPECT_EQ(packed_layout(Isa::Avx512Vnni, GgmlType::Q5_0, 16, 704).total_bytes(), 16 * 704 / 32 * 22);
 }
 
 // Calls f(row, p, blk, quants, meta) for every row of every panel (padding rows too) and every block of the
@@ -220,9 +221,10 @@ void for_each_panel_block(const QuantMatrix& m, F f) {
   }
 }
 
-// The Q5_0 panels decoded back by the layout repack.h describes give every weight's signed quant (ggml's
-// q - 16; biased by 128 on the VNNI families) and d, on every family's panel width, padding rows zero. The
-// amx family prepares its Q5_0 matrices for avx512-vnni (no AMX body).
+// The Q5_0 panels decoded back by the layout repack.h describes (nibble vectors, then the fifth bits at bits
+// 2g and 2g + 1 of the high-bit vector) give every weight's 5-bit quant (ggml's q, in 0..31: the same bytes
+// on every family) and d, on every family's panel width, padding rows zero. The amx family prepares its
+// Q5_0 matrices for avx512-vnni (no AMX body).
 TEST(JitRepack, Q5_0PanelsDecodeToTheQuants) {
   std::mt19937 rng(50);
   const int64_t n = 21, k = 96;
@@ -232,13 +234,14 @@ TEST(JitRepack, Q5_0PanelsDecodeToTheQuants) {
   for (Isa isa : {Isa::Avx2, Isa::AvxVnni, Isa::Avx512Vnni}) {
     const QuantMatrix m = prepare_matrix(GgmlType::Q5_0, k, n, w.data(), isa, pool);
     const PackedLayout& L = m.layout;
-    const int bias = isa == Isa::Avx2 ? 0 : 0x80;
     for_each_panel_block(m, [&](int64_t row, int p, int64_t blk, const uint8_t* qv, const uint8_t* meta) {
       quant::BlockQ5_0 ref{};
       if (row < n) std::memcpy(&ref, w.data() + row * (k / 32) * 22 + blk * 22, 22);
       for (int e = 0; e < 32; ++e) {
-        const int q = static_cast<int8_t>(qv[(e / 4) * 4 * L.p + 4 * p + e % 4] ^ bias);
-        ASSERT_EQ(q, row < n ? quant::q5_0_quant(ref, e) - 16 : 0) << isa_name(isa) << " row " << row << " e " << e;
+        const int g = e % 16 / 4, b = e % 4, high = e / 16;  // group g of the low (high) nibbles
+        const int nib = qv[g * 4 * L.p + 4 * p + b] >> (4 * high) & 15;
+        const int fifth = qv[4 * 4 * L.p + 4 * p + b] >> (2 * g + high) & 1;
+        ASSERT_EQ(nib | fifth << 4, row < n ? quant::q5_0_quant(ref, e) : 0) << isa_name(isa) << " row " << row << " e " << e;
       }
       uint16_t d = 0;
       std::memcpy(&d, meta + meta::q8_0_d(L.p) + 2 * p, 2);

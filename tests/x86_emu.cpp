@@ -299,6 +299,13 @@ void X86Emulator::State::step_vector(const Decoded& d, uint64_t ip, uint64_t nex
       elem = 2;
       break;
     }
+    case ZYDIS_MNEMONIC_VPSRAD: {  // arithmetic: counts above 31 fill with the sign
+      const Vec a = src(1);
+      const ZydisDecodedOperand& c = d.ops[d.op[2]];
+      const uint64_t count = c.type == ZYDIS_OPERAND_TYPE_IMMEDIATE ? c.imm.value.u : vread(d, c, 16, next).u64[0];
+      for (int i = 0; i < lanes(4); ++i) r.i32[i] = a.i32[i] >> (count > 31 ? 31 : count);
+      break;
+    }
     case ZYDIS_MNEMONIC_VPMADDUBSW: {  // unsigned bytes of the first source times signed bytes of the second
       const Vec a = src(1), b = src(2);
       for (int i = 0; i < lanes(2); ++i)

@@ -71,9 +71,6 @@ void pack_q6_k(const void* const* rows, int P, bool signed_q, uint8_t* quant, ui
   }
 }
 
-// Q8_0, and Q5_0 in Q8_0's layout: its quants as signed bytes q - 16 (in -16..15), so that Q8_0's kernel
-// bodies compute ggml's vec_dot_q5_0_q8_0 integer for integer.
-template <class Block>
 void pack_q8_0(const void* const* rows, int P, bool bias128, uint8_t* quant, uint8_t* meta) {
   // Padding rows: weight 0 (stored as 0x80 when biased) and d = 0.
   std::memset(quant, bias128 ? 0x80 : 0, 32 * P);
@@ -81,12 +78,34 @@ void pack_q8_0(const void* const* rows, int P, bool bias128, uint8_t* quant, uin
   int8_t q[32];
   for (int p = 0; p < P; ++p) {
     if (!rows[p]) continue;
-    const auto& b = *static_cast<const Block*>(rows[p]);
-    if constexpr (std::is_same_v<Block, quant::BlockQ5_0>) unpack_q5_0(&b, q);
-    else std::memcpy(q, b.qs, 32);
+    const auto& b = *static_cast<const BlockQ8_0*>(rows[p]);
+    std::memcpy(q, b.qs, 32);
     for (int g = 0; g < 8; ++g)
       for (int e = 0; e < 4; ++e)
         vbyte(quant + g * 4 * P, p, e) = static_cast<uint8_t>(q[4 * g + e]) ^ (bias128 ? 0x80 : 0);
+    put_u16(meta + meta::q8_0_d(P) + 2 * p, b.d);
+  }
+}
+
+// Q5_0: ggml's nibble bytes as they are (element j in the low nibble of qs[j], j + 16 in the high one), in
+// four vectors, then one vector of fifth bits in Q5_K's arrangement (bit 2g of byte e: element 4g + e, bit
+// 2g + 1: element 16 + 4g + e). Padding rows: q = 0 and d = 0.
+void pack_q5_0(const void* const* rows, int P, uint8_t* quant, uint8_t* meta) {
+  std::memset(quant, 0, 20 * P);
+  std::memset(meta, 0, 2 * P);
+  for (int p = 0; p < P; ++p) {
+    if (!rows[p]) continue;
+    const auto& b = *static_cast<const quant::BlockQ5_0*>(rows[p]);
+    uint32_t qh;  // bit j: the fifth bit of element j
+    std::memcpy(&qh, b.qh, 4);
+    for (int e = 0; e < 4; ++e) {
+      uint8_t h = 0;
+      for (int g = 0; g < 4; ++g) {
+        vbyte(quant + g * 4 * P, p, e) = b.qs[4 * g + e];
+        h = static_cast<uint8_t>(h | ((qh >> (4 * g + e)) & 1) << (2 * g) | ((qh >> (16 + 4 * g + e)) & 1) << (2 * g + 1));
+      }
+      vbyte(quant + 4 * 4 * P, p, e) = h;
+    }
     put_u16(meta + meta::q8_0_d(P) + 2 * p, b.d);
   }
 }
@@ -200,8 +219,8 @@ QuantMatrix prepare_matrix(GgmlType type, int64_t k, int64_t n, const void* data
         case GgmlType::Q4_K: pack_scale_min<quant::BlockQ4_K>(rows, L.p, quant, meta); break;
         case GgmlType::Q5_K: pack_scale_min<quant::BlockQ5_K>(rows, L.p, quant, meta); break;
         case GgmlType::Q6_K: pack_q6_k(rows, L.p, signed_q6, quant, meta); break;
-        case GgmlType::Q8_0: pack_q8_0<BlockQ8_0>(rows, L.p, bias128, quant, meta); break;
-        case GgmlType::Q5_0: pack_q8_0<quant::BlockQ5_0>(rows, L.p, bias128, quant, meta); break;
+        case GgmlType::Q8_0: pack_q8_0(rows, L.p, bias128, quant, meta); break;
+        case GgmlType::Q5_0: pack_q5_0(rows, L.p, quant, meta); break;
         default: throw Error(what + ": no repack for " + ggml_type_name(type));  // packed_layout refused it
       }
     }

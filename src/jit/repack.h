@@ -7,7 +7,7 @@
 // (two zmm per group). A panel is
 //   [quant stream: nblocks x quant_bytes][meta stream: nblocks x meta_bytes], padded to 64 bytes,
 // and panels follow each other. "Vector" below is P dwords: dword p holds 4 bytes of weight row p, for
-// 4 consecutive k ("a group"). Per block (256 values for the K-quants, 32 for Q8_0):
+// 4 consecutive k ("a group"). Per block (256 values for the K-quants, 32 for Q8_0 and Q5_0):
 //
 // Q4_K  quant (128P): for sub-block pair t < 4, group j < 8: vector V[t][j], byte b of dword p =
 //                       q[p][64t+4j+b] | q[p][64t+32+4j+b] << 4   (ggml's own nibble order; q in 0..15)
@@ -25,10 +25,13 @@
 //                       families (unsigned w + 128; the kernel subtracts 128 * sum(x)), as is for AVX2
 //                       and AMX (signed x signed tiles)
 //       meta    (2P): d fp16 [P]
-// Q5_0  as Q8_0, the bytes being ggml's q - 16 (in -16..15; XOR 0x80 for the VNNI families), so that
-//                     Q8_0's kernel bodies run it: 32P + 2P bytes where the GGUF has 22P (55% more), the
-//                     price of no unpacking in the kernels (the 704- and 2112-wide down projections of
-//                     DiffusionGemma's Q4_K_M files; a 5-bit layout with its own body is left for later)
+// Q5_0  quant (20P):  for group g < 4: vector N[g], byte b of dword p = ggml's qs[4g+b] of row p (the low
+//                       nibble element 4g+b, the high one element 16+4g+b; ggml's q in 0..31, the value
+//                       d * (q - 16)), then a vector H: bit 2g of byte b of dword p = bit 4 of q[p][4g+b],
+//                       bit 2g+1 = bit 4 of q[p][16+4g+b] (Q5_K's arrangement): the GGUF's 22P bytes, the
+//                       same on every family (unsigned q for vpdpbusd / vpmaddubsw; the kernel's dot chains
+//                       start at -16 * sum(x), the Q8_0 activations' correction divided by 8)
+//       meta    (2P): d fp16 [P]
 // The AMX family uses the avx512-vnni layout (a vector is also a row of an AMX B tile: 16 weight rows x 4
 // k), except that its Q6_K bytes are ggml's signed q (q - 32 in -32..31) and its Q8_0 bytes unbiased
 // (Q5_K and Q5_0 have no AMX body: their matrices run the avx512-vnni kernels, matrix_family).

@@ -27,7 +27,7 @@ float ref_q5_0(int64_t k, const void* w, const void* a) { return vec_dot_q5_0_q8
 //   Q5_K: raw (then the high bits), low and high quants, a scale vector, d
 //   Q6_K: two weight vectors, a scale vector, d (AVX2: and a second broadcast, two groups at once)
 //   Q8_0: two weight vectors (AVX2: and their magnitudes), two scales, a product
-//   Q5_0: Q8_0's body (its quants repacked as Q8_0's bytes, q - 16), so Q8_0's plan
+//   Q5_0: the nibble vector, low and high quants, the fifth bits, a temporary (then two scales, a product)
 // Repacked bytes per block and panel row (repack.h): quants | meta.
 const WeightTypeTraits kTable[] = {
     // type            name    tag     cpu_tag      block bytes act            quant meta temps avx2 row nib   2vec  pf amx
@@ -43,7 +43,7 @@ const WeightTypeTraits kTable[] = {
     {GgmlType::Q8_0, "Q8_0", "q8_0", "q8_0_q8_0", 32, 34, ActFormat::Q8_0, 32, 2, 5, 5 + 1, 3, false, false, 8192, true,
      portable<BlockQ8_0, BlockQ8_0, kernel_order_dot_q8_0>, vec_dot_q8_0_q8_0,
      /*gpu*/ true, /*nibbles*/ false, /*mins*/ false, 1},
-    {GgmlType::Q5_0, "Q5_0", "q5_0", "q5_0_q8_0", 32, 22, ActFormat::Q8_0, 32, 2, 5, 5 + 1, 3, false, false, 8192, false,
+    {GgmlType::Q5_0, "Q5_0", "q5_0", "q5_0_q8_0", 32, 22, ActFormat::Q8_0, 20, 2, 5, 5 + 1, 3, true, false, 8192, false,
      portable<BlockQ5_0, BlockQ8_0, kernel_order_dot_q5_0>, ref_q5_0,
      /*gpu*/ true, /*nibbles*/ false, /*mins*/ false, 1},
 };

@@ -1,5 +1,5 @@
 // GemmGenerator: the panel and block loops, stores, register naming and the family-specific instructions
-// shared by the three weight-type bodies.
+// shared by the weight-type bodies.
 #include "jit/x64/gemm_gen.h"
 
 #include <cstddef>
@@ -343,15 +343,16 @@ void GemmGenerator<Vmm>::generate() {
         case GgmlType::Q4_K:
         case GgmlType::Q5_K: body_q4k(); break;
         case GgmlType::Q6_K: body_q6k(); break;
-        case GgmlType::Q8_0:
-        case GgmlType::Q5_0: body_q8_0(2); break;  // Q5_0 repacked as Q8_0's bytes (repack.h)
+        case GgmlType::Q8_0: body_q8_0(2); break;
+        case GgmlType::Q5_0: body_q5_0(2); break;
         default: throw Error("cannot generate kernel " + desc_.name() + ": no body for " + ggml_type_name(desc_.wtype));
       }
       advance(per_iter);
       dec(reg_blk_);
       jnz(l_block, T_NEAR);
     }
-    if (rest) body_q8_0(1);
+    if (rest && desc_.wtype == GgmlType::Q5_0) body_q5_0(1);
+    else if (rest) body_q8_0(1);
     Xbyak::Label l_full, l_stored;
     cmp(reg_np_, 1);
     jne(l_full, T_NEAR);

@@ -30,13 +30,19 @@ class GemmGenerator : public JitGenerator {
   // One block of one panel for all M rows, per weight type (gemm_q4k.cpp: Q4_K and Q5_K, gemm_q6k.cpp,
   // gemm_q8_0.cpp).
   // Pointers on entry: reg_wq_ (this block's quants), reg_wm_ (its meta record), reg_xq_/xd_/xs_/xc_
-  // (this block of activation row 0). Q8_0 (and Q5_0, repacked as Q8_0) handles `blocks` (1 or 2) consecutive blocks at once.
+  // (this block of activation row 0). Q8_0 and Q5_0 handle `blocks` (1 or 2) consecutive blocks at once.
   void body_q4k();          // Q4_K and Q5_K
   void body_q5k_avx2();     // Q5_K on AVX2 (ymm only)
   void q4k_mins_and_accumulate();  // their mins term and the accumulator update
   void body_q6k();
   void body_q6k_two_vectors();  // zmm only (instantiated for Zmm), panels of two vectors
   void body_q8_0(int blocks);
+  void body_q5_0(int blocks);   // gemm_q5_0.cpp
+  // Q8_0 and Q5_0: acc += float(chain) * (d_w * d_a) for the `blocks` blocks whose int32 dots are in vdot_a
+  // (and vdot_b), d_w from the meta records; da, db and prod are temporaries.
+  void q8_0_scale_and_accumulate(int blocks, const Vmm& da, const Vmm& db, const Vmm& prod);
+  // dst |= h & 0x10 per byte (the fifth bits of Q5_K and Q5_0, moved to bit 4); tmp is clobbered.
+  void or_bit4(const Vmm& dst, const Vmm& h, const Vmm& tmp);
 
   // ---- registers ----
   // Per row and vector of the panel (in this order, each kind M x V registers, V = vectors per panel):
@@ -109,8 +115,10 @@ class GemmGenerator : public JitGenerator {
   // The 0x0F / 0xF0 byte masks held in the last vector registers, when the plan leaves them free (AVX2
   // shifts the high nibbles down and needs only 0x0F; so does Q5_K).
   bool masks_in_regs_ = false;
-  // Q5_K shifts its high nibbles down on every family, as AVX2 does Q4_K's.
-  int mask_regs() const { return desc_.isa == Isa::Avx2 || desc_.wtype == GgmlType::Q5_K ? 1 : 2; }
+  // Q5_K and Q5_0 shift their high nibbles down on every family, as AVX2 does Q4_K's.
+  int mask_regs() const {
+    return desc_.isa == Isa::Avx2 || desc_.wtype == GgmlType::Q5_K || desc_.wtype == GgmlType::Q5_0 ? 1 : 2;
+  }
   Vmm vmask0f() const { return Vmm(vector_registers(desc_.isa) - mask_regs()); }
   Vmm vmaskf0() const { return Vmm(vector_registers(desc_.isa) - 1); }
 

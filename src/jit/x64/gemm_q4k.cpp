@@ -32,15 +32,6 @@ void GemmGenerator<Vmm>::body_q4k() {
   }
   // Q5_K: bits 2t and 2t+1 of the high-bit vector H[j] are the fifth bits of lo and hi; shifted to bit 4
   // of each byte (shifts within 16-bit lanes by at most 4 keep every byte's bit 4 its own).
-  auto or_bit4 = [&](const Vmm& dst, const Vmm& h) {
-    if constexpr (kZmm) {
-      vpandd(sc, h, ptr_b[rip + l_mask10_]);
-      vpord(dst, dst, sc);
-    } else {
-      vpand(sc, h, ptr[rip + l_mask10_]);
-      vpor(dst, dst, sc);
-    }
-  };
   if constexpr (!kZmm) {
     if (q5 && desc_.isa == Isa::Avx2) {
       body_q5k_avx2();
@@ -67,9 +58,9 @@ void GemmGenerator<Vmm>::body_q4k() {
         load_vec(raw, reg_wq_ + (32 + j) * kVB);
         if (t < 2) vpsllw(raw, raw, 4 - 2 * t);
         else if (t == 3) vpsrlw(raw, raw, 2);
-        or_bit4(lo, raw);
+        or_bit4(lo, raw, sc);
         vpsrlw(raw, raw, 1);
-        or_bit4(hi, raw);
+        or_bit4(hi, raw, sc);
       }
       if (i16) {
         for (int r = 0; r < m_; ++r) dot_u8s8_i16(vdot_a(r), lo, xq(r, 64 * t + 4 * j), j == 0);
@@ -162,6 +153,19 @@ void GemmGenerator<Vmm>::body_q5k_avx2() {
   q4k_mins_and_accumulate();
 }
 
+template <class Vmm>
+void GemmGenerator<Vmm>::or_bit4(const Vmm& dst, const Vmm& h, const Vmm& tmp) {
+  if constexpr (kZmm) {
+    vpandd(tmp, h, ptr_b[rip + l_mask10_]);
+    vpord(dst, dst, tmp);
+  } else {
+    vpand(tmp, h, ptr[rip + l_mask10_]);
+    vpor(dst, dst, tmp);
+  }
+}
+
+template void GemmGenerator<Xbyak::Zmm>::or_bit4(const Xbyak::Zmm&, const Xbyak::Zmm&, const Xbyak::Zmm&);
+template void GemmGenerator<Xbyak::Ymm>::or_bit4(const Xbyak::Ymm&, const Xbyak::Ymm&, const Xbyak::Ymm&);
 template void GemmGenerator<Xbyak::Zmm>::body_q4k();
 template void GemmGenerator<Xbyak::Ymm>::body_q4k();
 template void GemmGenerator<Xbyak::Zmm>::q4k_mins_and_accumulate();

@@ -34,14 +34,20 @@ void GemmGenerator<Vmm>::body_q8_0(int blocks) {
         for (int r = 0; r < m_; ++r) dot_u8s8(vdot_b(r), wb, xq(r, 32 + 4 * g));
     }
   }
-  load_f16_to_f32(ta, reg_wm_ + meta::q8_0_d(kP));
-  if (two) load_f16_to_f32(tb, reg_wm_ + layout_.meta_bytes + meta::q8_0_d(kP));
+  q8_0_scale_and_accumulate(blocks, ta, tb, prod);
+}
+
+template <class Vmm>
+void GemmGenerator<Vmm>::q8_0_scale_and_accumulate(int blocks, const Vmm& da, const Vmm& db, const Vmm& prod) {
+  const bool two = blocks == 2;
+  load_f16_to_f32(da, reg_wm_ + meta::q8_0_d(kP));
+  if (two) load_f16_to_f32(db, reg_wm_ + layout_.meta_bytes + meta::q8_0_d(kP));
   for (int r = 0; r < m_; ++r) {
-    mul_bcast_f32(prod, ta, xd(r, 0));
+    mul_bcast_f32(prod, da, xd(r, 0));
     vcvtdq2ps(vdot_a(r), vdot_a(r));
     acc_fma(r, vdot_a(r), prod);
     if (two) {
-      mul_bcast_f32(prod, tb, xd(r, 1));
+      mul_bcast_f32(prod, db, xd(r, 1));
       vcvtdq2ps(vdot_b(r), vdot_b(r));
       acc_fma(r, vdot_b(r), prod);
     }
@@ -50,5 +56,9 @@ void GemmGenerator<Vmm>::body_q8_0(int blocks) {
 
 template void GemmGenerator<Xbyak::Zmm>::body_q8_0(int);
 template void GemmGenerator<Xbyak::Ymm>::body_q8_0(int);
+template void GemmGenerator<Xbyak::Zmm>::q8_0_scale_and_accumulate(int, const Xbyak::Zmm&, const Xbyak::Zmm&,
+                                                                   const Xbyak::Zmm&);
+template void GemmGenerator<Xbyak::Ymm>::q8_0_scale_and_accumulate(int, const Xbyak::Ymm&, const Xbyak::Ymm&,
+                                                                   const Xbyak::Ymm&);
 
 }  // namespace dllm::jit
