@@ -250,6 +250,40 @@ TEST(JitRepack, Q5_0PanelsDecodeToTheQuants) {
   }
 }
 
+// unpack_row decodes a row from the panels alone, bit for bit the reference decoder of the ggml row, on every
+// family's layout (Q6_K: 32-row panels on avx512-vnni at this k, signed bytes on amx; Q8_0: biased bytes on
+// the VNNI families), including the last, partial panel; other types and rows out of range are errors.
+TEST(JitRepack, RowsDecodeFromThePanelsBitForBit) {
+  std::mt19937 rng(61);
+  ThreadPool pool(2);
+  const int64_t n = 45, k = 512;
+  for (GgmlType t : {GgmlType::Q6_K, GgmlType::Q8_0}) {
+    ASSERT_TRUE(can_unpack_rows(t));
+    const std::vector<uint8_t> w = dllm::jit::test::random_weights(t, n, k, rng);
+    const size_t row_bytes = w.size() / n;
+    for (Isa isa : {Isa::Avx2, Isa::AvxVnni, Isa::Avx512Vnni, Isa::Amx}) {
+      const QuantMatrix m = prepare_matrix(t, k, n, w.data(), isa, pool);
+      std::vector<float> got(k), want(k);
+      for (int64_t r = 0; r < n; ++r) {
+        unpack_row(m, r, got.data());
+        quant::dequantize_row(t, w.data() + r * row_bytes, want.data(), k);
+        ASSERT_EQ(std::memcmp(got.data(), want.data(), k * sizeof(float)), 0)
+            << ggml_type_name(t) << " " << isa_name(isa) << " row " << r;
+      }
+      EXPECT_THROW(unpack_row(m, n, got.data()), Error);
+      EXPECT_THROW(unpack_row(m, -1, got.data()), Error);
+    }
+    const QuantMatrix portable = prepare_matrix(t, k, n, w.data(), Isa::Portable, pool);
+    std::vector<float> out(k);
+    EXPECT_THROW(unpack_row(portable, 0, out.data()), Error);  // nothing packed
+  }
+  EXPECT_FALSE(can_unpack_rows(GgmlType::Q4_K));
+  const std::vector<uint8_t> q4 = dllm::jit::test::random_weights(GgmlType::Q4_K, 16, 256, rng);
+  std::vector<float> out(256);
+  EXPECT_THROW(unpack_row(prepare_matrix(GgmlType::Q4_K, 256, 16, q4.data(), Isa::Avx512Vnni, pool), 0, out.data()),
+               Error);
+}
+
 // The Q5_K panels decoded back by the layout repack.h describes give every weight's 5-bit quant, scale
 // and min, on every family's panel width (padding rows all zero).
 TEST(JitRepack, Q5KPanelsDecodeToTheQuants) {

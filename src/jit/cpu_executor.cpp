@@ -52,8 +52,9 @@ model::WeightHandle CpuExecutor::prepare_weight(const gguf::TensorInfo& t) {
         prepare_matrix(t.type(), t.ne[0], t.ne[1], t.data, isa_, pool_, std::string(t.name)));
     repack_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     packed_bytes_ += slot.jit->packed.size();
-    if (slot.jit->packed.size() > 0 && std::find(keep_.begin(), keep_.end(), t.data) == keep_.end())
-      release_source_pages(t.data, t.nbytes);
+    const bool keep = std::find(keep_.begin(), keep_.end(), t.data) != keep_.end();
+    if (keep && slot.jit->packed.size() > 0 && can_unpack_rows(t.type())) row_tables_.emplace_back(t.data, slot.jit.get());
+    if (slot.jit->packed.size() > 0 && (!keep || can_unpack_rows(t.type()))) release_source_pages(t.data, t.nbytes);
   } else {
     slot.ref = reference_.prepare_weight(t);
     if (fallback_count_++ == 0) first_fallback_ = std::string(t.name) + " (" + ggml_type_name(t.type()) + ")";
@@ -62,6 +63,12 @@ model::WeightHandle CpuExecutor::prepare_weight(const gguf::TensorInfo& t) {
   }
   slots_.push_back(std::move(slot));
   return model::WeightHandle{static_cast<int32_t>(slots_.size() - 1)};
+}
+
+void CpuExecutor::table_row(const gguf::TensorInfo& tensor, int64_t row, float* out) const {
+  for (const auto& [data, m] : row_tables_)
+    if (data == tensor.data) return unpack_row(*m, row, out);
+  Executor::table_row(tensor, row, out);
 }
 
 void CpuExecutor::matmul(model::WeightHandle w, const float* x, int64_t rows, float* y) {

@@ -25,6 +25,9 @@ class CpuExecutor : public model::Executor {
   std::string load_warning() const override;
   model::WeightHandle prepare_weight(const gguf::TensorInfo& tensor) override;
   void keep_mapped(const gguf::TensorInfo& tensor) override { keep_.push_back(tensor.data); }
+  // From the packed copy where unpack_row decodes its type (then prepare_weight released the mapping's pages
+  // even for a keep_mapped tensor: the table is held once), else from the mapping.
+  void table_row(const gguf::TensorInfo& tensor, int64_t row, float* out) const override;
   void matmul(model::WeightHandle w, const float* x, int64_t rows, float* y) override;
   void matmul_shared(const model::WeightHandle* ws, float* const* ys, int n, const float* x,
                      int64_t rows) override;
@@ -59,6 +62,7 @@ class CpuExecutor : public model::Executor {
   std::string first_fallback_;         // "blk.0.attn_output.weight (Q3_K)"
   std::vector<GgmlType> fallback_types_;  // distinct, in load order
   std::vector<const uint8_t*> keep_;      // tensors whose mapped pages stay resident (keep_mapped)
+  std::vector<std::pair<const uint8_t*, const QuantMatrix*>> row_tables_;  // keep_mapped tensors table_row decodes
 };
 
 // True when the JIT kernels can take a matrix of this type (the weight table's types: jit_supports_type).

@@ -1,6 +1,8 @@
 // Weight repacking into the kernels' interleaved panels (layout described in repack.h), panels in parallel.
 #include "jit/repack.h"
 
+#include <immintrin.h>
+
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -227,6 +229,67 @@ QuantMatrix prepare_matrix(GgmlType type, int64_t k, int64_t n, const void* data
   });
   m.repack_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return m;
+}
+
+namespace {
+
+// y[16u + j] = ds[u] * (q - 32) for the bytes q of a packed Q6_K block (signed_q: the bytes are q - 32). The
+// same products in both versions (an int8 converts to float exactly).
+void q6_k_values_scalar(const uint8_t* q, const float* ds, bool signed_q, float* y) {
+  for (int j = 0; j < 256; ++j)
+    y[j] = ds[j / 16] * static_cast<float>(signed_q ? static_cast<int>(static_cast<int8_t>(q[j])) : static_cast<int>(q[j]) - 32);
+}
+
+__attribute__((target("avx2"))) void q6_k_values_avx2(const uint8_t* q, const float* ds, bool signed_q, float* y) {
+  const __m256i off = _mm256_set1_epi32(signed_q ? 0 : 32);
+  for (int j = 0; j < 256; j += 8) {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + j));
+    const __m256i v = _mm256_sub_epi32(signed_q ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b), off);
+    _mm256_storeu_ps(y + j, _mm256_mul_ps(_mm256_set1_ps(ds[j / 16]), _mm256_cvtepi32_ps(v)));
+  }
+}
+
+void q6_k_values(const uint8_t* q, const float* ds, bool signed_q, float* y) {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  avx2 ? q6_k_values_avx2(q, ds, signed_q, y) : q6_k_values_scalar(q, ds, signed_q, y);
+}
+
+}  // namespace
+
+bool can_unpack_rows(GgmlType type) { return type == GgmlType::Q6_K || type == GgmlType::Q8_0; }
+
+void unpack_row(const QuantMatrix& m, int64_t row, float* out) {
+  const PackedLayout& L = m.layout;
+  if (!can_unpack_rows(m.type) || m.packed.size() == 0)
+    throw Error(std::string("unpack_row: no row decoder for packed ") + ggml_type_name(m.type) + " (" + isa_name(m.isa) + ")");
+  if (row < 0 || row >= m.n) throw Error("unpack_row: row " + std::to_string(row) + " of " + std::to_string(m.n));
+  const int P = L.p, p = static_cast<int>(row % P);
+  const uint8_t* panel = m.packed.data() + row / P * L.panel_bytes;
+  const auto byte = [&](const uint8_t* quant, int g, int e) { return quant[g * 4 * P + 4 * p + e]; };
+  const auto d_of = [&](const uint8_t* meta) {
+    uint16_t h;
+    std::memcpy(&h, meta + 2 * p, 2);  // d fp16 [P] leads both meta records
+    return quant::fp16_to_f32(h);
+  };
+  for (int64_t blk = 0; blk < L.nblocks; ++blk) {
+    const uint8_t* quant = panel + blk * L.quant_bytes;
+    const uint8_t* meta = panel + L.meta_offset() + blk * L.meta_bytes;
+    const float d = d_of(meta);
+    float* y = out + blk * L.block;
+    if (m.type == GgmlType::Q8_0) {  // dequant_q8_0: q * d; the VNNI families' bytes hold q + 128
+      const bool biased = m.isa == Isa::AvxVnni || m.isa == Isa::Avx512Vnni;
+      for (int j = 0; j < 32; ++j) {
+        const uint8_t b = byte(quant, j / 4, j % 4);
+        y[j] = static_cast<float>(biased ? static_cast<int>(b) - 128 : static_cast<int>(static_cast<int8_t>(b))) * d;
+      }
+    } else {  // Q6_K: (d * scale) * (q - 32); AMX bytes hold q - 32, the others q
+      uint8_t q[256];  // group g's 4 bytes of row p are elements 4g..4g+3
+      for (int g = 0; g < 64; ++g) std::memcpy(q + 4 * g, quant + g * 4 * P + 4 * p, 4);
+      float ds[16];
+      for (int u = 0; u < 16; ++u) ds[u] = d * static_cast<float>(static_cast<int8_t>(meta[meta::q6k_scales(P) + u * P + p]));
+      q6_k_values(q, ds, m.isa == Isa::Amx, y);
+    }
+  }
 }
 
 }  // namespace dllm::jit

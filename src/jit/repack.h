@@ -97,6 +97,14 @@ struct QuantMatrix {
 QuantMatrix prepare_matrix(GgmlType type, int64_t k, int64_t n, const void* data, Isa isa, ThreadPool& pool,
                            const std::string& what = "weight matrix");
 
+// Whether unpack_row can decode a packed matrix of this type (Q6_K and Q8_0: the types of tied embedding
+// tables, which self-conditioning reads row by row every step).
+bool can_unpack_rows(GgmlType type);
+// Row `row` of a packed matrix (not the portable family's) as floats, from the panels alone: bit for bit
+// quant::dequantize_row of the ggml row, so the source pages can be released. Throws dllm::Error for a type
+// can_unpack_rows refuses or a row out of range.
+void unpack_row(const QuantMatrix& m, int64_t row, float* out);
+
 // The unsigned quants of one ggml block in element order: Q4_K 0..15, Q5_K 0..31, Q6_K 0..63 (ggml's q + 32).
 void unpack_q4_k(const void* block, uint8_t q[256]);
 void unpack_q5_k(const void* block, uint8_t q[256]);

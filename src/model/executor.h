@@ -150,10 +150,14 @@ class Executor {
   // stores it (any type quant::can_dequantize accepts). The tensor's bytes live in the file's mapping,
   // which outlives the executor. An implementation may repack; it must never expand a whole model to f32.
   virtual WeightHandle prepare_weight(const gguf::TensorInfo& tensor) = 0;
-  // Load time, before prepare_weight of the same tensor: the forward program reads this tensor's bytes in the
-  // mapping every pass (self-conditioning decodes the embedding table), so an executor that repacks it must
-  // keep the mapping's pages resident instead of dropping them. Default: nothing to keep.
+  // Load time, before prepare_weight of the same tensor: the forward program reads rows of this tensor every
+  // pass through table_row (self-conditioning decodes the embedding table), so an executor that repacks it
+  // must either decode those rows from its own copy (table_row) or keep the mapping's pages resident instead
+  // of dropping them. Default: nothing to keep.
   virtual void keep_mapped(const gguf::TensorInfo& tensor) { (void)tensor; }
+  // Row `row` of a 2-D tensor as floats, exactly quant::dequantize_row of the file's row (thread-safe).
+  // Default: decoded from the mapping.
+  virtual void table_row(const gguf::TensorInfo& tensor, int64_t row, float* out) const;
 
   // y[r][j] = sum_c x[r][c] * W[j][c] for r < rows, j < n:  x is [rows, k] and y is [rows, n], both f32
   // row-major with rows packed (stride k and n). No bias. Rows are independent: the result of a row

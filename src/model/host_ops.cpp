@@ -253,8 +253,7 @@ void Executor::embed(const gguf::TensorInfo& table, std::span<const int32_t> ids
   float* out = h.at(x);
   const int64_t D = table.ne[0];
   for_rows(host_pool_, static_cast<int64_t>(ids.size()), [&](int64_t i) {
-    const uint64_t id = static_cast<uint64_t>(ids[static_cast<size_t>(i)]);
-    quant::dequantize_row(table.type(), table.data + id * table.row_bytes(), out + i * D, D);
+    table_row(table, ids[static_cast<size_t>(i)], out + i * D);
   });
 }
 
@@ -391,6 +390,10 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void soft_tile(cons
 
 }  // namespace
 
+void Executor::table_row(const gguf::TensorInfo& tensor, int64_t row, float* out) const {
+  quant::dequantize_row(tensor.type(), tensor.data + static_cast<uint64_t>(row) * tensor.row_bytes(), out, tensor.ne[0]);
+}
+
 void Executor::soft_embed(const gguf::TensorInfo& table, const float* logits, int64_t rows, float temperature,
                           float scale, Act x) {
   auto& h = host();
@@ -450,7 +453,7 @@ void Executor::soft_embed(const gguf::TensorInfo& table, const float* logits, in
       for (int64_t i = nv * sl / slices; i < nv * (sl + 1) / slices; ++i) {
         float* e = block + i * Dp;
         const uint64_t v = static_cast<uint64_t>(live[sz(b0 + i)]);
-        quant::dequantize_row(table.type(), table.data + v * table.row_bytes(), e, D);
+        table_row(table, static_cast<int64_t>(v), e);
         round_to_f16(e, D);
       }
       for (int64_t r = rows * sl / slices; r < rows * (sl + 1) / slices; ++r) {  // row r's probabilities, laid out
