@@ -144,3 +144,24 @@ TEST(CpuExecutor, Q5_0MatricesRunOnTheJitAndEqualTheInt8Reference) {
     EXPECT_EQ(ex.load_warning(), "") << jit::isa_name(isa);
   }
 }
+
+// Under amx an expert's matrix is packed for avx512-vnni (a few rows each: the tiles gain nothing there, and
+// the groups stay in one gemm_ranges pass) while the same tensor as a dense weight follows matrix_family.
+// Packing runs no kernel, so this holds on any CPU.
+TEST(CpuExecutor, AmxPreparesExpertsForAvx512Vnni) {
+  auto file = gguf::File::open(test::data_path("models/tiny-llada-Q4_K_M.gguf"));
+  ThreadPool pool(2);
+  jit::CpuExecutor ex(pool, jit::Isa::Amx);
+  int checked = 0;
+  for (const gguf::TensorInfo& t : file->tensors()) {
+    if (t.n_dims != 2 || !jit::jit_supports(t.type())) continue;
+    const jit::QuantMatrix* dense = ex.matrix(ex.prepare_weight(t));
+    const jit::QuantMatrix* expert = ex.matrix(ex.prepare_expert_weight(t));
+    ASSERT_NE(dense, nullptr);
+    ASSERT_NE(expert, nullptr);
+    EXPECT_EQ(dense->isa, jit::matrix_family(jit::Isa::Amx, t.type(), t.ne[0])) << t.name;
+    EXPECT_EQ(expert->isa, jit::Isa::Avx512Vnni) << t.name;
+    checked += dense->isa == jit::Isa::Amx;
+  }
+  EXPECT_GT(checked, 0) << "no matrix of the fixture runs the tiles";
+}

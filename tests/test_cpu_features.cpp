@@ -64,9 +64,8 @@ TEST(CpuFeatures, FamiliesAreOrderedAndBestIsSupported) {
   const std::vector<Isa> sup = f.supported();
   ASSERT_FALSE(sup.empty());
   EXPECT_EQ(sup.front(), Isa::Portable);
-  // best() is the last supported family, except that amx is opt-in.
-  EXPECT_EQ(sup.back() == Isa::Amx ? sup[sup.size() - 2] : sup.back(), f.best());
-  EXPECT_NE(f.best(), Isa::Amx);
+  // best() is the last supported family (amx included where the OS grants the tile state).
+  EXPECT_EQ(sup.back(), f.best());
   if (f.supports(Isa::Amx)) {
     EXPECT_TRUE(f.supports(Isa::Avx512Vnni));
   }
@@ -129,6 +128,19 @@ TEST(CpuFeatures, SummaryNamesChosenFamily) {
   EXPECT_NE(s.find("Fake AVX2 CPU"), std::string::npos);
   EXPECT_NE(s.find("instruction sets: avx avx2 fma f16c"), std::string::npos) << s;
   EXPECT_NE(s.find("kernel family: portable (capped by DLLM_ISA; best is avx2)"), std::string::npos) << s;
+  // A CPU with AMX: amx is the default only where the OS granted the tile state, and the summary says what
+  // its matrices run where.
+  CpuFeatures spr = fake;
+  spr.avx512f = spr.avx512bw = spr.avx512vl = spr.avx512_vnni = true;
+  spr.amx_tile = spr.amx_int8 = true;
+  EXPECT_EQ(spr.best(), Isa::Avx512Vnni);
+  spr.amx_permitted = true;
+  EXPECT_EQ(spr.best(), Isa::Amx);
+  const std::string amx = cpu_summary(spr, spr.best());
+  EXPECT_NE(amx.find("kernel families: portable avx2 avx512-vnni amx\n"), std::string::npos) << amx;
+  EXPECT_NE(amx.find("kernel family: amx\n"), std::string::npos) << amx;
+  EXPECT_NE(amx.find(std::string("amx: ") + kAmxRule + "\n"), std::string::npos) << amx;
+  EXPECT_EQ(cpu_summary(spr, Isa::Avx512Vnni).find("amx: "), std::string::npos);
   const std::string real = cpu_summary(cpu_features(), cpu_features().best());
   EXPECT_NE(real.find(std::string("kernel family: ") + isa_name(cpu_features().best()) + "\n"), std::string::npos);
 }

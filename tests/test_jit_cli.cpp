@@ -72,7 +72,7 @@ TEST_P(JitCliFamily, BenchGemmJsonReportsEveryRowCount) {
     EXPECT_GT(res["median_s"].get<double>(), 0);
     EXPECT_EQ(res["gguf_bytes"], 40 * 2 * 144);
     if (best != dllm::jit::Isa::Portable) {
-      // An AMX tile holds 16 rows: the opt-in amx family runs these 1- and 9-row GEMMs on avx512-vnni kernels
+      // An AMX tile holds 16 rows: the amx family runs these 1- and 9-row GEMMs on avx512-vnni kernels
       // (seen on a Sapphire Rapids host, bench/results/gpu-h200-20261204).
       const dllm::jit::Isa kisa = best == dllm::jit::Isa::Amx ? dllm::jit::Isa::Avx512Vnni : best;
       const int mmax = dllm::jit::max_row_tile(kisa, dllm::GgmlType::Q4_K, 512);

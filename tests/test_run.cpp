@@ -11,6 +11,7 @@
 #include "cli/args.h"
 #include "cli/run_config.h"
 #include "cli/run_output.h"
+#include "jit/cpu_features.h"
 #include "common/error.h"
 #include "model/gguf.h"
 #include "common/thread_pool.h"
@@ -277,6 +278,24 @@ TEST(RunBinary, VerboseStepStatsAndVisualGoWhereTheyBelong) {
   const std::string text = json::parse(json_run.out)["text"];  // the answer, invalid UTF-8 replaced
   const std::string last = r.out.substr(r.out.rfind("\n\n") + 2);
   EXPECT_EQ(sanitize_utf8(last), text + "\n");
+}
+
+// --verbose names the CPU path's kernel family (the best the CPU has without DLLM_ISA) and, under amx, what
+// its matrices run where.
+TEST(RunBinary, VerboseNamesTheKernelFamily) {
+  const std::string saved_exec = std::getenv("DLLM_EXECUTOR") ? std::getenv("DLLM_EXECUTOR") : "";
+  const std::string saved_isa = std::getenv("DLLM_ISA") ? std::getenv("DLLM_ISA") : "";
+  unsetenv("DLLM_EXECUTOR");
+  unsetenv("DLLM_ISA");
+  auto r = run_dllm({"run", "--model", data_path("models/tiny-llada-Q4_K_M.gguf"), "--prompt", "Hi", "--max-tokens",
+                     "8", "--steps", "2", "--device", "cpu", "--verbose"});
+  setenv("DLLM_EXECUTOR", saved_exec.c_str(), 1);
+  if (!saved_isa.empty()) setenv("DLLM_ISA", saved_isa.c_str(), 1);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const jit::Isa best = jit::cpu_features().best();
+  const std::string rule = best == jit::Isa::Amx ? std::string(" (") + jit::kAmxRule + ")" : "";
+  EXPECT_NE(r.err.find(std::string("executor jit-") + jit::isa_name(best)), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(std::string("kernel family ") + jit::isa_name(best) + rule + ")"), std::string::npos) << r.err;
 }
 
 TEST(RunBinary, DreamNotesAGivenBlockLengthOnly) {

@@ -26,7 +26,9 @@ namespace {
 Backend cpu_backend(model::LoadOptions& options, const std::string& why) {
   const jit::Isa isa = jit::default_isa();  // DLLM_ISA cap, checked against the CPU
   options.make_executor = [isa](ThreadPool& pool) { return std::make_unique<jit::CpuExecutor>(pool, isa); };
-  return {"cpu", why + ", kernel family " + jit::isa_name(isa), ""};
+  // Under amx, what its matrices run where (the per-shape rule of matrix_family), as doctor says it.
+  const std::string rule = isa == jit::Isa::Amx ? std::string(" (") + jit::kAmxRule + ")" : "";
+  return {"cpu", why + ", kernel family " + jit::isa_name(isa) + rule, ""};
 }
 
 }  // namespace

@@ -104,7 +104,7 @@ bool CpuFeatures::supports(Isa isa) const {
 Isa CpuFeatures::best() const {
   Isa b = Isa::Portable;
   for (Isa isa : kAllIsas)
-    if (isa != Isa::Amx && supports(isa)) b = isa;
+    if (supports(isa)) b = isa;
   return b;
 }
 
@@ -238,10 +238,11 @@ std::string cpu_summary(const CpuFeatures& cpu, Isa chosen) {
     s += "hybrid: " + std::to_string(cpu.performance_cores) + " performance + " +
          std::to_string(cpu.efficiency_cores) + " efficiency cores\n";
   s += "kernel families:";
-  for (Isa isa : cpu.supported()) s += std::string(" ") + isa_name(isa) + (isa == Isa::Amx ? " (opt-in)" : "");
+  for (Isa isa : cpu.supported()) s += std::string(" ") + isa_name(isa);
   s += std::string("\nkernel family: ") + isa_name(chosen);
   if (chosen != cpu.best()) s += std::string(" (capped by DLLM_ISA; best is ") + isa_name(cpu.best()) + ")";
   s += "\n";
+  if (chosen == Isa::Amx) s += std::string("amx: ") + kAmxRule + "\n";
   return s;
 }
 

@@ -17,14 +17,19 @@ enum class Isa {
   Avx512Vnni = 3,  // AVX-512 F/BW/VL + AVX512-VNNI (EVEX vpdpbusd), zmm, 16 weight rows per vector
   Amx = 4,         // Avx512Vnni + AMX-INT8 tiles (tdpbssd/tdpbsud, 16 activation rows x 16 weight rows per
                    // tile) for the products, AVX-512 for the scales; needs the OS's permission (Linux
-                   // arch_prctl), asked for once at detection. Opt-in (DLLM_ISA=amx): 15-40% faster than
-                   // avx512-vnni from 32 rows, slower below 16 (bench/gemm/README.md); best() does not
-                   // pick it until the rest of the CPU path treats it as an AVX-512 family
+                   // arch_prctl), asked for once at detection. The default where granted: its matrices
+                   // run AMX kernels where they measured faster and avx512-vnni ones elsewhere
+                   // (matrix_family, gemm_desc.h; docs/benchmarks.md)
 };
 inline constexpr Isa kAllIsas[] = {Isa::Portable, Isa::Avx2, Isa::AvxVnni, Isa::Avx512Vnni, Isa::Amx};
 
 // True for the families whose code uses 512-bit registers (all of AVX-512 is available to them).
 inline constexpr bool isa_has_avx512(Isa isa) { return isa == Isa::Avx512Vnni || isa == Isa::Amx; }
+
+// What the amx family runs where (matrix_family in gemm_desc.h), for doctor and --verbose.
+inline constexpr const char* kAmxRule =
+    "AMX tiles for Q4_K (from 16 rows), Q8_0 and Q6_K rows longer than 8192; avx512-vnni kernels for Q5_K, Q5_0, "
+    "shorter Q6_K rows and the experts of mixture-of-experts layers (measured faster there)";
 
 const char* isa_name(Isa isa);                    // "portable", "avx2", "avx-vnni", "avx512-vnni", "amx"
 const char* isa_short_name(Isa isa);              // as kernel names spell it: "ref", "avx2", "avxvnni", "avx512vnni", "amx"
@@ -49,7 +54,7 @@ struct CpuFeatures {
   int logical_cpus = 1;                              // CPUs this process may use
 
   bool supports(Isa isa) const;
-  Isa best() const;                  // the default: the most capable supported family, amx excepted (opt-in)
+  Isa best() const;                  // the default: the most capable supported family
   std::vector<Isa> supported() const;  // every supported family, Portable first
   std::vector<std::string> flags() const;  // names of the instruction sets found ("avx2", "avx512-vnni", ...)
 };

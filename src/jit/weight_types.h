@@ -34,7 +34,7 @@ struct WeightTypeTraits {
   bool nibble_masks;       // the body masks nibbles (0x0F, and 0xF0 on the VNNI families)
   bool two_vector_panels;  // panels two zmm wide on avx512-vnni for k <= kTwoVectorMaxK (gemm_desc.h)
   int prefetch_bytes;      // software prefetch distance of the weight stream (4+ row tiles)
-  bool amx;                // the opt-in amx family has a body (else its matrices run avx512-vnni kernels)
+  bool amx;                // the amx family has a body (else its matrices run avx512-vnni kernels: matrix_family)
   // The portable family's dot of one ggml weight row with one activation row (kernel_order.h).
   float (*portable_dot)(int64_t k, const void* w_row, const void* act_row);
   // The reference dot product of the same (model/quant_ref_dot.h), ggml's scalar kernel.
