@@ -190,7 +190,8 @@ TEST(JitEmulated, EveryFamilyMatchesThePortableBits) {
     int64_t rows, n, k;
   } shapes[] = {
       {GgmlType::Q4_K, 1, 16, 256},   {GgmlType::Q4_K, 7, 33, 512},  {GgmlType::Q4_K, 17, 40, 256},
-      {GgmlType::Q4_K, 35, 5, 512},   {GgmlType::Q5_K, 1, 16, 256},  {GgmlType::Q5_K, 7, 33, 512},
+      {GgmlType::Q4_K, 35, 5, 512},   {GgmlType::Q4_K, 17, 40, 1024},  // amx: first, middle and last super-blocks
+      {GgmlType::Q5_K, 1, 16, 256},  {GgmlType::Q5_K, 7, 33, 512},
       {GgmlType::Q5_K, 17, 40, 256},  {GgmlType::Q5_K, 35, 5, 512},  {GgmlType::Q6_K, 1, 16, 256},
       {GgmlType::Q6_K, 7, 33, 512},   {GgmlType::Q6_K, 17, 40, 256}, {GgmlType::Q6_K, 35, 5, 512},
       {GgmlType::Q6_K, 5, 37, 8448},  // past kTwoVectorMaxK: one-vector panels on avx512-vnni

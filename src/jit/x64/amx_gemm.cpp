@@ -15,6 +15,7 @@ using Xbyak::Zmm;
 
 namespace {
 constexpr size_t kMaxCodeBytes = 128 * 1024;
+constexpr int kLag = 3;
 // zmm register names: rows 0..m-1 hold per-row sums (K-quants) or accumulators (Q8_0).
 const Zmm vS(16), vT(17), vDw(18), vDw16(19), vMi(24), vDmin(25), vRaw(26), vLo(27), vHi(28);
 Zmm vMp(int t) { return Zmm(20 + t); }
@@ -33,64 +34,150 @@ AmxGemmGenerator::AmxGemmGenerator(const GemmDesc& desc)
     throw Error("cannot generate kernel " + desc.name() + ": an AMX tile holds 1 to 16 rows, not " + std::to_string(desc.m));
 }
 
-void AmxGemmGenerator::tile_product(int i, int64_t k0, const Xbyak::Reg64& b_base, int64_t b_off, bool b_signed) {
+void AmxGemmGenerator::tile_product(int i, int64_t k0, const Xbyak::RegExp& b_at, bool b_signed) {
   const Tmm c(i % 4), a(4 + i % 2), b(6 + i % 2);
   lea(reg_addr_, ptr[reg_xq_ + (k0 / 64) * 1024 + k0 % 64]);
   tileloadd(a, ptr[reg_addr_ + reg_stride_64_]);
-  lea(reg_addr_, ptr[b_base + b_off]);
+  lea(reg_addr_, ptr[b_at]);
   tileloadd(b, ptr[reg_addr_ + reg_stride_64_]);
   tilezero(c);
   if (b_signed) tdpbssd(c, a, b);
   else tdpbsud(c, a, b);
-  lea(reg_addr_, ptr[rsp + kCbufOff + (i % 4) * 1024]);
-  tilestored(ptr[reg_addr_ + reg_stride_64_], c);
 }
 
+void AmxGemmGenerator::tile_store(int i) {
+  lea(reg_addr_, ptr[rsp + kCbufOff + (i % 4) * 1024]);
+  tilestored(ptr[reg_addr_ + reg_stride_64_], Tmm(i % 4));
+}
+
+// The tile unit runs its instructions in order: a C tile stored right after its product waits for the
+// product's latency and holds up the loads of the next one. So product i's store follows product i + 1,
+// and its scaling (reading the stored int32) follows product i + 3: four C tiles and buffers rotate.
 template <class Issue, class Process>
 void AmxGemmGenerator::pipeline(int n, Issue issue, Process process) {
   for (int i = 0; i < n; ++i) {
     issue(i);
-    if (i >= 2) process(i - 2);
+    if (i >= 1) tile_store(i - 1);
+    if (i >= kLag) process(i - kLag);
   }
-  for (int i = std::max(0, n - 2); i < n; ++i) process(i);
+  tile_store(n - 1);
+  for (int i = std::max(0, n - kLag); i < n; ++i) process(i);
 }
 
-// ---- Q4_K: widen the nibbles, 8 tile products of k = 32, scales, mins ----
-void AmxGemmGenerator::body_q4k() {
-  for (int t = 0; t < 4; ++t) {
-    for (int j = 0; j < 8; ++j) {
-      vmovdqu32(vRaw, ptr[reg_wq_ + (8 * t + j) * 64]);
-      vpandd(vLo, vRaw, ptr_b[rip + l_mask0f_]);
-      vpandd(vHi, vRaw, ptr_b[rip + l_mask_f0_]);
-      vmovdqa32(ptr[rsp + kWideOff + (2 * t) * 512 + j * 64], vLo);
-      vmovdqa32(ptr[rsp + kWideOff + (2 * t + 1) * 512 + j * 64], vHi);
-    }
+// ---- Q4_K: one pipeline across the super-blocks of a panel ----
+// Super-block b's nibbles were widened into the wide buffer [rsp + rax] (low nibbles as they are, high
+// nibbles as 16*q with the 1/16 folded into the scale) while super-block b - 1 ran; its 8 products of
+// k = 32 run while AVX-512 scales products b - 1 / 5..7 and b / 0..4, finishes super-block b - 1 (mins,
+// acc), and widens super-block b + 1 into the other buffer ([rsp + (rax ^ 4096)]). So the tile unit never
+// waits for a just-written B tile or for a drained pipeline at a super-block boundary (the layout reads
+// "previous" metadata at negative offsets: the pointers move on at the end of each body).
+void AmxGemmGenerator::q4k_widen(int q) {  // q = 0..31: one 64-byte vector of super-block b + 1
+  const int t = q / 8, j = q % 8;
+  if (q % 4 == 0) {  // the first of a group of four (tile_product clobbered reg_addr_ in between)
+    mov(reg_addr_, rax);
+    xor_(reg_addr_, kWideBytes);
   }
-  vcvtph2ps(vDw, ptr[reg_wm_ + meta::q4k_d(16)]);
-  vmulps(vDw16, vDw, ptr_b[rip + l_sixteenth_]);
-  auto process = [&](int u) {
-    vpmovzxbd(vS, ptr[reg_wm_ + meta::q4k_scales(16) + u * 16]);
-    vcvtdq2ps(vS, vS);
-    vmulps(vS, vS, u % 2 ? vDw16 : vDw);  // odd sub-blocks are the high nibbles: 16*q
-    for (int r = 0; r < m_; ++r) {
-      vcvtdq2ps(vT, cbuf(u, r));
-      if (u == 0) vmulps(Zmm(r), vT, vS);
-      else vfmadd231ps(Zmm(r), vT, vS);
-    }
-  };
-  pipeline(8, [&](int s) { tile_product(s, 32 * s, rsp, kWideOff + s * 512, false); }, process);
-  // Mins: sum_s mins[s] * sum32[s], int16 pairs, exact; then acc += d_a * (sum - dmin * mins).
-  for (int t = 0; t < 4; ++t) vpmovzxbw(vMp(t), ptr[reg_wm_ + meta::q4k_mins(16) + t * 32]);
-  vcvtph2ps(vDmin, ptr[reg_wm_ + meta::q4k_dmin(16)]);
+  vmovdqu32(vRaw, ptr[reg_wq_ + layout_.quant_bytes + (8 * t + j) * 64]);
+  vpandd(vLo, vRaw, ptr_b[rip + l_mask0f_]);
+  vpandd(vHi, vRaw, ptr_b[rip + l_mask_f0_]);
+  vmovdqa32(ptr[rsp + reg_addr_ + kWideOff + (2 * t) * 512 + j * 64], vLo);
+  vmovdqa32(ptr[rsp + reg_addr_ + kWideOff + (2 * t + 1) * 512 + j * 64], vHi);
+}
+
+void AmxGemmGenerator::q4k_widen_first() {
+  for (int q = 0; q < 32; ++q) {
+    const int t = q / 8, j = q % 8;
+    vmovdqu32(vRaw, ptr[reg_wq_ + (8 * t + j) * 64]);
+    vpandd(vLo, vRaw, ptr_b[rip + l_mask0f_]);
+    vpandd(vHi, vRaw, ptr_b[rip + l_mask_f0_]);
+    vmovdqa32(ptr[rsp + rax + kWideOff + (2 * t) * 512 + j * 64], vLo);
+    vmovdqa32(ptr[rsp + rax + kWideOff + (2 * t + 1) * 512 + j * 64], vHi);
+  }
+}
+
+// Scales product u of the current super-block (prev: of the one before, whose metadata lies meta_bytes back).
+void AmxGemmGenerator::q4k_process(int u, bool prev) {
+  const int64_t back = prev ? -layout_.meta_bytes : 0;
+  vpmovzxbd(vS, ptr[reg_wm_ + back + meta::q4k_scales(16) + u * 16]);
+  vcvtdq2ps(vS, vS);
+  vmulps(vS, vS, u % 2 ? vDw16 : vDw);  // odd sub-blocks are the high nibbles: 16*q
+  for (int r = 0; r < m_; ++r) {
+    vcvtdq2ps(vT, cbuf(u, r));
+    if (u == 0) vmulps(Zmm(r), vT, vS);
+    else vfmadd231ps(Zmm(r), vT, vS);
+  }
+}
+
+// The previous super-block's mins, sum_s mins[s] * sum32[s] in exact int16 pairs, then
+// acc += d_a * (sum - dmin * mins).
+void AmxGemmGenerator::q4k_finish_prev() {
+  const int64_t back = -layout_.meta_bytes;
+  for (int t = 0; t < 4; ++t) vpmovzxbw(vMp(t), ptr[reg_wm_ + back + meta::q4k_mins(16) + t * 32]);
+  vcvtph2ps(vDmin, ptr[reg_wm_ + back + meta::q4k_dmin(16)]);
   for (int r = 0; r < m_; ++r) {
     vpxord(vMi, vMi, vMi);
-    for (int t = 0; t < 4; ++t) vpdpwssd(vMi, vMp(t), ptr_b[reg_xs_ + r * (desc_.k / 32) * 2 + 4 * t]);
+    for (int t = 0; t < 4; ++t) vpdpwssd(vMi, vMp(t), ptr_b[reg_xs_ - 16 + r * (desc_.k / 32) * 2 + 4 * t]);
     vcvtdq2ps(vMi, vMi);
     vfnmadd231ps(Zmm(r), vMi, vDmin);
     vmovaps(vT, accbuf(r));  // acc += sum * d_a in one rounding, as the avx512-vnni kernels do
-    vfmadd231ps(vT, Zmm(r), ptr_b[reg_xd_ + r * layout_.nblocks * 4]);
+    vfmadd231ps(vT, Zmm(r), ptr_b[reg_xd_ - 4 + r * layout_.nblocks * 4]);
     vmovaps(accbuf(r), vT);
   }
+}
+
+void AmxGemmGenerator::q4k_body(bool has_prev, bool widen_next) {
+  for (int s = 0; s < 8; ++s) {
+    tile_product(s, 32 * s, rsp + rax + kWideOff + s * 512, false);
+    if (s >= 1) tile_store(s - 1);
+    else if (has_prev) tile_store(7);
+    if (s >= kLag) {
+      if (s == kLag) {
+        vcvtph2ps(vDw, ptr[reg_wm_ + meta::q4k_d(16)]);
+        vmulps(vDw16, vDw, ptr_b[rip + l_sixteenth_]);
+      }
+      q4k_process(s - kLag, false);
+    } else if (has_prev) {
+      q4k_process(s + 8 - kLag, true);
+      if (s == kLag - 1) q4k_finish_prev();
+    }
+    // Super-block b + 2's bytes are requested now (a prefetch past the panel is harmless): spread over the
+    // body, the widening's loads alone keep too few misses in flight when the weights stream from memory.
+    for (int q = 4 * s; q < 4 * s + 4; ++q) prefetcht0(ptr[reg_wq_ + 2 * layout_.quant_bytes + q * 64]);
+    if (widen_next)
+      for (int q = 4 * s; q < 4 * s + 4; ++q) q4k_widen(q);
+  }
+  q4k_advance();
+}
+
+void AmxGemmGenerator::q4k_advance() {
+  add(reg_wq_, static_cast<uint32_t>(layout_.quant_bytes));
+  add(reg_wm_, static_cast<uint32_t>(layout_.meta_bytes));
+  add(reg_xq_, layout_.block / 64 * 1024);  // the activation tiles: 1 KB per 64 values
+  add(reg_xd_, 4);
+  add(reg_xs_, 16);
+  xor_(rax, kWideBytes);
+}
+
+// A panel's super-blocks: the first (nothing before it), the middle ones in a loop, the last (nothing to
+// widen after it: the bytes past a panel's last quant block need not exist), then the drain.
+void AmxGemmGenerator::q4k_panel() {
+  xor_(eax, eax);
+  q4k_widen_first();
+  const int64_t nb = layout_.nblocks;
+  q4k_body(false, nb > 1);
+  if (nb > 2) {
+    Xbyak::Label l_block;
+    mov(reg_blk_, nb - 2);
+    align(16);
+    L(l_block);
+    q4k_body(true, true);
+    dec(reg_blk_);
+    jnz(l_block, T_NEAR);
+  }
+  if (nb > 1) q4k_body(true, false);
+  tile_store(7);
+  for (int u = 8 - kLag; u < 8; ++u) q4k_process(u, true);
+  q4k_finish_prev();
 }
 
 // ---- Q6_K: 16 tile products of k = 16 straight from the panel (signed q - 32), scales ----
@@ -106,7 +193,7 @@ void AmxGemmGenerator::body_q6k() {
       else vfmadd231ps(Zmm(r), vT, vS);
     }
   };
-  pipeline(16, [&](int u) { tile_product(u, 16 * u, reg_wq_, u * 256, true); }, process);
+  pipeline(16, [&](int u) { tile_product(u, 16 * u, reg_wq_ + u * 256, true); }, process);
   for (int r = 0; r < m_; ++r) {
     vmovaps(vT, accbuf(r));
     vfmadd231ps(vT, Zmm(r), ptr_b[reg_xd_ + r * layout_.nblocks * 4]);
@@ -117,7 +204,7 @@ void AmxGemmGenerator::body_q6k() {
 // ---- Q8_0: one tile product per block of 32 (signed), acc += float(sumi) * (d_w*d_a) ----
 void AmxGemmGenerator::body_q8_0(int blocks) {
   pipeline(
-      blocks, [&](int b) { tile_product(b, 32 * b, reg_wq_, b * layout_.quant_bytes, true); },
+      blocks, [&](int b) { tile_product(b, 32 * b, reg_wq_ + b * layout_.quant_bytes, true); },
       [&](int b) {
         vcvtph2ps(vDw, ptr[reg_wm_ + b * layout_.meta_bytes + meta::q8_0_d(16)]);
         for (int r = 0; r < m_; ++r) {
@@ -172,13 +259,14 @@ void AmxGemmGenerator::generate() {
     mov(reg_xs_, ptr[reg_args_ + offsetof(GemmKernelArgs, xs)]);
     // Q8_0: four blocks (two 64-value chunks of the activation tiles) per step, then 1-3 more.
     const int per_iter = q8 ? 4 : 1;
-    const int64_t iters = layout_.nblocks / per_iter, rest = layout_.nblocks % per_iter;
+    const bool q4k = desc_.wtype == GgmlType::Q4_K;
+    const int64_t iters = q4k ? 0 : layout_.nblocks / per_iter, rest = q4k ? 0 : layout_.nblocks % per_iter;
+    if (q4k) q4k_panel();
     if (iters > 0) {
       mov(reg_blk_, iters);
       align(16);
       L(l_block);
       switch (desc_.wtype) {
-        case GgmlType::Q4_K: body_q4k(); break;
         case GgmlType::Q6_K: body_q6k(); break;
         case GgmlType::Q8_0: body_q8_0(4); break;
         default: throw Error("cannot generate kernel " + desc_.name() + ": no AMX body for " + ggml_type_name(desc_.wtype));

@@ -24,15 +24,22 @@ class AmxGemmGenerator : public JitGenerator {
 
  private:
   void generate() override;
-  void body_q4k();
+  void q4k_panel();
+  void q4k_body(bool has_prev, bool widen_next);
+  void q4k_widen(int q);
+  void q4k_widen_first();
+  void q4k_process(int u, bool prev);
+  void q4k_finish_prev();
+  void q4k_advance();
   void body_q6k();
   void body_q8_0(int blocks);
 
   // Product i of a run: loads A (the activations' k values k0 .. k0+Kt) and B (at b_base + b_off, rows
-  // 64 bytes apart) into slots i % 2, computes C[i % 4] = A . B (signed or unsigned B) and stores it to
-  // C[i % 4]'s stack buffer.
-  void tile_product(int i, int64_t k0, const Xbyak::Reg64& b_base, int64_t b_off, bool b_signed);
-  // Runs n products with the scaling of product i - 2 interleaved after product i.
+  // 64 bytes apart) into slots i % 2 and computes C[i % 4] = A . B (signed or unsigned B).
+  void tile_product(int i, int64_t k0, const Xbyak::RegExp& b_at, bool b_signed);
+  // Stores C[i % 4] to its stack buffer.
+  void tile_store(int i);
+  // Runs n products, storing product i - 1 and scaling product i - kLag after product i.
   template <class Issue, class Process>
   void pipeline(int n, Issue issue, Process process);
   // Stack addresses.
@@ -40,7 +47,9 @@ class AmxGemmGenerator : public JitGenerator {
   Xbyak::Address accbuf(int r) { return ptr[rsp + kAccOff + r * 64]; }
   void store_panel(bool masked);
 
-  static constexpr int kCbufOff = 0, kAccOff = 4096, kWideOff = 5120, kFrameBytes = 5120 + 4096;
+  // Two wide buffers (Q4_K: the super-block being multiplied and the next one), kWideBytes apart.
+  static constexpr int kCbufOff = 0, kAccOff = 4096, kWideOff = 5120, kWideBytes = 4096,
+                       kFrameBytes = kWideOff + 2 * kWideBytes;
 
   const GemmDesc desc_;
   const PackedLayout layout_;
