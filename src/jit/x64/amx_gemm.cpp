@@ -193,7 +193,14 @@ void AmxGemmGenerator::body_q6k() {
       else vfmadd231ps(Zmm(r), vT, vS);
     }
   };
-  pipeline(16, [&](int u) { tile_product(u, 16 * u, reg_wq_ + u * 256, true); }, process);
+  pipeline(
+      16,
+      [&](int u) {
+        tile_product(u, 16 * u, reg_wq_ + u * 256, true);
+        // The next super-block's 4 KB, 4 lines a product (the tiles load straight from the panel).
+        for (int l = 0; l < 4; ++l) prefetcht0(ptr[reg_wq_ + layout_.quant_bytes + (4 * u + l) * 64]);
+      },
+      process);
   for (int r = 0; r < m_; ++r) {
     vmovaps(vT, accbuf(r));
     vfmadd231ps(vT, Zmm(r), ptr_b[reg_xd_ + r * layout_.nblocks * 4]);
@@ -204,7 +211,12 @@ void AmxGemmGenerator::body_q6k() {
 // ---- Q8_0: one tile product per block of 32 (signed), acc += float(sumi) * (d_w*d_a) ----
 void AmxGemmGenerator::body_q8_0(int blocks) {
   pipeline(
-      blocks, [&](int b) { tile_product(b, 32 * b, reg_wq_ + b * layout_.quant_bytes, true); },
+      blocks,
+      [&](int b) {
+        tile_product(b, 32 * b, reg_wq_ + b * layout_.quant_bytes, true);
+        // 4 KB ahead (eight blocks), one block's lines a product.
+        for (int64_t l = 0; l < layout_.quant_bytes; l += 64) prefetcht0(ptr[reg_wq_ + (b + 8) * layout_.quant_bytes + l]);
+      },
       [&](int b) {
         vcvtph2ps(vDw, ptr[reg_wm_ + b * layout_.meta_bytes + meta::q8_0_d(16)]);
         for (int r = 0; r < m_; ++r) {
