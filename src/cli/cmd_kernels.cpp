@@ -147,7 +147,7 @@ int cmd_kernels(const std::vector<std::string>& args) {
     }
     // The tiles gemm() uses for --rows rows, or every tile size a call could use, in the family the executor
     // runs this type in (under amx, the avx512-vnni kernels for a type without an AMX body).
-    const jit::Isa family = jit::matrix_family(isa, t.type(), t.ne[0]);
+    const jit::Isa family = jit::matrix_family(isa, t.type());
     std::vector<int64_t> row_counts;
     if (rows > 0) {
       row_counts.push_back(rows);

@@ -32,16 +32,15 @@ inline int panel_rows(Isa isa, GgmlType wtype, int64_t k) {
   return isa == Isa::Avx512Vnni && w && w->two_vector_panels && k <= kTwoVectorMaxK ? 32 : vector_rows(isa);
 }
 
-// The family whose kernels a matrix of type t with rows of k values runs when the executor's family is isa.
-// Under amx, the avx512-vnni kernels (the AMX machine has them) run a type without an AMX body (the weight
-// table's `amx`) and Q6_K rows of at most kTwoVectorMaxK, whose two-vector avx512-vnni panels were as fast
-// as the tiles from 64 rows and up to 20% faster below 16 (docs/benchmarks.md, "AMX as the default");
-// Q4_K, Q8_0 and longer Q6_K rows run the tiles (Q4_K below 16 rows on avx512-vnni tiles: plan_row_tiles).
+// The family whose kernels a matrix of type t runs when the executor's family is isa: under amx, a type
+// without an AMX body (the weight table's `amx`) runs the avx512-vnni kernels (the AMX machine has them).
+// The tiles ran Q4_K, Q6_K and Q8_0 20-40% faster than avx512-vnni from 16 rows (docs/benchmarks.md, "AMX
+// as the default"); Q4_K's rows past the last full tile of 16 run avx512-vnni kernels on the AMX panels
+// (plan_row_tiles).
 // The experts of a mixture of experts (a few rows each) stay on avx512-vnni: CpuExecutor::prepare_expert_weight.
-inline Isa matrix_family(Isa isa, GgmlType t, int64_t k) {
+inline Isa matrix_family(Isa isa, GgmlType t) {
   const WeightTypeTraits* w = weight_traits(t);
-  if (isa != Isa::Amx) return isa;
-  return !w || !w->amx || (t == GgmlType::Q6_K && k <= kTwoVectorMaxK) ? Isa::Avx512Vnni : isa;
+  return isa == Isa::Amx && (!w || !w->amx) ? Isa::Avx512Vnni : isa;
 }
 
 struct GemmDesc {

@@ -186,7 +186,7 @@ size_t QuantMatrix::src_row_bytes() const {
 QuantMatrix prepare_matrix(GgmlType type, int64_t k, int64_t n, const void* data, Isa isa, ThreadPool& pool,
                            const std::string& what) {
   const auto t0 = std::chrono::steady_clock::now();
-  isa = matrix_family(isa, type, k);
+  isa = matrix_family(isa, type);
   QuantMatrix m;
   m.type = type;
   m.isa = isa;
