@@ -47,7 +47,7 @@ for t in $types; do
   done
 done
 # The kernels alone, one thread, by their own CPU time: the profile that does not depend on how busy
-# the machine is. Every JIT family this CPU has (amx is opt-in but measured too).
+# the machine is. Every JIT family this CPU has.
 for isa in avx2 avx-vnni avx512-vnni amx; do
   for t in $types; do
     "$dllm" bench kernel --type "$t" --n 4096 --k 4096 --rows 8,32,128,288 --isa "$isa" --json \

@@ -44,18 +44,12 @@ void release_source_pages(const void* p, uint64_t n) {
 
 }  // namespace
 
-model::WeightHandle CpuExecutor::prepare_weight(const gguf::TensorInfo& t) { return prepare_as(t, isa_); }
-
-model::WeightHandle CpuExecutor::prepare_expert_weight(const gguf::TensorInfo& t) {
-  return prepare_as(t, isa_ == Isa::Amx ? Isa::Avx512Vnni : isa_);
-}
-
-model::WeightHandle CpuExecutor::prepare_as(const gguf::TensorInfo& t, Isa isa) {
+model::WeightHandle CpuExecutor::prepare_weight(const gguf::TensorInfo& t) {
   Slot slot;
   if (jit_supports(t.type())) {
     auto t0 = std::chrono::steady_clock::now();
     slot.jit = std::make_unique<QuantMatrix>(
-        prepare_matrix(t.type(), t.ne[0], t.ne[1], t.data, isa, pool_, std::string(t.name)));
+        prepare_matrix(t.type(), t.ne[0], t.ne[1], t.data, isa_, pool_, std::string(t.name)));
     repack_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     packed_bytes_ += slot.jit->packed.size();
     const bool keep = std::find(keep_.begin(), keep_.end(), t.data) != keep_.end();

@@ -24,9 +24,6 @@ class CpuExecutor : public model::Executor {
   std::string name() const override;
   std::string load_warning() const override;
   model::WeightHandle prepare_weight(const gguf::TensorInfo& tensor) override;
-  // Under amx the avx512-vnni kernels: an expert's few rows gain nothing from 16-row tiles, and its groups then
-  // run in the one gemm_ranges pass of matmul_grouped (AMX tiles need rows starting at multiples of 16).
-  model::WeightHandle prepare_expert_weight(const gguf::TensorInfo& tensor) override;
   void keep_mapped(const gguf::TensorInfo& tensor) override { keep_.push_back(tensor.data); }
   // From the packed copy where unpack_row decodes its type (then prepare_weight released the mapping's pages
   // even for a keep_mapped tensor: the table is held once), else from the mapping.
@@ -52,7 +49,6 @@ class CpuExecutor : public model::Executor {
   const QuantMatrix* matrix(model::WeightHandle w) const { return slots_.at(static_cast<size_t>(w.index)).jit.get(); }
 
  private:
-  model::WeightHandle prepare_as(const gguf::TensorInfo& tensor, Isa isa);
   struct Slot {
     std::unique_ptr<QuantMatrix> jit;  // null: handled by the reference executor
     model::WeightHandle ref;

@@ -96,7 +96,7 @@ struct AttentionShape {
 
 // The experts of one mixture-of-experts layer as prepared for an executor: the router as a vector of
 // n_expert rows of D f32 values (row e: expert e's logit weights; prepare_vector), and every expert's
-// gate/up [F_exp rows of D] and down [D rows of F_exp] as ordinary prepared weights (prepare_expert_weight on the
+// gate/up [F_exp rows of D] and down [D rows of F_exp] as ordinary prepared weights (prepare_weight on the
 // expert's 2-D slice of the 3-D tensor: repacked once per expert, never expanded to f32).
 struct MoeLayer {
   VectorHandle router;
@@ -150,9 +150,6 @@ class Executor {
   // stores it (any type quant::can_dequantize accepts). The tensor's bytes live in the file's mapping,
   // which outlives the executor. An implementation may repack; it must never expand a whole model to f32.
   virtual WeightHandle prepare_weight(const gguf::TensorInfo& tensor) = 0;
-  // The same for one expert of a mixture-of-experts layer, whose products take a few rows each (the rows
-  // routed to it). Default: prepare_weight.
-  virtual WeightHandle prepare_expert_weight(const gguf::TensorInfo& tensor) { return prepare_weight(tensor); }
   // Load time, before prepare_weight of the same tensor: the forward program reads rows of this tensor every
   // pass through table_row (self-conditioning decodes the embedding table), so an executor that repacks it
   // must either decode those rows from its own copy (table_row) or keep the mapping's pages resident instead

@@ -153,13 +153,13 @@ ForwardWeights prepare_forward_weights(const HParams& hp, const ModelTensors& t,
     for (int64_t e = 0; e < hp.n_expert; ++e) {
       if (lt.ffn_gate_up_exps) {  // fused: each expert's first n_ff rows are the gate, the next n_ff the up
         const gguf::TensorInfo both = expert_slice(*lt.ffn_gate_up_exps, e, name);
-        m.gate.push_back(ex.prepare_expert_weight(row_slice(both, 0, hp.n_ff_exp, half)));
-        m.up.push_back(ex.prepare_expert_weight(row_slice(both, hp.n_ff_exp, hp.n_ff_exp, half)));
+        m.gate.push_back(ex.prepare_weight(row_slice(both, 0, hp.n_ff_exp, half)));
+        m.up.push_back(ex.prepare_weight(row_slice(both, hp.n_ff_exp, hp.n_ff_exp, half)));
       } else {
-        m.gate.push_back(ex.prepare_expert_weight(expert_slice(*lt.ffn_gate_exps, e, name)));
-        m.up.push_back(ex.prepare_expert_weight(expert_slice(*lt.ffn_up_exps, e, name)));
+        m.gate.push_back(ex.prepare_weight(expert_slice(*lt.ffn_gate_exps, e, name)));
+        m.up.push_back(ex.prepare_weight(expert_slice(*lt.ffn_up_exps, e, name)));
       }
-      m.down.push_back(ex.prepare_expert_weight(expert_slice(*lt.ffn_down_exps, e, name)));
+      m.down.push_back(ex.prepare_weight(expert_slice(*lt.ffn_down_exps, e, name)));
     }
   }
   return w;
