@@ -180,32 +180,64 @@ void AmxGemmGenerator::q4k_panel() {
   q4k_finish_prev();
 }
 
-// ---- Q6_K: 16 tile products of k = 16 straight from the panel (signed q - 32), scales ----
-void AmxGemmGenerator::body_q6k() {
-  vcvtph2ps(vDw, ptr[reg_wm_ + meta::q6k_d(16)]);
-  auto process = [&](int u) {
-    vpmovsxbd(vS, ptr[reg_wm_ + meta::q6k_scales(16) + u * 16]);
-    vcvtdq2ps(vS, vS);
-    vmulps(vS, vS, vDw);
-    for (int r = 0; r < m_; ++r) {
-      vcvtdq2ps(vT, cbuf(u, r));
-      if (u == 0) vmulps(Zmm(r), vT, vS);
-      else vfmadd231ps(Zmm(r), vT, vS);
-    }
-  };
-  pipeline(
-      16,
-      [&](int u) {
-        tile_product(u, 16 * u, reg_wq_ + u * 256, true);
-        // The next super-block's 4 KB, 4 lines a product (the tiles load straight from the panel).
-        for (int l = 0; l < 4; ++l) prefetcht0(ptr[reg_wq_ + layout_.quant_bytes + (4 * u + l) * 64]);
-      },
-      process);
+// ---- Q6_K: 16 tile products of k = 16 straight from the panel (signed q - 32), one pipeline across a
+// panel's super-blocks as Q4_K's: super-block b's first products run while AVX-512 scales b - 1's last
+// ones and adds b - 1's sum into the accumulators (its metadata meta_bytes back, its d_a 4 bytes back).
+void AmxGemmGenerator::q6k_process(int u, bool prev) {
+  const int64_t back = prev ? -layout_.meta_bytes : 0;
+  vpmovsxbd(vS, ptr[reg_wm_ + back + meta::q6k_scales(16) + u * 16]);
+  vcvtdq2ps(vS, vS);
+  vmulps(vS, vS, vDw);
+  for (int r = 0; r < m_; ++r) {
+    vcvtdq2ps(vT, cbuf(u, r));
+    if (u == 0) vmulps(Zmm(r), vT, vS);
+    else vfmadd231ps(Zmm(r), vT, vS);
+  }
+}
+
+void AmxGemmGenerator::q6k_finish_prev() {
   for (int r = 0; r < m_; ++r) {
     vmovaps(vT, accbuf(r));
-    vfmadd231ps(vT, Zmm(r), ptr_b[reg_xd_ + r * layout_.nblocks * 4]);
+    vfmadd231ps(vT, Zmm(r), ptr_b[reg_xd_ - 4 + r * layout_.nblocks * 4]);
     vmovaps(accbuf(r), vT);
   }
+}
+
+void AmxGemmGenerator::q6k_body(bool has_prev) {
+  for (int u = 0; u < 16; ++u) {
+    tile_product(u, 16 * u, reg_wq_ + u * 256, true);
+    // The next super-block's 4 KB, 4 lines a product (the tiles load straight from the panel).
+    for (int l = 0; l < 4; ++l) prefetcht0(ptr[reg_wq_ + layout_.quant_bytes + (4 * u + l) * 64]);
+    if (u >= 1) tile_store(u - 1);
+    else if (has_prev) tile_store(15);
+    if (u >= kLag) {
+      if (u == kLag) vcvtph2ps(vDw, ptr[reg_wm_ + meta::q6k_d(16)]);
+      q6k_process(u - kLag, false);
+    } else if (has_prev) {
+      q6k_process(u + 16 - kLag, true);
+      if (u == kLag - 1) q6k_finish_prev();
+    }
+  }
+  add(reg_wq_, static_cast<uint32_t>(layout_.quant_bytes));
+  add(reg_wm_, static_cast<uint32_t>(layout_.meta_bytes));
+  add(reg_xq_, layout_.block / 64 * 1024);
+  add(reg_xd_, 4);
+}
+
+void AmxGemmGenerator::q6k_panel() {
+  q6k_body(false);
+  if (layout_.nblocks > 1) {
+    Xbyak::Label l_block;
+    mov(reg_blk_, layout_.nblocks - 1);
+    align(16);
+    L(l_block);
+    q6k_body(true);
+    dec(reg_blk_);
+    jnz(l_block, T_NEAR);
+  }
+  tile_store(15);
+  for (int u = 16 - kLag; u < 16; ++u) q6k_process(u, true);
+  q6k_finish_prev();
 }
 
 // ---- Q8_0: one tile product per block of 32 (signed), acc += float(sumi) * (d_w*d_a) ----
@@ -271,15 +303,15 @@ void AmxGemmGenerator::generate() {
     mov(reg_xs_, ptr[reg_args_ + offsetof(GemmKernelArgs, xs)]);
     // Q8_0: four blocks (two 64-value chunks of the activation tiles) per step, then 1-3 more.
     const int per_iter = q8 ? 4 : 1;
-    const bool q4k = desc_.wtype == GgmlType::Q4_K;
-    const int64_t iters = q4k ? 0 : layout_.nblocks / per_iter, rest = q4k ? 0 : layout_.nblocks % per_iter;
-    if (q4k) q4k_panel();
+    const bool k_quant = desc_.wtype == GgmlType::Q4_K || desc_.wtype == GgmlType::Q6_K;
+    const int64_t iters = k_quant ? 0 : layout_.nblocks / per_iter, rest = k_quant ? 0 : layout_.nblocks % per_iter;
+    if (desc_.wtype == GgmlType::Q4_K) q4k_panel();
+    if (desc_.wtype == GgmlType::Q6_K) q6k_panel();
     if (iters > 0) {
       mov(reg_blk_, iters);
       align(16);
       L(l_block);
       switch (desc_.wtype) {
-        case GgmlType::Q6_K: body_q6k(); break;
         case GgmlType::Q8_0: body_q8_0(4); break;
         default: throw Error("cannot generate kernel " + desc_.name() + ": no AMX body for " + ggml_type_name(desc_.wtype));
       }

@@ -31,7 +31,10 @@ class AmxGemmGenerator : public JitGenerator {
   void q4k_process(int u, bool prev);
   void q4k_finish_prev();
   void q4k_advance();
-  void body_q6k();
+  void q6k_panel();
+  void q6k_body(bool has_prev);
+  void q6k_process(int u, bool prev);
+  void q6k_finish_prev();
   void body_q8_0(int blocks);
 
   // Product i of a run: loads A (the activations' k values k0 .. k0+Kt) and B (at b_base + b_off, rows
