@@ -55,6 +55,7 @@ void AmxGemmGenerator::tile_store(int i) {
 // and its scaling (reading the stored int32) follows product i + 3: four C tiles and buffers rotate.
 template <class Issue, class Process>
 void AmxGemmGenerator::pipeline(int n, Issue issue, Process process) {
+  if (n == 0) return;
   for (int i = 0; i < n; ++i) {
     issue(i);
     if (i >= 1) tile_store(i - 1);
@@ -241,22 +242,56 @@ void AmxGemmGenerator::q6k_panel() {
 }
 
 // ---- Q8_0: one tile product per block of 32 (signed), acc += float(sumi) * (d_w*d_a) ----
-void AmxGemmGenerator::body_q8_0(int blocks) {
-  pipeline(
-      blocks,
-      [&](int b) {
-        tile_product(b, 32 * b, reg_wq_ + b * layout_.quant_bytes, true);
-        // 4 KB ahead (eight blocks), one block's lines a product.
-        for (int64_t l = 0; l < layout_.quant_bytes; l += 64) prefetcht0(ptr[reg_wq_ + (b + 8) * layout_.quant_bytes + l]);
-      },
-      [&](int b) {
-        vcvtph2ps(vDw, ptr[reg_wm_ + b * layout_.meta_bytes + meta::q8_0_d(16)]);
-        for (int r = 0; r < m_; ++r) {
-          vmulps(vS, vDw, ptr_b[reg_xd_ + r * layout_.nblocks * 4 + 4 * b]);
-          vcvtdq2ps(vT, cbuf(b, r));
-          vfmadd231ps(Zmm(r), vT, vS);
-        }
-      });
+// Four blocks (two 64-value chunks of the activation tiles) a body, one pipeline across the bodies of a
+// panel: block b - kLag is scaled after block b's product, the previous body's last blocks at negative
+// offsets (the pointers move on at the end of each body).
+void AmxGemmGenerator::q8_0_process(int b) {  // b: -kLag .. 3, relative to this body's first block
+  vcvtph2ps(vDw, ptr[reg_wm_ + b * layout_.meta_bytes + meta::q8_0_d(16)]);
+  for (int r = 0; r < m_; ++r) {
+    vmulps(vS, vDw, ptr_b[reg_xd_ + r * layout_.nblocks * 4 + 4 * b]);
+    vcvtdq2ps(vT, cbuf(b + 4, r));
+    vfmadd231ps(Zmm(r), vT, vS);
+  }
+}
+
+void AmxGemmGenerator::q8_0_product(int b) {
+  tile_product(b, 32 * b, reg_wq_ + b * layout_.quant_bytes, true);
+  // 4 KB ahead (eight blocks), one block's lines a product.
+  for (int64_t l = 0; l < layout_.quant_bytes; l += 64) prefetcht0(ptr[reg_wq_ + (b + 8) * layout_.quant_bytes + l]);
+}
+
+void AmxGemmGenerator::q8_0_body(bool has_prev) {
+  for (int b = 0; b < 4; ++b) {
+    q8_0_product(b);
+    if (b >= 1) tile_store(b - 1);
+    else if (has_prev) tile_store(3);
+    if (b >= kLag || has_prev) q8_0_process(b - kLag);
+  }
+  add(reg_wq_, static_cast<uint32_t>(4 * layout_.quant_bytes));
+  add(reg_wm_, static_cast<uint32_t>(4 * layout_.meta_bytes));
+  add(reg_xq_, 2 * 1024);  // the activation tiles: 1 KB per 64 values
+  add(reg_xd_, 4 * 4);
+}
+
+void AmxGemmGenerator::q8_0_panel() {
+  const int64_t bodies = layout_.nblocks / 4;
+  const int rest = static_cast<int>(layout_.nblocks % 4);
+  if (bodies > 0) {
+    q8_0_body(false);
+    if (bodies > 1) {
+      Xbyak::Label l_block;
+      mov(reg_blk_, bodies - 1);
+      align(16);
+      L(l_block);
+      q8_0_body(true);
+      dec(reg_blk_);
+      jnz(l_block, T_NEAR);
+    }
+    tile_store(3);
+    for (int b = -kLag; b < 0; ++b) q8_0_process(b);
+  }
+  // The last 1-3 blocks: a pipeline of their own.
+  pipeline(rest, [&](int b) { q8_0_product(b); }, [&](int b) { q8_0_process(b); });
 }
 
 void AmxGemmGenerator::store_panel(bool masked) {
@@ -287,7 +322,7 @@ void AmxGemmGenerator::generate() {
   mov(reg_y_, ptr[reg_args_ + offsetof(GemmKernelArgs, y)]);
   mov(reg_np_, ptr[reg_args_ + offsetof(GemmKernelArgs, n_panels)]);
 
-  Xbyak::Label l_panel, l_block;
+  Xbyak::Label l_panel;
   L(l_panel);
   {
     if (q8) {
@@ -301,29 +336,12 @@ void AmxGemmGenerator::generate() {
     mov(reg_xq_, ptr[reg_args_ + offsetof(GemmKernelArgs, xq)]);
     mov(reg_xd_, ptr[reg_args_ + offsetof(GemmKernelArgs, xd)]);
     mov(reg_xs_, ptr[reg_args_ + offsetof(GemmKernelArgs, xs)]);
-    // Q8_0: four blocks (two 64-value chunks of the activation tiles) per step, then 1-3 more.
-    const int per_iter = q8 ? 4 : 1;
-    const bool k_quant = desc_.wtype == GgmlType::Q4_K || desc_.wtype == GgmlType::Q6_K;
-    const int64_t iters = k_quant ? 0 : layout_.nblocks / per_iter, rest = k_quant ? 0 : layout_.nblocks % per_iter;
-    if (desc_.wtype == GgmlType::Q4_K) q4k_panel();
-    if (desc_.wtype == GgmlType::Q6_K) q6k_panel();
-    if (iters > 0) {
-      mov(reg_blk_, iters);
-      align(16);
-      L(l_block);
-      switch (desc_.wtype) {
-        case GgmlType::Q8_0: body_q8_0(4); break;
-        default: throw Error("cannot generate kernel " + desc_.name() + ": no AMX body for " + ggml_type_name(desc_.wtype));
-      }
-      add(reg_wq_, static_cast<uint32_t>(per_iter * layout_.quant_bytes));
-      add(reg_wm_, static_cast<uint32_t>(per_iter * layout_.meta_bytes));
-      add(reg_xq_, per_iter * layout_.block / 64 * 1024);  // the activation tiles: 1 KB per 64 values
-      add(reg_xd_, 4 * per_iter);
-      if (!q8) add(reg_xs_, 16);
-      dec(reg_blk_);
-      jnz(l_block, T_NEAR);
+    switch (desc_.wtype) {
+      case GgmlType::Q4_K: q4k_panel(); break;
+      case GgmlType::Q6_K: q6k_panel(); break;
+      case GgmlType::Q8_0: q8_0_panel(); break;
+      default: throw Error("cannot generate kernel " + desc_.name() + ": no AMX body for " + ggml_type_name(desc_.wtype));
     }
-    if (rest) body_q8_0(static_cast<int>(rest));
     Xbyak::Label l_full, l_stored;
     cmp(reg_np_, 1);
     jne(l_full, T_NEAR);

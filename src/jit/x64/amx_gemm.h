@@ -35,7 +35,10 @@ class AmxGemmGenerator : public JitGenerator {
   void q6k_body(bool has_prev);
   void q6k_process(int u, bool prev);
   void q6k_finish_prev();
-  void body_q8_0(int blocks);
+  void q8_0_panel();
+  void q8_0_body(bool has_prev);
+  void q8_0_product(int b);
+  void q8_0_process(int b);
 
   // Product i of a run: loads A (the activations' k values k0 .. k0+Kt) and B (at b_base + b_off, rows
   // 64 bytes apart) into slots i % 2 and computes C[i % 4] = A . B (signed or unsigned B).
