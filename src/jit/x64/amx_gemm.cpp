@@ -52,17 +52,45 @@ void AmxGemmGenerator::tile_store(int i) {
 
 // The tile unit runs its instructions in order: a C tile stored right after its product waits for the
 // product's latency and holds up the loads of the next one. So product i's store follows product i + 1,
-// and its scaling (reading the stored int32) follows product i + 3: four C tiles and buffers rotate.
-template <class Issue, class Process>
-void AmxGemmGenerator::pipeline(int n, Issue issue, Process process) {
-  if (n == 0) return;
-  for (int i = 0; i < n; ++i) {
-    issue(i);
-    if (i >= 1) tile_store(i - 1);
-    if (i >= kLag) process(i - kLag);
+// and its scaling (reading the stored int32) follows product i + kLag: four C tiles and buffers rotate.
+// One pipeline runs across a panel's bodies (a super-block, or four Q8_0 blocks): the first kLag products
+// of a body overlap the scaling of the previous body's last ones, then that body's finish (its metadata
+// lies one body back: the pointers move on at the end of each body).
+template <class Process, class Finish>
+void AmxGemmGenerator::after_product(int i, int n, bool has_prev, Process process, Finish finish_prev) {
+  if (i >= 1) tile_store(i - 1);
+  else if (has_prev) tile_store(n - 1);
+  if (i >= kLag) {
+    process(i - kLag, false);
+  } else if (has_prev) {
+    process(i + n - kLag, true);
+    if (i == kLag - 1) finish_prev();
   }
+}
+
+template <class Process, class Finish>
+void AmxGemmGenerator::drain(int n, bool prev, Process process, Finish finish) {
   tile_store(n - 1);
-  for (int i = std::max(0, n - kLag); i < n; ++i) process(i);
+  for (int u = std::max(0, n - kLag); u < n; ++u) process(u, prev);
+  finish();
+}
+
+template <class Body>
+void AmxGemmGenerator::bodies(int64_t count, bool distinct_last, Body body) {
+  if (count <= 0) return;
+  body(false, count == 1);
+  const bool last_apart = distinct_last && count > 1;
+  const int64_t looped = count - 1 - (last_apart ? 1 : 0);
+  if (looped > 0) {
+    Xbyak::Label l_body;
+    mov(reg_blk_, looped);
+    align(16);
+    L(l_body);
+    body(true, false);
+    dec(reg_blk_);
+    jnz(l_body, T_NEAR);
+  }
+  if (last_apart) body(true, true);
 }
 
 // ---- Q4_K: one pipeline across the super-blocks of a panel ----
@@ -127,20 +155,16 @@ void AmxGemmGenerator::q4k_finish_prev() {
 }
 
 void AmxGemmGenerator::q4k_body(bool has_prev, bool widen_next) {
+  auto process = [&](int u, bool prev) {
+    if (u == 0 && !prev) {
+      vcvtph2ps(vDw, ptr[reg_wm_ + meta::q4k_d(16)]);
+      vmulps(vDw16, vDw, ptr_b[rip + l_sixteenth_]);
+    }
+    q4k_process(u, prev);
+  };
   for (int s = 0; s < 8; ++s) {
     tile_product(s, 32 * s, rsp + rax + kWideOff + s * 512, false);
-    if (s >= 1) tile_store(s - 1);
-    else if (has_prev) tile_store(7);
-    if (s >= kLag) {
-      if (s == kLag) {
-        vcvtph2ps(vDw, ptr[reg_wm_ + meta::q4k_d(16)]);
-        vmulps(vDw16, vDw, ptr_b[rip + l_sixteenth_]);
-      }
-      q4k_process(s - kLag, false);
-    } else if (has_prev) {
-      q4k_process(s + 8 - kLag, true);
-      if (s == kLag - 1) q4k_finish_prev();
-    }
+    after_product(s, 8, has_prev, process, [&] { q4k_finish_prev(); });
     // Super-block b + 2's bytes are requested now (a prefetch past the panel is harmless): spread over the
     // body, the widening's loads alone keep too few misses in flight when the weights stream from memory.
     for (int q = 4 * s; q < 4 * s + 4; ++q) prefetcht0(ptr[reg_wq_ + 2 * layout_.quant_bytes + q * 64]);
@@ -159,26 +183,12 @@ void AmxGemmGenerator::q4k_advance() {
   xor_(rax, kWideBytes);
 }
 
-// A panel's super-blocks: the first (nothing before it), the middle ones in a loop, the last (nothing to
-// widen after it: the bytes past a panel's last quant block need not exist), then the drain.
+// The last super-block has nothing to widen after it (the bytes past a panel's last quant block need not exist).
 void AmxGemmGenerator::q4k_panel() {
   xor_(eax, eax);
   q4k_widen_first();
-  const int64_t nb = layout_.nblocks;
-  q4k_body(false, nb > 1);
-  if (nb > 2) {
-    Xbyak::Label l_block;
-    mov(reg_blk_, nb - 2);
-    align(16);
-    L(l_block);
-    q4k_body(true, true);
-    dec(reg_blk_);
-    jnz(l_block, T_NEAR);
-  }
-  if (nb > 1) q4k_body(true, false);
-  tile_store(7);
-  for (int u = 8 - kLag; u < 8; ++u) q4k_process(u, true);
-  q4k_finish_prev();
+  bodies(layout_.nblocks, true, [&](bool has_prev, bool last) { q4k_body(has_prev, !last); });
+  drain(8, true, [&](int u, bool prev) { q4k_process(u, prev); }, [&] { q4k_finish_prev(); });
 }
 
 // ---- Q6_K: 16 tile products of k = 16 straight from the panel (signed q - 32), one pipeline across a
@@ -205,19 +215,15 @@ void AmxGemmGenerator::q6k_finish_prev() {
 }
 
 void AmxGemmGenerator::q6k_body(bool has_prev) {
+  auto process = [&](int u, bool prev) {
+    if (u == 0 && !prev) vcvtph2ps(vDw, ptr[reg_wm_ + meta::q6k_d(16)]);
+    q6k_process(u, prev);
+  };
   for (int u = 0; u < 16; ++u) {
     tile_product(u, 16 * u, reg_wq_ + u * 256, true);
     // The next super-block's 4 KB, 4 lines a product (the tiles load straight from the panel).
     for (int l = 0; l < 4; ++l) prefetcht0(ptr[reg_wq_ + layout_.quant_bytes + (4 * u + l) * 64]);
-    if (u >= 1) tile_store(u - 1);
-    else if (has_prev) tile_store(15);
-    if (u >= kLag) {
-      if (u == kLag) vcvtph2ps(vDw, ptr[reg_wm_ + meta::q6k_d(16)]);
-      q6k_process(u - kLag, false);
-    } else if (has_prev) {
-      q6k_process(u + 16 - kLag, true);
-      if (u == kLag - 1) q6k_finish_prev();
-    }
+    after_product(u, 16, has_prev, process, [&] { q6k_finish_prev(); });
   }
   add(reg_wq_, static_cast<uint32_t>(layout_.quant_bytes));
   add(reg_wm_, static_cast<uint32_t>(layout_.meta_bytes));
@@ -226,19 +232,8 @@ void AmxGemmGenerator::q6k_body(bool has_prev) {
 }
 
 void AmxGemmGenerator::q6k_panel() {
-  q6k_body(false);
-  if (layout_.nblocks > 1) {
-    Xbyak::Label l_block;
-    mov(reg_blk_, layout_.nblocks - 1);
-    align(16);
-    L(l_block);
-    q6k_body(true);
-    dec(reg_blk_);
-    jnz(l_block, T_NEAR);
-  }
-  tile_store(15);
-  for (int u = 16 - kLag; u < 16; ++u) q6k_process(u, true);
-  q6k_finish_prev();
+  bodies(layout_.nblocks, false, [&](bool has_prev, bool) { q6k_body(has_prev); });
+  drain(16, true, [&](int u, bool prev) { q6k_process(u, prev); }, [&] { q6k_finish_prev(); });
 }
 
 // ---- Q8_0: one tile product per block of 32 (signed), acc += float(sumi) * (d_w*d_a) ----
@@ -263,9 +258,7 @@ void AmxGemmGenerator::q8_0_product(int b) {
 void AmxGemmGenerator::q8_0_body(bool has_prev) {
   for (int b = 0; b < 4; ++b) {
     q8_0_product(b);
-    if (b >= 1) tile_store(b - 1);
-    else if (has_prev) tile_store(3);
-    if (b >= kLag || has_prev) q8_0_process(b - kLag);
+    after_product(b, 4, has_prev, [&](int u, bool prev) { q8_0_process(prev ? u - 4 : u); }, [] {});
   }
   add(reg_wq_, static_cast<uint32_t>(4 * layout_.quant_bytes));
   add(reg_wm_, static_cast<uint32_t>(4 * layout_.meta_bytes));
@@ -274,24 +267,18 @@ void AmxGemmGenerator::q8_0_body(bool has_prev) {
 }
 
 void AmxGemmGenerator::q8_0_panel() {
-  const int64_t bodies = layout_.nblocks / 4;
+  auto process = [&](int u, bool prev) { q8_0_process(prev ? u - 4 : u); };
+  const int64_t full = layout_.nblocks / 4;
+  bodies(full, false, [&](bool has_prev, bool) { q8_0_body(has_prev); });
+  if (full > 0) drain(4, true, process, [] {});
+  // The last 1-3 blocks: a pipeline of their own (the pointers stay).
   const int rest = static_cast<int>(layout_.nblocks % 4);
-  if (bodies > 0) {
-    q8_0_body(false);
-    if (bodies > 1) {
-      Xbyak::Label l_block;
-      mov(reg_blk_, bodies - 1);
-      align(16);
-      L(l_block);
-      q8_0_body(true);
-      dec(reg_blk_);
-      jnz(l_block, T_NEAR);
-    }
-    tile_store(3);
-    for (int b = -kLag; b < 0; ++b) q8_0_process(b);
+  if (rest == 0) return;
+  for (int b = 0; b < rest; ++b) {
+    q8_0_product(b);
+    after_product(b, rest, false, process, [] {});
   }
-  // The last 1-3 blocks: a pipeline of their own.
-  pipeline(rest, [&](int b) { q8_0_product(b); }, [&](int b) { q8_0_process(b); });
+  drain(rest, false, process, [] {});
 }
 
 void AmxGemmGenerator::store_panel(bool masked) {

@@ -45,9 +45,17 @@ class AmxGemmGenerator : public JitGenerator {
   void tile_product(int i, int64_t k0, const Xbyak::RegExp& b_at, bool b_signed);
   // Stores C[i % 4] to its stack buffer.
   void tile_store(int i);
-  // Runs n products, storing product i - 1 and scaling product i - kLag after product i.
-  template <class Issue, class Process>
-  void pipeline(int n, Issue issue, Process process);
+  // The pipeline's schedule (amx_gemm.cpp): after product i of a body of n, store product i - 1 and scale
+  // product i - kLag, reaching into the previous body (process(u, prev = true), then finish_prev) for i < kLag.
+  template <class Process, class Finish>
+  void after_product(int i, int n, bool has_prev, Process process, Finish finish_prev);
+  // The end of a run: the last product stored, the last kLag scaled (prev: the pointers moved on), finish.
+  template <class Process, class Finish>
+  void drain(int n, bool prev, Process process, Finish finish);
+  // count bodies of a panel: the first, the middle ones in a loop, and with distinct_last the last apart;
+  // body(has_prev, last).
+  template <class Body>
+  void bodies(int64_t count, bool distinct_last, Body body);
   // Stack addresses.
   Xbyak::Address cbuf(int i, int r) { return ptr[rsp + kCbufOff + (i % 4) * 1024 + r * 64]; }
   Xbyak::Address accbuf(int r) { return ptr[rsp + kAccOff + r * 64]; }
