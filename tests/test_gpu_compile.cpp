@@ -102,7 +102,7 @@ TEST(GpuKernelText, EmbeddedTextMatchesTheCuhFiles) {
   ASSERT_EQ(jc::kernel_files().size(), 5u);
   for (const jc::KernelFile& f : jc::kernel_files()) {
     EXPECT_EQ(read_file((dir / std::string(f.name)).string()), std::string(f.text))
-        << f.name << " changed: run python3 src/jit/cuda/kernels/embed.py";
+        << f.name << " differs from the embedded text: the build did not re-embed it (cmake/embed_kernels.cmake)";
   }
 }
 

@@ -1,6 +1,7 @@
 // The device code of dllm's GPU kernels (src/jit/cuda/kernels/*.cuh) embedded in the binary as text, so
-// that NVRTC can compile it at run time without any file beside the executable. kernel_text.cpp is
-// generated from the .cuh files by kernels/embed.py; a test checks that the two agree.
+// that NVRTC can compile it at run time without any file beside the executable. The definition is generated
+// from the .cuh files at build time (cmake/embed_kernels.cmake, into the build tree), so there is no copy to
+// keep in step.
 #pragma once
 #include <string_view>
 #include <vector>

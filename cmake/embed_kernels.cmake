@@ -1,0 +1,25 @@
+# Writes OUT, the C++ source that embeds the GPU kernels' device code (KERNEL_DIR/<each of FILES>, in that
+# order) as raw string literals for NVRTC (src/jit/cuda/kernel_text.h). Run at build time (cmake -P) whenever a
+# .cuh file changes; OUT is rewritten only when its text changes, so an unchanged tree recompiles nothing.
+cmake_minimum_required(VERSION 3.22)  # script mode: the policies of the project
+set(delim "dllm_cuh")
+set(out "// GENERATED at build time by cmake/embed_kernels.cmake from src/jit/cuda/kernels/*.cuh: do not edit.\n")
+string(APPEND out "#include \"jit/cuda/kernel_text.h\"\n\nnamespace dllm::jit::cuda {\n\nnamespace {\n")
+set(entries "")
+set(i 0)
+foreach(name IN LISTS FILES)
+  file(READ "${KERNEL_DIR}/${name}" text)
+  string(FIND "${text}" ")${delim}\"" hit)
+  if(NOT hit EQUAL -1)
+    message(FATAL_ERROR "${KERNEL_DIR}/${name} contains the raw-string delimiter )${delim}\"")
+  endif()
+  string(APPEND out "// ${name}\nconstexpr char kFile${i}[] = R\"${delim}(${text})${delim}\";\n")
+  string(APPEND entries "      {\"${name}\", {kFile${i}, sizeof(kFile${i}) - 1}},\n")
+  math(EXPR i "${i} + 1")
+endforeach()
+string(APPEND out "}  // namespace\n\nconst std::vector<KernelFile>& kernel_files() {\n")
+string(APPEND out "  static const std::vector<KernelFile> files = {\n${entries}  };\n  return files;\n}\n\n")
+string(APPEND out "}  // namespace dllm::jit::cuda\n")
+file(WRITE "${OUT}.tmp" "${out}")
+file(COPY_FILE "${OUT}.tmp" "${OUT}" ONLY_IF_DIFFERENT)
+file(REMOVE "${OUT}.tmp")
