@@ -99,7 +99,9 @@ jc::Nvrtc* nvrtc_or_null() { return jc::Nvrtc::get(); }
 TEST(GpuKernelText, EmbeddedTextMatchesTheCuhFiles) {
   const fs::path dir = fs::path(DLLM_TEST_DATA).parent_path().parent_path() / "src/jit/cuda/kernels";
   ASSERT_TRUE(fs::exists(dir)) << dir;
-  ASSERT_EQ(jc::kernel_files().size(), 5u);
+  size_t cuh = 0;
+  for (const auto& e : fs::directory_iterator(dir)) cuh += e.path().extension() == ".cuh";
+  ASSERT_EQ(jc::kernel_files().size(), cuh) << "every .cuh file is embedded (CMakeLists.txt: DLLM_CUDA_KERNEL_FILES)";
   for (const jc::KernelFile& f : jc::kernel_files()) {
     EXPECT_EQ(read_file((dir / std::string(f.name)).string()), std::string(f.text))
         << f.name << " differs from the embedded text: the build did not re-embed it (cmake/embed_kernels.cmake)";
@@ -121,11 +123,23 @@ TEST(GpuKernelSet, NamesSourceAndShapesOfTheRealModels) {
   // Deterministic text and unit name; a different set gives a different name.
   EXPECT_EQ(set.source(), jc::kernels_for_hparams(llada_8b(), {jc::WeightFormat::Q4_K}).source());
   EXPECT_NE(set.unit_name(), jc::kernels_for_hparams(dream_7b(), {jc::WeightFormat::Q4_K}).unit_name());
-  // Launch geometry: a block covers 128 columns and 32 rows; rows are padded to 64.
-  const jc::Launch g = jc::gemm_launch(jc::GemmDesc{jc::WeightFormat::Q4_K, 126464, 4096}, 37);
+  // Launch geometry of the repacked formats: a block covers 128 columns and 32 rows; rows are padded to 64.
+  const jc::Launch g = jc::gemm_launch(jc::GemmDesc{jc::WeightFormat::Q6_K, 126464, 4096}, 37, 90);
   EXPECT_EQ(g.grid_x, 988u);
   EXPECT_EQ(g.grid_y, 2u);
   EXPECT_EQ(g.block_x, 128u);
+  EXPECT_EQ(g.shared_bytes, 0u);
+  // The tiled Q4_K GEMM: 128 columns and 64 rows per block of 256 threads, a pipeline of three super-block stages
+  // in dynamic shared memory (two on sm_86 / sm_89, whose blocks get at most 99 KiB).
+  const jc::Launch t = jc::gemm_launch(jc::GemmDesc{jc::WeightFormat::Q4_K, 126464, 4096}, 65, 90);
+  EXPECT_EQ(t.grid_x, 988u);
+  EXPECT_EQ(t.grid_y, 2u);
+  EXPECT_EQ(t.block_x, 256u);
+  EXPECT_EQ(t.shared_bytes, 3u * (64 * 256 + 128 * 144 + 64 * 16) + 128 * 48);
+  EXPECT_LE(t.shared_bytes, 227u * 1024 / 2) << "two blocks per H100/H200 SM";
+  EXPECT_LE(jc::gemm_launch(jc::GemmDesc{jc::WeightFormat::Q4_K, 4096, 4096}, 1, 86).shared_bytes, 99u * 1024);
+  EXPECT_LE(jc::gemm_launch(jc::GemmDesc{jc::WeightFormat::Q4_K, 4096, 4096}, 1, 89).shared_bytes, 99u * 1024);
+  EXPECT_EQ(jc::gemm_launch(jc::GemmDesc{jc::WeightFormat::Q4_K, 4096, 4096}, 1, 80).shared_bytes, t.shared_bytes);
   EXPECT_EQ(jc::attn_launch(jc::AttnDesc{28, 4, 128}, 65).grid_x, 2u);
 }
 

@@ -152,7 +152,7 @@ jc::GpuWeight upload_weight(jc::Device& dev, const gguf::TensorInfo& t) {
   w.quants = DeviceBuffer(dev, q.size());
   dev.upload(w.quants.addr(), q.data(), q.size());
   w.scales = DeviceBuffer(dev, s.size() * 4);
-  dev.upload(w.scales.addr(), s.data(), s.size() * 4);
+  if (!s.empty()) dev.upload(w.scales.addr(), s.data(), s.size() * 4);  // Q4_K: the file's blocks only
   if (L.has_mins()) {
     w.mins = DeviceBuffer(dev, m.size() * 4);
     dev.upload(w.mins.addr(), m.data(), m.size() * 4);

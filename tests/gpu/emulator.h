@@ -32,6 +32,9 @@ struct uint4 {
 struct float2 {
   float x, y;
 };
+struct uint2 {
+  unsigned x, y;
+};
 
 // dllm_emu_switch(&save_sp, new_sp): saves the callee-saved registers on the current stack, stores the
 // stack pointer in *save_sp, and resumes the context whose stack pointer is new_sp.
@@ -77,10 +80,13 @@ class Emulator {
 
   Dim3 thread_idx, block_idx, block_dim, grid_dim;  // of the running fiber
 
-  // Runs fn on every thread of a (gx, gy) grid of blocks of `threads` threads (a multiple of 32).
-  void run(unsigned gx, unsigned gy, unsigned threads, const std::function<void()>& fn) {
+  // Runs fn on every thread of a (gx, gy) grid of blocks of `threads` threads (a multiple of 32), each block
+  // with `shared_bytes` of dynamic shared memory (filled with 0xff bytes before every block).
+  void run(unsigned gx, unsigned gy, unsigned threads, const std::function<void()>& fn, unsigned shared_bytes = 0) {
     if (threads == 0 || threads % 32 != 0 || threads > 1024) throw std::runtime_error("emulator: bad block size");
+    if (shared_bytes > 227 * 1024) throw std::runtime_error("emulator: more shared memory than any GPU has");
     if (fibers_.size() < threads) fibers_.resize(threads);
+    dyn_smem_.assign(shared_bytes + 16, 0);
     warps_.assign(threads / 32, Warp{});
     fn_ = &fn;
     block_dim = {threads, 1, 1};
@@ -88,6 +94,7 @@ class Emulator {
     for (unsigned by = 0; by < gy; ++by) {
       for (unsigned bx = 0; bx < gx; ++bx) {
         block_idx = {bx, by, 0};
+        std::memset(dyn_smem(), 0xff, shared_bytes);
         for (unsigned i = 0; i < threads; ++i) {
           Fiber& f = fibers_[i];
           if (f.stack.empty()) f.stack.resize(kStack);
@@ -101,6 +108,8 @@ class Emulator {
           f.sp = sp;
           f.done = false;
           f.wait = Wait::None;
+          f.open.clear();
+          f.groups.clear();
         }
         live_ = threads;
         bar_arrived_ = 0;
@@ -155,6 +164,30 @@ class Emulator {
     }
   }
   unsigned lane() const { return cur_ % 32; }
+  unsigned char* dyn_smem() {
+    return reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(dyn_smem_.data()) + 15) & ~uintptr_t{15});
+  }
+
+  // cp.async as the hardware may run it: the source is read at issue, the destination written only when a
+  // wait retires the copy's group, so a kernel that reads a stage before waiting for it reads poison.
+  void async_copy16(void* dst, const void* src) {
+    AsyncCopy c;
+    c.dst = dst;
+    std::memcpy(c.bytes, src, 16);
+    fibers_[cur_].open.push_back(c);
+  }
+  void async_commit() {
+    Fiber& f = fibers_[cur_];
+    f.groups.push_back(std::move(f.open));
+    f.open.clear();
+  }
+  void async_wait(size_t pending) {
+    Fiber& f = fibers_[cur_];
+    while (f.groups.size() > pending) {
+      for (const AsyncCopy& c : f.groups.front()) std::memcpy(c.dst, c.bytes, 16);
+      f.groups.erase(f.groups.begin());
+    }
+  }
   // The warp's result area, and whether this lane is the first to use it in the current collective
   // (it then computes the result for all lanes).
   unsigned char* warp_result() { return &warp().result[0][0]; }
@@ -169,7 +202,13 @@ class Emulator {
   static constexpr size_t kStack = 256 * 1024;
   static constexpr size_t kSlot = 64;
   enum class Wait { None, Block, Warp };
+  struct AsyncCopy {
+    void* dst;
+    unsigned char bytes[16];
+  };
   struct Fiber {
+    std::vector<AsyncCopy> open;                 // issued since the last commit
+    std::vector<std::vector<AsyncCopy>> groups;  // committed, oldest first
     void* sp = nullptr;
     std::vector<char> stack;
     bool done = false;
@@ -217,6 +256,7 @@ class Emulator {
   }
 
   void* sched_sp_ = nullptr;
+  std::vector<unsigned char> dyn_smem_;
   std::vector<Fiber> fibers_;
   std::vector<Warp> warps_;
   const std::function<void()>* fn_ = nullptr;
@@ -325,6 +365,56 @@ inline void mma_s8_16816(int (&d)[4], u32 a0, u32 a1, u32 b0) {
   });
 }
 
+inline void mma_u8s8_16816(int (&d)[4], u32 a0, u32 a1, u32 b0) {
+  dllm_emu::warp_mma(dllm_emu::MmaIn{{a0, a1, 0, 0}, {b0, 0}}, d, [](const dllm_emu::MmaIn* all, int (&out)[16][8]) {
+    for (int row = 0; row < 16; ++row)
+      for (int col = 0; col < 8; ++col) {
+        int sum = 0;
+        for (int k = 0; k < 16; ++k) {
+          const u32 a = all[(row % 8) * 4 + k / 4].a[row >= 8];
+          sum += static_cast<int>((a >> (8 * (k % 4))) & 0xff) * dllm_emu::byte_of(all[col * 4 + k / 4].b[0], k % 4);
+        }
+        out[row][col] = sum;
+      }
+  });
+}
+
+// ldmatrix .x4 .b16: lane 8i + r names row r of matrix i; lane 4g + t receives bytes 4t..4t+3 of row g of each.
+inline void ldmatrix_x4(u32 (&x)[4], const void* smem_row) {
+  auto& e = dllm_emu::Emulator::get();
+  e.deposit(smem_row);
+  e.warp_barrier();
+  const unsigned l = e.lane();
+  u32 v[4];
+  for (unsigned i = 0; i < 4; ++i) {
+    const unsigned char* row = e.slot<const unsigned char*>(8 * i + l / 4);
+    if (reinterpret_cast<uintptr_t>(row) % 16 != 0) throw std::runtime_error("ldmatrix: row address not 16-byte aligned");
+    std::memcpy(&v[i], row + 4 * (l % 4), 4);
+  }
+  e.warp_barrier();
+  for (int i = 0; i < 4; ++i) x[i] = v[i];
+}
+
+inline void cp_async16(void* smem, const void* gmem) {
+  if (reinterpret_cast<uintptr_t>(smem) % 16 != 0 || reinterpret_cast<uintptr_t>(gmem) % 16 != 0)
+    throw std::runtime_error("cp.async: address not 16-byte aligned");
+  dllm_emu::Emulator::get().async_copy16(smem, gmem);
+}
+inline unsigned long long evict_first_policy() { return 0; }
+inline void cp_async16_ef(void* smem, const void* gmem, unsigned long long) { cp_async16(smem, gmem); }
+inline void cp_async_commit() { dllm_emu::Emulator::get().async_commit(); }
+template <int N>
+inline void cp_async_wait() {
+  dllm_emu::Emulator::get().async_wait(N);
+}
+inline unsigned char* dyn_smem() { return dllm_emu::Emulator::get().dyn_smem(); }
+inline u32 byte_perm(u32 lo, u32 hi, u32 sel) {  // __byte_perm: selector nibbles pick bytes of {hi:lo}
+  const uint64_t v = (static_cast<uint64_t>(hi) << 32) | lo;
+  u32 r = 0;
+  for (int i = 0; i < 4; ++i) r |= static_cast<u32>((v >> (8 * ((sel >> (4 * i)) & 7))) & 0xff) << (8 * i);
+  return r;
+}
+
 inline void mma_f16_16816(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
   dllm_emu::warp_mma(dllm_emu::MmaIn{{a[0], a[1], a[2], a[3]}, {b0, b1}}, d,
                      [](const dllm_emu::MmaIn* all, float (&out)[16][8]) {
@@ -367,6 +457,11 @@ inline u32 ld_u32(const void* p) {
   return v;
 }
 inline u32 lds_u32(const void* p) { return ld_u32(p); }
+inline uint2 lds_u2(const void* p) {
+  uint2 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
 inline float2 ld_f2(const float* p) {
   float2 v;
   std::memcpy(&v, p, sizeof v);
@@ -379,4 +474,5 @@ inline float ld_f(const float* p) { return *p; }
 #include "jit/cuda/kernels/common.cuh"
 #include "jit/cuda/kernels/quant.cuh"
 #include "jit/cuda/kernels/gemm.cuh"
+#include "jit/cuda/kernels/gemm_tc.cuh"
 #include "jit/cuda/kernels/attention.cuh"

@@ -24,19 +24,23 @@ Launcher make_launcher(Body body) {
   return [body](const Launch& l, const void* params) {
     P p;
     std::memcpy(&p, params, sizeof p);
-    dllm_emu::Emulator::get().run(l.grid_x, l.grid_y, l.block_x, [&] { body(p); });
+    dllm_emu::Emulator::get().run(l.grid_x, l.grid_y, l.block_x, [&] { body(p); }, l.shared_bytes);
   };
 }
 
 template <int WT, int N, int K>
 void add_gemm(std::map<std::string, Launcher>& r) {
   const jit::cuda::GemmDesc d{static_cast<jit::cuda::WeightFormat>(WT), N, K};
-  r[d.name()] = make_launcher<GemmParams>([](const GemmParams& p) { gemm_body<WT, N, K>(p); });
+  if constexpr (WT == WT_Q4_K) {
+    r[d.name()] = make_launcher<GemmParams>([](const GemmParams& p) { gemm_tc_q4_k_body<N, K>(p); });
+  } else {
+    r[d.name()] = make_launcher<GemmParams>([](const GemmParams& p) { gemm_body<WT, N, K>(p); });
+  }
 }
 template <int N, int K>
 void add_gemm_all_formats(std::map<std::string, Launcher>& r) {
   add_gemm<WT_Q8_0, N, K>(r);
-  add_gemm<WT_Q4_K, N, K>(r);
+  if constexpr (K % 256 == 0) add_gemm<WT_Q4_K, N, K>(r);
   add_gemm<WT_Q5_K, N, K>(r);
   add_gemm<WT_Q6_K, N, K>(r);
 }

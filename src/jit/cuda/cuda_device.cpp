@@ -195,9 +195,21 @@ void CudaDevice::launch(const std::string& name, const Launch& dims, const void*
   const auto it = fns_.find(name);
   if (it == fns_.end()) throw Error("internal error: GPU kernel " + name + " was not loaded");
   bind();
+  if (dims.shared_bytes > 48 * 1024) {  // beyond the default limit: opt in once per function
+    unsigned& allowed = shared_set_[it->second];
+    if (allowed < dims.shared_bytes) {
+      const CUresult ra = d_.cuFuncSetAttribute(it->second, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                static_cast<int>(dims.shared_bytes));
+      if (ra != CUDA_SUCCESS) {
+        throw Error("CUDA driver call cuFuncSetAttribute failed for kernel " + name + " (" +
+                    std::to_string(dims.shared_bytes) + " bytes of shared memory): " + d_.describe(ra));
+      }
+      allowed = dims.shared_bytes;
+    }
+  }
   void* args[] = {const_cast<void*>(params)};
-  const CUresult r =
-      d_.cuLaunchKernel(it->second, dims.grid_x, dims.grid_y, 1, dims.block_x, 1, 1, 0, nullptr, args, nullptr);
+  const CUresult r = d_.cuLaunchKernel(it->second, dims.grid_x, dims.grid_y, 1, dims.block_x, 1, 1, dims.shared_bytes,
+                                       nullptr, args, nullptr);
   if (r != CUDA_SUCCESS) throw Error("CUDA driver call cuLaunchKernel failed for kernel " + name + ": " + d_.describe(r));
   if (debug_sync_) {
     const CUresult rs = d_.cuCtxSynchronize();

@@ -20,6 +20,7 @@ class CudaDevice : public Device {
   ~CudaDevice() override;
 
   std::string describe() const override;
+  int arch() const override { return info_.cc_major * 10 + info_.cc_minor; }
   DevAddr alloc(size_t bytes) override;
   void free(DevAddr p) noexcept override;
   void upload(DevAddr dst, const void* src, size_t bytes) override;
@@ -52,6 +53,7 @@ class CudaDevice : public Device {
   bool debug_sync_ = false;
   std::vector<CUmodule> modules_;
   std::map<std::string, CUfunction> fns_;
+  std::map<CUfunction, unsigned> shared_set_;  // the dynamic shared memory each function is allowed
   KernelLoadStats stats_;
   std::vector<std::string> notes_;
 };

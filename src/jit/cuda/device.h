@@ -27,6 +27,8 @@ class Device {
   virtual ~Device() = default;
 
   virtual std::string describe() const = 0;  // "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)"
+  // 10 * major + minor of the compute capability (90 for sm_90); 0 for the CPU emulator.
+  virtual int arch() const { return 0; }
 
   virtual DevAddr alloc(size_t bytes) = 0;   // uninitialised; throws dllm::Error when out of memory
   virtual void free(DevAddr p) noexcept = 0;
@@ -39,7 +41,8 @@ class Device {
   // Makes every kernel of `set` launchable (compiling the set as one unit when needed).
   virtual void load_kernels(const KernelSet& set) = 0;
   virtual bool has_kernel(const std::string& name) const = 0;
-  // Launches kernel `name` with one parameter struct (params points at it, `bytes` long).
+  // Launches kernel `name` with one parameter struct (params points at it, `bytes` long) and dims.shared_bytes
+  // of dynamic shared memory.
   virtual void launch(const std::string& name, const Launch& dims, const void* params, size_t bytes) = 0;
 
   virtual const KernelLoadStats& load_stats() const = 0;

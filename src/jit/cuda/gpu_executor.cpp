@@ -103,7 +103,7 @@ model::WeightHandle GpuExecutor::prepare_weight(const gguf::TensorInfo& t) {
     });
     const size_t tiles = static_cast<size_t>(t1 - t0), first = static_cast<size_t>(t0);
     dev_->upload(w.quants.addr() + first * qpt, sq.data(), tiles * qpt);
-    dev_->upload(w.scales.addr() + first * spt * sizeof(float), ss.data(), tiles * spt * sizeof(float));
+    if (spt) dev_->upload(w.scales.addr() + first * spt * sizeof(float), ss.data(), tiles * spt * sizeof(float));
     if (L.has_mins()) dev_->upload(w.mins.addr() + first * spt * sizeof(float), sm.data(), tiles * spt * sizeof(float));
   }
   weight_bytes_ += L.device_bytes();

@@ -1,6 +1,6 @@
-// The GPU executor: model::Executor on an NVIDIA GPU (or any Device). prepare_weight() repacks each
-// Q4_K / Q6_K / Q8_0 matrix for the int8 tensor-core GEMM and uploads it once; the weights then live in
-// device memory. The forward program's operations (executor.h) run on the device over device-resident
+// The GPU executor: model::Executor on an NVIDIA GPU (or any Device). prepare_weight() uploads each matrix
+// once (Q4_K as the file's bytes, the other types repacked for the int8 tensor-core GEMM); the weights then
+// live in device memory. The forward program's operations (executor.h) run on the device over device-resident
 // buffers kept across steps: the embeddings go up once per step, RMSNorm is fused into the activation
 // quantiser, Q/K/V/O and FFN products run on int8 tensor cores with the residual additions fused into
 // the GEMM epilogue, SwiGLU is fused into the quantiser of the down projection, bias + RoPE into the f16

@@ -8,7 +8,7 @@
 
 namespace dllm::jit::cuda {
 
-static_assert(sizeof(QuantRowsParams) == 72 && sizeof(GemmParams) == 72 && sizeof(PackParams) == 64 &&
+static_assert(sizeof(QuantRowsParams) == 80 && sizeof(GemmParams) == 80 && sizeof(PackParams) == 64 &&
                   sizeof(AttnParams) == 64,
               "kernel parameter structs must keep the layout the device code expects");
 
@@ -17,6 +17,7 @@ void ActBuffers::ensure(Device& dev, int64_t rows, int64_t k) {
   if (q.bytes() < qb) q = DeviceBuffer(dev, qb);
   if (da.bytes() < sb) da = DeviceBuffer(dev, sb);
   if (sa.bytes() < sb) sa = DeviceBuffer(dev, sb);
+  if (bs.bytes() < act_sum_bytes(rows, k)) bs = DeviceBuffer(dev, act_sum_bytes(rows, k));
 }
 
 DevAddr Scratch::get(Device& dev, size_t bytes) {
@@ -41,6 +42,7 @@ void gpu_quant(Device& dev, QuantMode mode, ActFormat fmt, int64_t k, DevAddr x,
   p.q = dev_ptr<unsigned char>(act.q.addr());
   p.da = dev_ptr<float>(act.da.addr());
   p.sa = dev_ptr<float>(act.sa.addr());
+  p.bs = dev_ptr<short>(act.bs.addr());
   p.rows = static_cast<int>(rows);
   p.ld = static_cast<int>(ld);
   p.eps = eps;
@@ -69,6 +71,7 @@ void gpu_gemm(Device& dev, const GpuWeight& w, const ActBuffers& act, int64_t ro
   p.a = dev_ptr<const unsigned char>(act.q.addr());
   p.da = dev_ptr<const float>(act.da.addr());
   p.sa = dev_ptr<const float>(act.sa.addr());
+  p.bs = dev_ptr<const short>(act.bs.addr());
   p.w = dev_ptr<const unsigned char>(w.quants.addr());
   p.ws = dev_ptr<const float>(w.scales.addr());
   p.wm = dev_ptr<const float>(w.mins.addr());
@@ -77,7 +80,7 @@ void gpu_gemm(Device& dev, const GpuWeight& w, const ActBuffers& act, int64_t ro
   p.ldy = static_cast<int>(ldy);
   p.accumulate = accumulate ? 1 : 0;
   const GemmDesc d = w.desc();
-  dev.launch(d.name(), gemm_launch(d, rows), &p, sizeof p);
+  dev.launch(d.name(), gemm_launch(d, rows, dev.arch()), &p, sizeof p);
 }
 
 void gpu_pack(Device& dev, const PackDesc& d, DevAddr x, int64_t rows, int64_t ld, DevAddr bias, DevAddr cos_t,

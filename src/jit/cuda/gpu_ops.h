@@ -29,7 +29,7 @@ struct GpuWeight {
 
 // int8 activation fragments with their scales (grown on demand), and what they currently hold.
 struct ActBuffers {
-  DeviceBuffer q, da, sa;
+  DeviceBuffer q, da, sa, bs;
   ActFormat format = ActFormat::Q8_0;
   int64_t rows = 0, k = 0;  // of the last quantisation
   void ensure(Device& dev, int64_t rows, int64_t k);

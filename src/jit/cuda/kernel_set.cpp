@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "jit/cuda/kernel_text.h"
+#include "jit/cuda/kernels/params.cuh"
 #include "jit/weight_types.h"
 #include "common/error.h"
 
@@ -73,7 +74,17 @@ std::string AttnDesc::name() const {
   return "dllm_attn_h" + std::to_string(n_head) + "_kv" + std::to_string(n_head_kv) + "_d" + std::to_string(head_dim);
 }
 
-Launch gemm_launch(const GemmDesc& d, int64_t rows) {
+bool tiled_gemm(WeightFormat f) {
+  const WeightTypeTraits* w = weight_traits(f);
+  return w && w->gpu_raw;
+}
+
+Launch gemm_launch(const GemmDesc& d, int64_t rows, int arch) {
+  if (tiled_gemm(d.format)) {
+    static_assert(kRowPad % kTcRows == 0 && kGemmBlockTiles * 8 == kTcCols, "tiles must divide the padding");
+    return {to_unsigned(padded_ntiles(d.n) * 8 / kTcCols, "grid"), to_unsigned(pad_rows(rows) / kTcRows, "grid"),
+            static_cast<unsigned>(kTcThreads), static_cast<unsigned>(gemm_tc_smem_bytes(gemm_tc_stages(arch)))};
+  }
   return {to_unsigned(padded_ntiles(d.n) / kGemmBlockTiles, "grid"),
           to_unsigned((pad_rows(rows) + kGemmBlockRows - 1) / kGemmBlockRows, "grid"), kGemmThreads};
 }
@@ -91,6 +102,9 @@ Launch attn_launch(const AttnDesc& d, int64_t n_q) {
 size_t act_bytes(int64_t rows, int64_t k) { return static_cast<size_t>(pad_rows(rows) * padded_kblocks(k) * 32); }
 size_t act_scale_bytes(int64_t rows, int64_t k) {
   return static_cast<size_t>(pad_rows(rows) * padded_kblocks(k)) * sizeof(float);
+}
+size_t act_sum_bytes(int64_t rows, int64_t k) {
+  return static_cast<size_t>(pad_rows(rows) * padded_kblocks(k)) * sizeof(int16_t);
 }
 
 void KernelSet::add(const KernelSet& o) {
@@ -127,6 +141,11 @@ std::string KernelSet::source() const {
       << ", " << d.k << ">(p); }\n";
   }
   for (const auto& d : gemm_) {
+    if (tiled_gemm(d.format)) {  // two blocks per SM: at most 128 registers
+      s << "extern \"C\" __global__ void __launch_bounds__(" << kTcThreads << ", 2) " << d.name()
+        << "(const GemmParams p) { gemm_tc_q4_k_body<" << d.n << ", " << d.k << ">(p); }\n";
+      continue;
+    }
     s << "extern \"C\" __global__ void __launch_bounds__(" << kGemmThreads << ") " << d.name()
       << "(const GemmParams p) { gemm_body<" << static_cast<int>(d.format) << ", " << d.n << ", " << d.k
       << ">(p); }\n";

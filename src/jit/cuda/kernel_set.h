@@ -59,6 +59,7 @@ struct AttnDesc {
 // Launch geometry (grid x/y, block x) of each kernel for a given number of rows.
 struct Launch {
   unsigned grid_x = 1, grid_y = 1, block_x = 1;
+  unsigned shared_bytes = 0;  // dynamic shared memory
 };
 inline constexpr int64_t kRowPad = 64;  // activation rows are padded to a multiple of this
 inline int64_t pad_rows(int64_t rows) { return (rows + kRowPad - 1) / kRowPad * kRowPad; }
@@ -67,14 +68,18 @@ inline int64_t padded_kblocks(int64_t k) { return (k / 32 + 3) / 4 * 4; }
 // 8-column weight tiles, padded to a whole GEMM block (16 tiles).
 inline int64_t padded_ntiles(int64_t n) { return (n / 8 + 15) / 16 * 16; }
 
-Launch gemm_launch(const GemmDesc& d, int64_t rows);
+// arch: 10 * major + minor of the device (0: the emulator), which sets the tiled GEMM's pipeline depth.
+Launch gemm_launch(const GemmDesc& d, int64_t rows, int arch);
+// True for the weight formats the tiled GEMM (kernels/gemm_tc.cuh) runs.
+bool tiled_gemm(WeightFormat f);
 Launch quant_launch(int64_t rows);
 Launch pack_launch(const PackDesc& d, int64_t rows);
 Launch attn_launch(const AttnDesc& d, int64_t n_q);
 
-// Bytes of the int8 activation fragments and of each scale array for `rows` rows of k values.
+// Bytes of the int8 activation fragments, of each f32 scale array and of the int16 sums for `rows` rows of k values.
 size_t act_bytes(int64_t rows, int64_t k);
 size_t act_scale_bytes(int64_t rows, int64_t k);
+size_t act_sum_bytes(int64_t rows, int64_t k);
 
 class KernelSet {
  public:

@@ -3,7 +3,9 @@
 // (first word) and 16+4t..16+4t+3 (second word) of a 32-value block.
 #include "jit/cuda/weight_pack.h"
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "common/error.h"
 #include "model/quant.h"
@@ -20,13 +22,6 @@ size_t byte_offset(int64_t kb, int col, int kk) {
          static_cast<size_t>(kk % 4);
 }
 
-// Nibble format (Q4_K): records [kb/4][lane], word kb%4, low nibble for kk < 16, high nibble otherwise.
-size_t nibble_offset(int64_t kb, int col, int kk) {
-  const int lane = col * 4 + (kk % 16) / 4;
-  return (static_cast<size_t>(kb / 4) * 32 + static_cast<size_t>(lane)) * 16 + static_cast<size_t>(kb % 4) * 4 +
-         static_cast<size_t>(kk % 4);
-}
-
 template <class Block>
 Block block_at(const uint8_t* row, int64_t i) {
   Block b;
@@ -34,7 +29,7 @@ Block block_at(const uint8_t* row, int64_t i) {
   return b;
 }
 
-// The per-32 scales d*sc and mins dmin*m of a Q4_K / Q5_K super-block sb, as the reference decoder forms them.
+// The per-32 scales d*sc and mins dmin*m of a Q5_K super-block sb, as the reference decoder forms them.
 template <class Block>
 void scale_min_columns(const Block& b, int64_t sb, int col, float* ts, float* tm) {
   const float d = quant::fp16_to_f32(b.d), dmin = quant::fp16_to_f32(b.dmin);
@@ -86,32 +81,21 @@ void pack_column(const gguf::TensorInfo& t, const PackedLayout& L, const uint8_t
           tq[byte_offset(sb * 8 + e / 32, col, e % 32)] = static_cast<uint8_t>(quant::q5_k_quant(b, e));
       }
       break;
-    case WeightFormat::Q4_K:
-      for (int64_t sb = 0; sb < L.k / 256; ++sb) {
-        const auto b = block_at<quant::BlockQ4_K>(row, sb);
-        scale_min_columns(b, sb, col, ts, tm);
-        // Chunk c holds sub-blocks 2c (low nibbles) and 2c+1 (high nibbles) in 32 bytes.
-        for (int c = 0; c < 4; ++c) {
-          for (int l = 0; l < 32; ++l) {
-            const uint8_t byte = b.qs[32 * c + l];
-            const int64_t kb_lo = sb * 8 + 2 * c, kb_hi = kb_lo + 1;
-            tq[nibble_offset(kb_lo, col, l)] |= static_cast<uint8_t>((byte & 0xf) << (l >= 16 ? 4 : 0));
-            tq[nibble_offset(kb_hi, col, l)] |= static_cast<uint8_t>((byte >> 4) << (l >= 16 ? 4 : 0));
-          }
-        }
-      }
-      break;
     default: throw Error("tensor " + std::string(t.name) + ": no GPU packing for " + ggml_type_name(L.format));
   }
 }
 
 }  // namespace
 
+bool PackedLayout::raw() const { return require_weight_traits(format, "GPU weight format").gpu_raw; }
+
 size_t PackedLayout::quant_bytes_per_tile() const {
-  return static_cast<size_t>(kbp) * (require_weight_traits(format, "GPU weight format").gpu_nibbles ? 128 : 256);
+  if (raw()) return 8 * static_cast<size_t>(k / weight_traits(format)->block * weight_traits(format)->block_bytes);
+  return static_cast<size_t>(kbp) * 256;
 }
 
 size_t PackedLayout::scales_per_tile() const {
+  if (raw()) return 0;
   return static_cast<size_t>(kbp) * 8 * require_weight_traits(format, "GPU weight format").gpu_scales_per_32;
 }
 
@@ -137,10 +121,17 @@ void pack_tiles(const gguf::TensorInfo& t, const PackedLayout& L, int64_t tile0,
                 float* scales, float* mins) {
   const size_t qpt = L.quant_bytes_per_tile(), spt = L.scales_per_tile();
   const size_t tiles = static_cast<size_t>(tile1 - tile0);
+  const uint64_t row_bytes = t.row_bytes();
+  if (L.raw()) {  // the file's rows as they are; padding columns zero
+    const int64_t j0 = tile0 * 8, j1 = std::min(tile1 * 8, L.n);
+    const size_t have = j1 > j0 ? static_cast<size_t>(j1 - j0) * row_bytes : 0;
+    if (have) std::memcpy(quants, t.data + static_cast<uint64_t>(j0) * row_bytes, have);
+    std::memset(quants + have, 0, qpt * tiles - have);
+    return;
+  }
   std::memset(quants, 0, qpt * tiles);
   std::memset(scales, 0, spt * tiles * sizeof(float));
   if (L.has_mins()) std::memset(mins, 0, spt * tiles * sizeof(float));
-  const uint64_t row_bytes = t.row_bytes();
   for (int64_t tile = tile0; tile < tile1; ++tile) {
     const size_t i = static_cast<size_t>(tile - tile0);
     for (int col = 0; col < 8; ++col) {
@@ -154,6 +145,12 @@ void pack_tiles(const gguf::TensorInfo& t, const PackedLayout& L, int64_t tile0,
 
 float packed_value(const PackedLayout& L, const uint8_t* quants, const float* scales, const float* mins, int64_t j,
                    int64_t c) {
+  if (L.raw()) {
+    const size_t row_bytes = L.quant_bytes_per_tile() / 8;
+    std::vector<float> row(static_cast<size_t>(L.k));
+    quant::dequantize_row(L.format, quants + static_cast<size_t>(j) * row_bytes, row.data(), L.k);
+    return row[static_cast<size_t>(c)];
+  }
   const int64_t tile = j / 8, kb = c / 32;
   const int col = static_cast<int>(j % 8), kk = static_cast<int>(c % 32);
   const uint8_t* tq = quants + static_cast<size_t>(tile) * L.quant_bytes_per_tile();
@@ -164,11 +161,6 @@ float packed_value(const PackedLayout& L, const uint8_t* quants, const float* sc
       return ts[kb * 8 + col] * static_cast<float>(static_cast<int8_t>(tq[byte_offset(kb, col, kk)]));
     case WeightFormat::Q6_K:
       return ts[(kb * 2 + kk / 16) * 8 + col] * static_cast<float>(static_cast<int8_t>(tq[byte_offset(kb, col, kk)]));
-    case WeightFormat::Q4_K: {
-      const int q = (tq[nibble_offset(kb, col, kk)] >> (kk >= 16 ? 4 : 0)) & 0xf;
-      const float* tm = mins + static_cast<size_t>(tile) * L.scales_per_tile();
-      return ts[kb * 8 + col] * static_cast<float>(q) - tm[kb * 8 + col];
-    }
     case WeightFormat::Q5_K: {
       const float* tm = mins + static_cast<size_t>(tile) * L.scales_per_tile();
       return ts[kb * 8 + col] * static_cast<float>(tq[byte_offset(kb, col, kk)]) - tm[kb * 8 + col];

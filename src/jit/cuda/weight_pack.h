@@ -1,6 +1,7 @@
-// Repacking of Q4_K / Q5_K / Q6_K / Q8_0 / Q5_0 weight matrices into the layout the int8 tensor-core GEMM reads
-// (kernels/gemm.cuh): quants as ready-made mma B fragments (Q4_K kept at 4 bits, two per byte; Q5_K (0..31),
-// Q6_K, Q8_0 and Q5_0 (q - 16) as int8), and one f32 scale (plus one f32 min for Q4_K and Q5_K) per 32 values and column
+// The device layouts of Q4_K / Q5_K / Q6_K / Q8_0 / Q5_0 weight matrices. Q4_K (the table's `gpu_raw`) keeps the
+// GGUF's own rows, byte for byte, for the tiled GEMM (kernels/gemm_tc.cuh). The others are repacked into the layout
+// kernels/gemm.cuh reads: quants as ready-made mma B fragments (Q5_K (0..31),
+// Q6_K, Q8_0 and Q5_0 (q - 16) as int8), and one f32 scale (plus one f32 min for Q5_K) per 32 values and column
 // (per 16 values for Q6_K). Scales are computed exactly as the reference decoder computes them (d*sc, dmin*m in f32),
 // so the packed weights decode to the reference values bit for bit. Columns are processed in ranges of
 // 8-column tiles so a large matrix can be packed and uploaded piece by piece.
@@ -20,9 +21,10 @@ struct PackedLayout {
   WeightFormat format = WeightFormat::Q8_0;
   int64_t n = 0, k = 0;
   int64_t ntiles = 0;  // 8-column tiles, padded to a whole GEMM block
+  bool raw() const;    // the GGUF's rows as they are (quant_bytes_per_tile = 8 rows; no scales)
   int64_t kbp = 0;     // 32-value blocks per row, padded to a multiple of 4
   size_t quant_bytes_per_tile() const;
-  size_t scales_per_tile() const;  // f32 values of ws per tile (and of wm for Q4_K, Q5_K)
+  size_t scales_per_tile() const;  // f32 values of ws per tile (and of wm for Q5_K)
   size_t quant_bytes() const { return quant_bytes_per_tile() * static_cast<size_t>(ntiles); }
   size_t scale_count() const { return scales_per_tile() * static_cast<size_t>(ntiles); }
   bool has_mins() const { return weight_traits(format) && weight_traits(format)->gpu_mins; }

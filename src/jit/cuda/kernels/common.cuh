@@ -39,6 +39,52 @@ DEV void mma_s8_16816(int (&d)[4], u32 a0, u32 a1, u32 b0) {
       : "r"(a0), "r"(a1), "r"(b0));
 }
 
+// The same with unsigned A bytes (0..255) and signed B bytes.
+DEV void mma_u8s8_16816(int (&d)[4], u32 a0, u32 a1, u32 b0) {
+  asm("mma.sync.aligned.m16n8k16.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+      : "r"(a0), "r"(a1), "r"(b0));
+}
+
+// Four 8x8 matrices of 16-bit elements from shared memory: lane 8i + r gives the address of row r of matrix i
+// (16 bytes); lane 4g + t receives in x[i] row g, elements 2t and 2t+1 of matrix i (bytes 4t..4t+3).
+DEV void ldmatrix_x4(u32 (&x)[4], const void* smem_row) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem_row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3])
+               : "r"(s));
+}
+
+// Asynchronous 16-byte copies from global to shared memory (sm_80+), in commit groups. EF: the source is
+// streamed once (the weights): L2 may evict it first.
+DEV void cp_async16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+}
+DEV unsigned long long evict_first_policy() {
+  unsigned long long p;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+DEV void cp_async16_ef(void* smem, const void* gmem, unsigned long long policy) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "l"(policy)
+               : "memory");
+}
+DEV void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+DEV void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// The kernel's dynamic shared memory (its size is the launch's).
+DEV unsigned char* dyn_smem() {
+  extern __shared__ __align__(16) unsigned char dllm_dyn_smem[];
+  return dllm_dyn_smem;
+}
+DEV u32 byte_perm(u32 lo, u32 hi, u32 sel) { return __byte_perm(lo, hi, sel); }
+
 // D(16x8, f32) += A(16x16, f16, row) * B(16x8, f16, col). Each u32 holds two halves, lower k first:
 //   A: a0 = row g k 2t,2t+1; a1 = row g+8 k 2t..; a2 = row g k 8+2t..; a3 = row g+8 k 8+2t..
 //   B: b0 = col g k 2t,2t+1; b1 = col g k 8+2t..      D: as for the s8 product.
@@ -72,6 +118,7 @@ DEV uint4 ld_u4(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p))
 DEV uint4 lds_u4(const void* p) { return *reinterpret_cast<const uint4*>(p); }
 DEV void st_u4(void* p, uint4 v) { *reinterpret_cast<uint4*>(p) = v; }
 DEV u32 lds_u32(const void* p) { return *reinterpret_cast<const u32*>(p); }
+DEV uint2 lds_u2(const void* p) { return *reinterpret_cast<const uint2*>(p); }
 DEV u32 ld_u32(const void* p) { return __ldg(reinterpret_cast<const u32*>(p)); }
 DEV float2 ld_f2(const float* p) { return __ldg(reinterpret_cast<const float2*>(p)); }
 DEV float ld_f(const float* p) { return __ldg(p); }

@@ -1,12 +1,12 @@
-// The quantised matrix product on int8 tensor cores: y[r][j] (+)= sum_k act[r][k] * W[j][k].
+// The quantised matrix product on int8 tensor cores for the repacked weight types (Q4_K has its own tiled
+// kernel, gemm_tc.cuh): y[r][j] (+)= sum_k act[r][k] * W[j][k].
 // Activations arrive as int8 fragments with per-(row, 32-block) scales (quant.cuh); weights as the
 // fragments weight_pack.cpp writes at load. Each mma.m16n8k32 (or two m16n8k16 for Q6_K's 16-value
 // sub-blocks) yields the exact int32 dot product of one 32-value block; the block scales are applied in
 // f32 right after it:
 //   Q8_0:  x_w = s*q                 acc += da*s * dot
 //   Q5_0:  as Q8_0, q = ggml's q - 16 (in -16..15) as bytes
-//   Q4_K:  x_w = s*q - m (q in 0..15) acc += da*s * dot - m * (da*sum(q_a))
-//   Q5_K:  x_w = s*q - m (q in 0..31) as Q4_K, quants as bytes
+//   Q5_K:  x_w = s*q - m (q in 0..31) acc += da*s * dot - m * (da*sum(q_a))
 //   Q6_K:  x_w = s_h*q per 16 values  acc += da * (s_lo*dot_lo + s_hi*dot_hi)
 //
 // Tiling: a warp computes 32 rows x 32 columns (2 x 4 mma tiles), a block of 4 warps 32 rows x 128
@@ -14,11 +14,8 @@
 // into registers as 16-byte loads whose layout is already the fragment layout, so no shared memory and
 // no block synchronisation are needed.
 //
-// Weight fragment layout, per 8-column tile nt and 16-byte lane record:
-//   byte formats (Q8_0, Q5_0 as q-16, Q5_K, Q6_K as q-32): records [nt][kb/2][lane]; words {b0, b1} of kb even, then odd;
-//   nibble format (Q4_K): records [nt][kb/4][lane]; word j = k-block 4*(kb/4)+j, byte i = q(k=4t+i) |
-//   q(k=16+4t+i) << 4, so b0 = w & 0x0F0F0F0F and b1 = (w >> 4) & 0x0F0F0F0F.
-//   lane 4g+t of tile nt covers column 8*nt + g.
+// Weight fragment layout, per 8-column tile nt and 16-byte lane record (Q8_0, Q5_0 as q-16, Q5_K, Q6_K as q-32):
+//   records [nt][kb/2][lane]; words {b0, b1} of kb even, then odd; lane 4g+t of tile nt covers column 8*nt + g.
 // Scales: ws[(nt*KBP + kb)*8 + c] (Q6_K: ws[((nt*KBP + kb)*2 + half)*8 + c]), mins wm like ws.
 #ifndef DLLM_CUDA_GEMM_CUH
 #define DLLM_CUDA_GEMM_CUH
@@ -31,12 +28,37 @@ constexpr int kGemmNTiles = 4;   // 8-column tiles per warp
 // Threads per block: 32 * kGemmWarps = 128; a block covers 16 * kGemmMTiles = 32 rows and
 // kGemmWarps * kGemmNTiles = 16 column tiles (128 columns). kernel_set.cpp launches accordingly.
 
+// Stores one thread's part of an mma output tile: v[0], v[1] at (row, col), (row, col + 1), v[2], v[3] eight rows
+// below; rows at or past p.rows and columns at or past N are skipped. Adds onto y when p.accumulate.
+template <int N>
+DEV void gemm_store_tile(const GemmParams& p, int row, int col, const float (&v)[4]) {
+  if (col >= N) return;
+  UNROLL
+  for (int h = 0; h < 2; ++h) {
+    if (row + 8 * h >= p.rows) continue;
+    float* y = p.y + static_cast<long long>(row + 8 * h) * p.ldy + col;
+    y[0] = p.accumulate ? y[0] + v[2 * h] : v[2 * h];
+    y[1] = p.accumulate ? y[1] + v[2 * h + 1] : v[2 * h + 1];
+  }
+}
+
+template <class T, int A, int B>
+DEV void zero_tiles(T (&x)[A][B][4]) {
+  UNROLL
+  for (int a = 0; a < A; ++a)
+    UNROLL
+    for (int b = 0; b < B; ++b)
+      UNROLL
+      for (int i = 0; i < 4; ++i) x[a][b][i] = T(0);
+}
+
 template <int WT, int N, int K>
 DEV void gemm_body(const GemmParams& p) {
   static_assert(N % 8 == 0 && K % 32 == 0, "bad GEMM shape");
+  static_assert(WT != WT_Q4_K, "Q4_K runs gemm_tc_q4_k_body");
   constexpr int KBP = (K / 32 + 3) / 4 * 4;
-  constexpr int KG = WT == WT_Q4_K ? 4 : 2;  // k-blocks per 16-byte weight record
-  constexpr bool MINS = WT == WT_Q4_K || WT == WT_Q5_K;  // x_w = s*q - m
+  constexpr int KG = 2;  // k-blocks per 16-byte weight record
+  constexpr bool MINS = WT == WT_Q5_K;  // x_w = s*q - m
   constexpr int NKG = KBP / KG;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -44,12 +66,7 @@ DEV void gemm_body(const GemmParams& p) {
   const int mt0 = blockIdx.y * kGemmMTiles;
 
   float acc[kGemmMTiles][kGemmNTiles][4];
-  UNROLL
-  for (int mt = 0; mt < kGemmMTiles; ++mt)
-    UNROLL
-    for (int nt = 0; nt < kGemmNTiles; ++nt)
-      UNROLL
-      for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.f;
+  zero_tiles(acc);
 
   UNROLL_1
   for (int kg = 0; kg < NKG; ++kg) {
@@ -77,15 +94,7 @@ DEV void gemm_body(const GemmParams& p) {
       }
       UNROLL
       for (int nt = 0; nt < kGemmNTiles; ++nt) {
-        u32 b0, b1;
-        if (WT == WT_Q4_K) {
-          const u32 w = u4_get(bq[nt], j);
-          b0 = w & 0x0F0F0F0Fu;
-          b1 = (w >> 4) & 0x0F0F0F0Fu;
-        } else {
-          b0 = u4_get(bq[nt], 2 * j);
-          b1 = u4_get(bq[nt], 2 * j + 1);
-        }
+        const u32 b0 = u4_get(bq[nt], 2 * j), b1 = u4_get(bq[nt], 2 * j + 1);
         const long long sidx = static_cast<long long>(nt0 + nt) * KBP + kb;
         if (WT == WT_Q6_K) {
           const float2 slo = ld_f2(p.ws + (sidx * 2) * 8 + 2 * t);
@@ -128,26 +137,9 @@ DEV void gemm_body(const GemmParams& p) {
 
   // Epilogue: d0/d1 are row g, columns 2t and 2t+1; d2/d3 the same columns of row g+8.
   UNROLL
-  for (int mt = 0; mt < kGemmMTiles; ++mt) {
+  for (int mt = 0; mt < kGemmMTiles; ++mt)
     UNROLL
-    for (int nt = 0; nt < kGemmNTiles; ++nt) {
-      const int col = (nt0 + nt) * 8 + 2 * t;
-      if (col >= N) continue;
-      UNROLL
-      for (int hr = 0; hr < 2; ++hr) {
-        const int row = (mt0 + mt) * 16 + g + 8 * hr;
-        if (row >= p.rows) continue;
-        float* y = p.y + static_cast<long long>(row) * p.ldy + col;
-        if (p.accumulate) {
-          y[0] += acc[mt][nt][2 * hr];
-          y[1] += acc[mt][nt][2 * hr + 1];
-        } else {
-          y[0] = acc[mt][nt][2 * hr];
-          y[1] = acc[mt][nt][2 * hr + 1];
-        }
-      }
-    }
-  }
+    for (int nt = 0; nt < kGemmNTiles; ++nt) gemm_store_tile<N>(p, (mt0 + mt) * 16 + g, (nt0 + nt) * 8 + 2 * t, acc[mt][nt]);
 }
 
 #endif

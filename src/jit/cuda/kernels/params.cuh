@@ -14,6 +14,7 @@ struct QuantRowsParams {
   unsigned char* q;    // out: int8 fragments
   float* da;           // out: [rows_pad][KBP] block scales
   float* sa;           // out: [rows_pad][KBP] da * sum of the block's quants
+  short* bs;           // out: [rows_pad][KBP] the sum of the block's quants (the tiled GEMM's min term)
   int rows;            // valid output rows (rows_pad = gridDim.x; padding rows are written as zeros)
   int ld;              // row stride of x and x2, in floats
   float eps;           // rmsnorm epsilon
@@ -24,6 +25,7 @@ struct GemmParams {
   const unsigned char* a;  // activation fragments (QuantRowsParams::q)
   const float* da;         // activation block scales
   const float* sa;         // activation block sums (Q4_K's and Q5_K's min term)
+  const short* bs;         // activation block sums of the quants, as integers (the tiled Q4_K GEMM)
   const unsigned char* w;  // weight fragments (weight_pack.h)
   const float* ws;         // weight block scales
   const float* wm;         // Q4_K, Q5_K: weight block mins; otherwise unused
@@ -32,6 +34,20 @@ struct GemmParams {
   int ldy;                 // row stride of y, in floats
   int accumulate;          // 1: y += result (residual connection); 0: y = result
 };
+
+// The tiled Q4_K GEMM (gemm_tc.cuh): a block of kTcThreads computes kTcRows x kTcCols outputs, streaming one
+// super-block (256 values of k) per pipeline stage through dynamic shared memory. The host sizes the launch with
+// gemm_tc_smem_bytes(gemm_tc_stages(arch)); the kernel takes its stage count from the same rule.
+constexpr int kTcRows = 64, kTcCols = 128, kTcThreads = 256;
+constexpr int kTcQ4KBlock = 144;                         // bytes of a GGUF Q4_K block (d, dmin, scales, quants)
+constexpr int kTcStageA = kTcRows * 256;                 // int8 activation fragments
+constexpr int kTcStageB = kTcCols * kTcQ4KBlock;         // the GGUF blocks of the block's columns
+constexpr int kTcStageS = kTcRows * 16;                  // int16 activation sums per 32 values
+constexpr int kTcStageBytes = kTcStageA + kTcStageB + kTcStageS;
+constexpr int kTcDecodedBytes = kTcCols * (8 * 4 + 8 + 8);  // scales int32 [8][cols], mins [cols][8], (d, dmin)
+// arch = 10 * major + minor (0: the CPU emulator). Ampere's and Ada's consumer parts allow 99 KiB per block.
+constexpr int gemm_tc_stages(int arch) { return arch == 86 || arch == 87 || arch == 89 ? 2 : 3; }
+constexpr int gemm_tc_smem_bytes(int stages) { return stages * kTcStageBytes + kTcDecodedBytes; }
 
 // Bias, RoPE and conversion to split f16 of one projection's output, rearranged per head for attention.
 struct PackParams {

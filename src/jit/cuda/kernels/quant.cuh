@@ -13,9 +13,10 @@
 //   ACT_Q8_K (for Q4_K / Q6_K weights), per 256 values: max = the value of largest |x| (the first on
 //            ties), iscale = -127/max, q = min(127, rint(iscale * x)) (ties to even), d = 1/iscale.
 // Either way the GEMM reads one scale da and one sum sa = da * sum(q) per 32 values (a Q8_K block's
-// scale repeated over its 8 sub-blocks). The quants are stored pre-arranged as the A operand of
-// mma.m16n8k32: for row tile mt (16 rows) and k-block kb, the 32 lanes' 16-byte records are contiguous;
-// lane 4g+t holds {row g, k 4t..4t+3}, {row g+8, k 4t..}, {row g, k 16+4t..}, {row g+8, k 16+4t..}.
+// scale repeated over its 8 sub-blocks), and the tiled GEMM the integer sum bs = sum(q) (|bs| <= 32 * 127).
+// The quants are stored pre-arranged as the A operand of mma.m16n8k32: for row tile mt (16 rows) and k-block
+// kb, the 32 lanes' 16-byte records are contiguous; lane 4g+t holds {row g, k 4t..4t+3}, {row g+8, k 4t..},
+// {row g, k 16+4t..}, {row g+8, k 16+4t..}.
 // KBP = the number of k-blocks rounded up to a multiple of 4 (extra blocks are zeros).
 // The fused RMSNorm runs in double like the CPU path (forward.cpp): y = float(double(x) * scale * w).
 enum { QR_PLAIN = 0, QR_RMSNORM = 1, QR_SWIGLU = 2 };
@@ -53,7 +54,10 @@ DEV void quant_rows_body(const QuantRowsParams& p) {
   if (r >= p.rows) {  // padding row: zeros (the whole block takes this branch)
     for (int kb = warp; kb < KBP; kb += WARPS) {
       store_quant(p, r, kb * 32 + lane, KBP, 0);
-      if (lane == 0) p.da[rk + kb] = p.sa[rk + kb] = 0.f;
+      if (lane == 0) {
+        p.da[rk + kb] = p.sa[rk + kb] = 0.f;
+        p.bs[rk + kb] = 0;
+      }
     }
     return;
   }
@@ -87,6 +91,7 @@ DEV void quant_rows_body(const QuantRowsParams& p) {
         const float dh = f16_to_f32(f32_to_f16(d));
         p.da[rk + kb] = dh;
         p.sa[rk + kb] = dh * static_cast<float>(qsum);
+        p.bs[rk + kb] = static_cast<short>(qsum);
       }
     }
   } else {
@@ -126,6 +131,7 @@ DEV void quant_rows_body(const QuantRowsParams& p) {
         if (lane == 0) {
           p.da[rk + b * 8 + i] = d;
           p.sa[rk + b * 8 + i] = d * static_cast<float>(qsum);
+          p.bs[rk + b * 8 + i] = static_cast<short>(qsum);
         }
       }
     }
