@@ -333,6 +333,99 @@ TEST(GpuEmulated, GemmQ4_K) {
   check_gemm(GgmlType::Q4_K, 24, 512, 37);
   check_gemm(GgmlType::Q4_K, 24, 512, 1);
 }
+TEST(GpuEmulated, GemmQ4_KTiledPipelineAcrossBlocks) {
+  // Eight super-blocks through the three-stage pipeline; three column blocks (264 columns padded to 384) and two
+  // row blocks, the second partly padding.
+  check_gemm(GgmlType::Q4_K, 264, 2048, 100);
+  check_gemm(GgmlType::Q4_K, 264, 2048, 64);
+}
+
+// With d = dmin = 1 and activations that Q8_K quantises to themselves (scale 1), the tiled GEMM's float result is
+// its integer parts, sum over super-blocks of sum_j sc_j dot_j - sum_j m_j bsum_j: they must equal the reference's
+// integers exactly (every partial sum stays below 2^24, so no float rounding can hide an error).
+TEST(GpuEmulated, GemmQ4_KIntegerPartsAreExact) {
+  constexpr int64_t n = 136, k = 512, rows = 70;
+  SynthTensor t = synth_tensor(GgmlType::Q4_K, n, k, 23);
+  const uint16_t one = quant::f32_to_fp16(1.f);
+  for (size_t off = 0; off < t.bytes.size(); off += 144) {
+    std::memcpy(&t.bytes[off], &one, 2);
+    std::memcpy(&t.bytes[off + 2], &one, 2);
+  }
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> val(-126, 127);
+  std::vector<float> x(static_cast<size_t>(rows * k));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = i % 256 == 0 ? -127.f : static_cast<float>(val(rng));
+
+  EmulatorDevice dev;
+  const jc::GpuWeight w = upload_weight(dev, t.info);
+  jc::KernelSet set;
+  set.add(w.desc());
+  set.add(jc::QuantDesc{jc::QuantMode::Plain, jc::ActFormat::Q8_K, k});
+  dev.load_kernels(set);
+  Upload xd(dev, x.data(), x.size() * 4);
+  jc::ActBuffers act;
+  jc::gpu_quant(dev, jc::QuantMode::Plain, jc::ActFormat::Q8_K, k, xd.buf.addr(), 0, 0, 0, rows, k, 0.f, act);
+  DeviceBuffer y(dev, static_cast<size_t>(rows * n) * 4);
+  jc::gpu_gemm(dev, w, act, rows, y.addr(), n, false);
+  std::vector<float> got(static_cast<size_t>(rows * n));
+  dev.download(got.data(), y.addr(), got.size() * 4);
+
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < n; ++j) {
+      const uint8_t* row = t.bytes.data() + j * (k / 256) * 144;
+      int64_t total = 0;
+      for (int64_t sb = 0; sb < k / 256; ++sb) {
+        const uint8_t* b = row + sb * 144;
+        int64_t isum = 0, msum = 0;
+        for (int jj = 0; jj < 8; ++jj) {
+          uint8_t sc = 0, m = 0;
+          quant::scale_min_k4(jj, b + 4, &sc, &m);
+          int64_t dot = 0, bsum = 0;
+          for (int l = 0; l < 32; ++l) {
+            const int q = (b[16 + 32 * (jj / 2) + l] >> (4 * (jj % 2))) & 0xF;
+            const int a = static_cast<int>(x[r * k + sb * 256 + 32 * jj + l]);
+            dot += q * a;
+            bsum += a;
+          }
+          isum += sc * dot;
+          msum += m * bsum;
+        }
+        ASSERT_LT(std::abs(isum) + std::abs(msum), 1 << 24);
+        total += isum - msum;
+        ASSERT_LT(std::abs(total), 1 << 24);
+      }
+      ASSERT_EQ(got[r * n + j], static_cast<float>(total)) << "row " << r << " column " << j;
+    }
+  }
+  EXPECT_EQ(dev.live_overruns(), 0u);
+}
+
+// The emulator runs cp.async as the hardware may: shared memory changes only when a wait retires the group, so a
+// kernel that reads a pipeline stage before waiting for it reads the poison, not the data.
+TEST(GpuEmulated, AsyncCopiesLandOnlyAtTheirWait) {
+  alignas(16) unsigned char src[2][16];
+  for (int i = 0; i < 16; ++i) src[0][i] = static_cast<unsigned char>(i), src[1][i] = static_cast<unsigned char>(100 + i);
+  std::vector<int> seen;
+  dllm_emu::Emulator::get().run(
+      1, 1, 32,
+      [&] {
+        unsigned char* sm = dyn_smem();
+        if (threadIdx.x != 0) return;
+        cp_async16(sm, src[0]);
+        cp_async_commit();
+        cp_async16(sm + 16, src[1]);
+        cp_async_commit();
+        seen.push_back(sm[5]);  // nothing retired: poison
+        cp_async_wait<1>();     // the older group lands, the newer one is still in flight
+        seen.push_back(sm[5]);
+        seen.push_back(sm[16 + 5]);
+        cp_async_wait<0>();
+        seen.push_back(sm[16 + 5]);
+      },
+      64);
+  EXPECT_EQ(seen, (std::vector<int>{0xff, 5, 0xff, 105}));
+}
+
 TEST(GpuEmulated, GemmQ5_K) {
   check_gemm(GgmlType::Q5_K, 24, 512, 37);
   check_gemm(GgmlType::Q5_K, 24, 512, 1);

@@ -83,6 +83,8 @@ inline const std::map<std::string, Launcher>& emulated_kernels() {
     add_gemm_all_formats<1024, 256>(m);
     add_gemm_all_formats<24, 512>(m);  // unit tests: a partial block of columns
     add_gemm_all_formats<136, 96>(m);  // Q8_0 unit test: k-blocks padded (3 -> 4)
+    add_gemm<WT_Q4_K, 264, 2048>(m);   // the tiled Q4_K GEMM: a deep pipeline, several blocks each way
+    add_gemm<WT_Q4_K, 136, 512>(m);
     add_gemm<WT_Q5_0, 136, 96>(m);     // Q5_0 unit tests (no fixture model has Q5_0): the same, and
     add_gemm<WT_Q5_0, 24, 704>(m);     // DiffusionGemma's down-projection width (22 k-blocks -> 24)
     // tiny-diffusion-gemma-A (D 256, 4 heads of 64 sliding / 128 global, F 192, 8 experts of 64, vocabulary
@@ -108,6 +110,7 @@ inline const std::map<std::string, Launcher>& emulated_kernels() {
     add_quant_all<512>(m);
     add_quant_all<96>(m);
     add_quant_all<704>(m);
+    add_quant<QR_PLAIN, ACT_Q8_K, 2048>(m);
     add_pack<4, 64, 64, PK_NORM, 0>(m);  // llada q, k
     add_pack<4, 64, 64, PK_NONE, 1>(m);  // llada v
     add_pack<4, 64, 64, PK_NEOX, 0>(m);  // dream q
