@@ -11,6 +11,11 @@
 #include <filesystem>
 #include <future>
 #include <nlohmann/json.hpp>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <unistd.h>
 #include <string>
 #include <vector>
 
@@ -187,6 +192,142 @@ TEST(GpuCompile, EveryKernelCompilesForSm80Sm86Sm89Sm90WithTensorCoreInstruction
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   RecordProperty("compile_seconds", std::to_string(s));
+}
+
+// ---------------------------------------------------------------- the machine code of the tiled GEMM
+
+// cuobjdump from the CUDA toolkit, DLLM_CUOBJDUMP, or the nvidia-cuda-cuobjdump wheel that ./dllm test installs
+// into build/venv; "" when none is found.
+std::string find_cuobjdump() {
+  if (const char* e = std::getenv("DLLM_CUOBJDUMP"); e && *e) return e;
+  std::vector<fs::path> candidates = {"/usr/local/cuda/bin/cuobjdump"};
+  const fs::path lib = fs::path(DLLM_BUILD_DIR) / "venv" / "lib";
+  std::error_code ec;
+  if (fs::is_directory(lib, ec)) {
+    for (const auto& py : fs::directory_iterator(lib, ec)) {
+      const fs::path nv = py.path() / "site-packages" / "nvidia";
+      if (!fs::is_directory(nv, ec)) continue;
+      for (const auto& cu : fs::directory_iterator(nv, ec)) candidates.push_back(cu.path() / "bin" / "cuobjdump");
+    }
+  }
+  for (const fs::path& c : candidates) {
+    if (fs::exists(c, ec)) return c.string();
+  }
+  return "";
+}
+
+std::string run_output(const std::string& cmd) {
+  std::string out;
+  FILE* f = popen(cmd.c_str(), "r");
+  if (!f) return out;
+  char buf[4096];
+  size_t n = 0;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  pclose(f);
+  return out;
+}
+
+struct SassInstr {
+  long addr = 0;
+  std::string op;     // opcode with modifiers, predicate dropped: "IMMA.16832.S8.U8"
+  long target = -1;   // branch target
+};
+
+// The instructions of each function in `cuobjdump -sass` output.
+std::map<std::string, std::vector<SassInstr>> parse_sass(const std::string& text) {
+  std::map<std::string, std::vector<SassInstr>> fns;
+  std::vector<SassInstr>* cur = nullptr;
+  std::istringstream in(text);
+  std::string line;
+  const std::regex fn_re(R"(Function : (\S+))");
+  const std::regex ins_re(R"(^\s*/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);)");
+  const std::regex bra_re(R"(0x([0-9a-f]+))");
+  std::smatch m;
+  while (std::getline(in, line)) {
+    if (std::regex_search(line, m, fn_re)) {
+      cur = &fns[m[1]];
+      continue;
+    }
+    if (!cur || !std::regex_search(line, m, ins_re)) continue;
+    SassInstr i;
+    i.addr = std::stol(m[1], nullptr, 16);
+    i.op = m[2];
+    const std::string rest = m[3];
+    std::smatch b;
+    if (i.op.rfind("BRA", 0) == 0 && std::regex_search(rest, b, bra_re)) i.target = std::stol(b[1], nullptr, 16);
+    cur->push_back(i);
+  }
+  return fns;
+}
+
+// The tiled Q4_K GEMM as NVRTC compiles it for sm_90 and sm_80, disassembled: the innermost loop (the one that
+// multiplies) issues at least one IMMA per 10 instructions with no branch but its back edge (no ladder); the
+// k-loop around it fills the pipeline with LDGSTS (cp.async) and the multiply loop reads the nibbles with LDSM;
+// no indirect branch; at most 128 registers and no local memory (no spills).
+TEST(GpuSass, TiledQ4KGemmMainLoop) {
+  REQUIRE_NVRTC();
+  const std::string cuobjdump = find_cuobjdump();
+  if (cuobjdump.empty()) GTEST_SKIP() << "no cuobjdump (CUDA toolkit, DLLM_CUOBJDUMP or build/venv's nvidia-cuda-cuobjdump)";
+  jc::KernelSet set;
+  for (auto [n, k] : {std::pair<int64_t, int64_t>{4096, 4096}, {12288, 4096}, {4096, 12288}})
+    set.add(jc::GemmDesc{jc::WeightFormat::Q4_K, n, k});
+  const fs::path dir = fs::temp_directory_path() / ("dllm-sass-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  for (const char* arch : {"sm_90", "sm_80"}) {
+    SCOPED_TRACE(arch);
+    const jc::CompiledUnit u = nv->compile(set.source(), set.unit_name(), arch);
+    const fs::path cubin = dir / (std::string(arch) + ".cubin");
+    {
+      std::ofstream f(cubin, std::ios::binary);
+      f.write(u.cubin.data(), static_cast<std::streamsize>(u.cubin.size()));
+    }
+    const std::string usage = run_output(cuobjdump + " --dump-resource-usage " + cubin.string() + " 2>&1");
+    const auto fns = parse_sass(run_output(cuobjdump + " -sass " + cubin.string() + " 2>&1"));
+    ASSERT_EQ(fns.size(), 3u) << usage;
+    for (const auto& [name, code] : fns) {
+      SCOPED_TRACE(name);
+      // Resources: "Function NAME:\n REG:128 STACK:0 SHARED:... LOCAL:0 ..."
+      const size_t at = usage.find("Function " + name + ":");
+      ASSERT_NE(at, std::string::npos) << usage;
+      const std::string res = usage.substr(at, usage.find('\n', usage.find('\n', at) + 1) - at);
+      std::smatch m;
+      ASSERT_TRUE(std::regex_search(res, m, std::regex(R"(REG:(\d+) STACK:(\d+) .*LOCAL:(\d+))"))) << res;
+      EXPECT_LE(std::stoi(m[1]), 128) << res;
+      EXPECT_EQ(std::stoi(m[2]), 0) << "stack frame: spills? " << res;
+      EXPECT_EQ(std::stoi(m[3]), 0) << "local memory: spills " << res;
+
+      // Loops: back edges (a branch to an earlier address); the innermost one with IMMAs is the multiply loop.
+      size_t best_lo = 0, best_hi = 0, imma_total = 0;
+      bool found = false;
+      for (size_t i = 0; i < code.size(); ++i) {
+        imma_total += code[i].op.rfind("IMMA", 0) == 0;
+        if (code[i].target < 0 || code[i].target > code[i].addr) continue;
+        size_t lo = i;
+        while (lo > 0 && code[lo].addr > code[i].target) --lo;
+        size_t immas = 0;
+        for (size_t j = lo; j <= i; ++j) immas += code[j].op.rfind("IMMA", 0) == 0;
+        if (immas > 0 && (!found || i - lo < best_hi - best_lo)) best_lo = lo, best_hi = i, found = true;
+      }
+      ASSERT_TRUE(found) << "no loop with IMMA";
+      size_t immas = 0, ldsm = 0, branches = 0;
+      for (size_t j = best_lo; j <= best_hi; ++j) {
+        immas += code[j].op.rfind("IMMA", 0) == 0;
+        ldsm += code[j].op.rfind("LDSM", 0) == 0;
+        branches += code[j].op.rfind("BRA", 0) == 0 || code[j].op.rfind("BRX", 0) == 0;
+      }
+      const size_t len = best_hi - best_lo + 1;
+      std::printf("[ sass ] %s %s: multiply loop %zu instructions, %zu IMMA (%.1f per IMMA), %zu LDSM; %zu IMMA in all\n",
+                  arch, name.c_str(), len, immas, double(len) / double(immas), ldsm, imma_total);
+      EXPECT_LE(len, 10 * immas) << "fewer than one IMMA per 10 instructions in the multiply loop";
+      EXPECT_GE(ldsm, 1u) << "the multiply loop reads shared memory without ldmatrix";
+      EXPECT_EQ(branches, 1u) << "branches inside the multiply loop (a ladder?)";
+      size_t ldgsts = 0, brx = 0;
+      for (const SassInstr& i : code) ldgsts += i.op.rfind("LDGSTS", 0) == 0, brx += i.op.rfind("BRX", 0) == 0;
+      EXPECT_GE(ldgsts, 1u) << "no cp.async (LDGSTS)";
+      EXPECT_EQ(brx, 0u) << "an indirect branch";
+    }
+  }
+  fs::remove_all(dir);
 }
 
 TEST(GpuCompile, ErrorsNameTheUnitAndCarryTheLog) {

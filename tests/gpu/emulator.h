@@ -334,14 +334,19 @@ void warp_mma(const MmaIn& in, T (&d)[4], Compute compute) {
 
 }  // namespace dllm_emu
 
-inline void mma_s8_16832(int (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+// mma.m16n8k32 with s8 A and s8 (B_U8 false) or u8 B.
+template <bool B_U8>
+inline void mma_k32(int (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
   dllm_emu::warp_mma(dllm_emu::MmaIn{{a0, a1, a2, a3}, {b0, b1}}, d, [](const dllm_emu::MmaIn* all, int (&out)[16][8]) {
-    int8_t A[16][32], B[32][8];
+    int A[16][32], B[32][8];
     for (int row = 0; row < 16; ++row)
       for (int k = 0; k < 32; ++k)
         A[row][k] = dllm_emu::byte_of(all[(row % 8) * 4 + (k % 16) / 4].a[(row >= 8) + 2 * (k >= 16)], k % 4);
     for (int k = 0; k < 32; ++k)
-      for (int col = 0; col < 8; ++col) B[k][col] = dllm_emu::byte_of(all[col * 4 + (k % 16) / 4].b[k >= 16], k % 4);
+      for (int col = 0; col < 8; ++col) {
+        const int8_t b = dllm_emu::byte_of(all[col * 4 + (k % 16) / 4].b[k >= 16], k % 4);
+        B[k][col] = B_U8 ? static_cast<int>(static_cast<uint8_t>(b)) : b;
+      }
     for (int row = 0; row < 16; ++row)
       for (int col = 0; col < 8; ++col) {
         int sum = 0;
@@ -349,6 +354,12 @@ inline void mma_s8_16832(int (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u3
         out[row][col] = sum;
       }
   });
+}
+inline void mma_s8_16832(int (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+  mma_k32<false>(d, a0, a1, a2, a3, b0, b1);
+}
+inline void mma_s8u8_16832(int (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+  mma_k32<true>(d, a0, a1, a2, a3, b0, b1);
 }
 
 inline void mma_s8_16816(int (&d)[4], u32 a0, u32 a1, u32 b0) {

@@ -6,7 +6,9 @@
 // mma A fragments by quant.cuh, with their integer sums per 32 values (bs).
 //
 // Arithmetic, per super-block of 256 values, output row r and column j (all integer parts exact):
-//   isum = sum_j sc_j * dot_j         dot_j = the int32 product of sub-block j (one mma.m16n8k32 each)
+//   isum = sum_j sc_j * dot_j         dot_j = the int32 product of sub-block j (one mma.m16n8k32 each). The
+//                                     high nibbles (odd j) multiply in place, as u8 16 q, so the kernel sums
+//                                     16 isum (16 sc_j for even j) and scales it by d / 16: exactly d * isum
 //   msum = sum_j m_j * bsum_j         bsum_j = the activation quants' sum over sub-block j (two mma.m16n8k16:
 //                                     the sums' low bytes as u8 and high bytes as s8, msum = lo + 256 * hi)
 //   acc += da * (d * float(isum) - dmin * float(msum))       one float conversion per super-block
@@ -85,7 +87,7 @@ DEV void gemm_tc_q4_k_body(const GemmParams& p) {
     block_sync();  // stage sb has landed; every warp is done with stage sb - 1 and the decoded table
     if (tid < kTcCols) {  // one column's head: d, dmin, then the 6-bit scales and mins of ggml's Q4_K
       const unsigned char* h = st + kTcStageA + tid * kTcQ4KBlock;
-      ddm[2 * tid] = f16_to_f32(static_cast<unsigned short>(h[0] | (h[1] << 8)));
+      ddm[2 * tid] = f16_to_f32(static_cast<unsigned short>(h[0] | (h[1] << 8))) * 0.0625f;  // d / 16
       ddm[2 * tid + 1] = f16_to_f32(static_cast<unsigned short>(h[2] | (h[3] << 8)));
       const unsigned char* q = h + 4;
       u32 mins[2] = {0u, 0u};
@@ -93,7 +95,7 @@ DEV void gemm_tc_q4_k_body(const GemmParams& p) {
       for (int j = 0; j < 8; ++j) {
         const int sc = j < 4 ? q[j] & 63 : (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
         const int m = j < 4 ? q[j + 4] & 63 : (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-        dsc[j * kTcCols + tid] = sc;
+        dsc[j * kTcCols + tid] = j & 1 ? sc : 16 * sc;
         mins[j >> 2] |= static_cast<u32>(m) << (8 * (j & 3));
       }
       dmn[2 * tid] = mins[0];
@@ -126,12 +128,13 @@ DEV void gemm_tc_q4_k_body(const GemmParams& p) {
         UNROLL
         for (int nt = 0; nt < 4; ++nt) {
           const u32* wt = w[nt >> 1] + 2 * (nt & 1);
-          const u32 b0 = (wt[0] >> (4 * h)) & 0x0F0F0F0Fu, b1 = (wt[1] >> (4 * h)) & 0x0F0F0F0Fu;
+          const u32 mask = h ? 0xF0F0F0F0u : 0x0F0F0F0Fu;  // odd sub-block: 16 q in place
+          const u32 b0 = wt[0] & mask, b1 = wt[1] & mask;
           const uint2 sc = lds_u2(dsc + (2 * c + h) * kTcCols + wn * 32 + nt * 8 + 2 * t);
           UNROLL
           for (int mt = 0; mt < 2; ++mt) {
             int d[4] = {0, 0, 0, 0};
-            mma_s8_16832(d, a[mt].x, a[mt].y, a[mt].z, a[mt].w, b0, b1);
+            mma_s8u8_16832(d, a[mt].x, a[mt].y, a[mt].z, a[mt].w, b0, b1);
             isum[mt][nt][0] += d[0] * static_cast<int>(sc.x);
             isum[mt][nt][1] += d[1] * static_cast<int>(sc.y);
             isum[mt][nt][2] += d[2] * static_cast<int>(sc.x);
