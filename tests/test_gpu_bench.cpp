@@ -2,7 +2,7 @@
 // DLLM_GPU_BENCH=1 and a usable GPU is present. Each kernel is first checked against a reference on a
 // sample of outputs, then timed; results are printed and, when DLLM_GPU_BENCH_OUT names a directory,
 // written there as JSON lines (kernels.jsonl, forward.jsonl).
-//   GpuBench.Gemm:      int8 tensor-core GEMM of every format at LLaDA-8B shapes, 32..1024 rows (TOPS)
+//   GpuBench.Gemm:      int8 tensor-core GEMM of every format at LLaDA-8B shapes, 1, 64, 288, 1024 rows (TOPS)
 //   GpuBench.Attention: flash attention at LLaDA-8B / Dream-7B head shapes, 256..4096 tokens (TFLOPS)
 //   GpuBench.Forward:   whole forward pass of DLLM_GPU_BENCH_MODEL (a `dllm synth` model): load time,
 //                       ms per forward for several canvas lengths, and the DLLM_GPU_PROFILE split.
@@ -138,7 +138,8 @@ TEST(GpuBench, Gemm) {
       const Synth& t = c.t;
       const model::WeightHandle h = c.h;
       const jc::GpuWeight& w = gpu->weight(h);
-      for (int64_t rows : {32, 256, 1024}) {
+      // 1 row (decoding one token), 64 (a canvas of 64), 288 (a 256 canvas after a 32-token prompt), 1024.
+      for (int64_t rows : {1, 64, 288, 1024}) {
         std::mt19937 rng(9);
         std::uniform_real_distribution<float> u(-1.f, 1.f);
         std::vector<float> x(static_cast<size_t>(rows * sh.k));
@@ -176,6 +177,8 @@ TEST(GpuBench, Gemm) {
                                {"ms", sec * 1e3},
                                {"tops", 2.0 * rows * sh.n * sh.k / sec / 1e12},
                                {"weight_gbps", double(w.layout.device_bytes()) / sec / 1e9},
+                               {"weight_bytes", w.layout.device_bytes()},
+                               {"device", dev.describe()},
                                {"quant_ms", quant_sec * 1e3}});
       }
     }

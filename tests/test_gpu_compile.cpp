@@ -424,8 +424,12 @@ TEST(GpuKernelsCommand, WritesSourcePtxCubinAndManifestWithoutAGpu) {
   const std::string cu = read_file(out + "/" + unit + ".cu");
   const std::string ptx = read_file(out + "/" + unit + ".sm_89.ptx");
   const std::string cubin = read_file(out + "/" + unit + ".sm_89.cubin");
-  EXPECT_NE(cu.find("gemm_body<"), std::string::npos);
-  EXPECT_NE(ptx.find("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"), std::string::npos);
+  EXPECT_NE(cu.find("gemm_body<"), std::string::npos);     // Q6_K
+  EXPECT_NE(cu.find("gemm_tc_q4_k_body<"), std::string::npos);  // Q4_K, tiled: the high nibbles as u8
+  EXPECT_NE(ptx.find("mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32"), std::string::npos);
+  EXPECT_NE(ptx.find("mma.sync.aligned.m16n8k16.row.col.s32.u8.s8.s32"), std::string::npos);
+  EXPECT_NE(ptx.find("cp.async.cg.shared.global.L2::cache_hint"), std::string::npos);
+  EXPECT_NE(ptx.find("ldmatrix.sync.aligned.m8n8.x4.shared.b16"), std::string::npos);
   EXPECT_NE(ptx.find("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"), std::string::npos);
   EXPECT_EQ(cubin.substr(0, 4), std::string("\x7f" "ELF"));
   // Q4_K_M: Q6_K for output.weight, blk.1.attn_v.weight and blk.1.ffn_down.weight, Q4_K elsewhere.

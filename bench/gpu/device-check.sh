@@ -17,7 +17,10 @@
 #   parity-generations  greedy `dllm run --device gpu` on the generation fixtures and on variants (every
 #                       remasking mode, --threshold, --dual-cache) against `--device cpu`, token for token
 #   speed-synth         synthetic full-size LLaDA-8B / Dream-7B files (`dllm synth`), outside $OUT
-#   speed-kernels       GEMM and attention kernel throughput (tests/test_gpu_bench.cpp)
+#   speed-kernels       GEMM (1, 64, 288, 1024 rows, every format) and attention kernel throughput
+#                       (GpuBench.Gemm / .Attention in tests/test_gpu_bench.cpp, DLLM_GPU_BENCH=1)
+#   roofline            bench/gpu/roofline.py: each measured GEMM against its predicted time on this GPU
+#                       (bytes / HBM bandwidth, operations / int8 peak), fractions of peak and of HBM
 #   speed-e2e           time per step at canvas 64 and 288, dual-cache block steps, the DLLM_GPU_PROFILE
 #                       split (GEMM, attention, LM head), fraction of HBM bandwidth and of int8 peak
 #   gpu-tests-cpu-side  ctest -R on the GPU suites that need no device (device choice, NVRTC compiles,
@@ -41,7 +44,7 @@
 # environment: OUT (default: bench/results/device-check-<UTC time>), DLLM_DEVICE_CHECK_SKIP_GPU=1.
 # Results under $OUT: summary.txt, summary.json, logs/<stage>.log, machine.txt, nvidia-smi-q.txt,
 # versions.txt, doctor.txt, ctest-*.txt, parity-logits.{csv,json}, parity-generations.{csv,json},
-# kernels.jsonl, speed.{csv,json}, speed-runs/*.json. Exit status: 0 when no stage failed, 1 otherwise,
+# kernels.jsonl, roofline.{txt,json}, speed.{csv,json}, speed-runs/*.json. Exit status: 0 when no stage failed, 1 otherwise,
 # 2 for a usage error. bench/gpu/README.md says more.
 set -u -o pipefail
 
@@ -249,8 +252,8 @@ export -f ctest_stage
 st_gpu_tests_cpu_side() {
   # Skips allowed: the no-driver check on a machine with a driver, NVRTC compiles where NVRTC is missing
   # (the versions stage shows whether it is).
-  ctest_stage cpu-side '^(GpuSelect|GpuCompile|GpuDiskCache|GpuKernelSet|GpuKernelText|GpuKernelsCommand|GpuRunReport)\.' \
-    'ThisMachineWithoutADriverHasNoGpu|GpuCompile\.|GpuDiskCache\.|GpuKernelsCommand\.'
+  ctest_stage cpu-side '^(GpuSelect|GpuCompile|GpuSass|GpuDiskCache|GpuKernelSet|GpuKernelText|GpuKernelsCommand|GpuRunReport)\.' \
+    'ThisMachineWithoutADriverHasNoGpu|GpuCompile\.|GpuSass\.|GpuDiskCache\.|GpuKernelsCommand\.'
 }
 
 st_gpu_tests_device() {
@@ -294,6 +297,16 @@ st_speed_kernels() {
   cp "$dir/kernels.jsonl" "$OUT/kernels.jsonl"
 }
 
+st_roofline() {
+  need_python
+  [ -s "$OUT/kernels.jsonl" ] || skip "no kernels.jsonl: speed-kernels wrote none (it failed or did not run)"
+  local name
+  name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+  [ -n "$name" ] || name=H200
+  "$PY" "$HERE/roofline.py" --gpu "$name" --kernels "$OUT/kernels.jsonl" | tee "$OUT/roofline.txt" &&
+    "$PY" "$HERE/roofline.py" --gpu "$name" --kernels "$OUT/kernels.jsonl" --json > "$OUT/roofline.json"
+}
+
 st_speed_e2e() {
   need_device; need_python; need_dllm
   local l="$SCRATCH/synth-llada-${LAYERS:-full}-Q4_K_M.gguf" d="$SCRATCH/synth-dream-${LAYERS:-full}-Q4_K_M.gguf"
@@ -302,7 +315,7 @@ st_speed_e2e() {
     --llada "$l" --dream "$d" --out "$OUT" --deadline "$STAGE_END"
 }
 export -f st_machine st_configure st_build st_versions st_gpu_tests_cpu_side st_gpu_tests_device \
-  st_parity_logits st_parity_generations st_speed_synth st_speed_kernels st_speed_e2e
+  st_parity_logits st_parity_generations st_speed_synth st_speed_kernels st_roofline st_speed_e2e
 
 # ---------------------------------------------------------------- the run
 say "dllm device check $STAMP: budget ${BUDGET}s, results in $OUT"
@@ -317,6 +330,7 @@ stage parity-logits 20 240 st_parity_logits
 stage parity-generations 30 300 st_parity_generations
 stage speed-synth 30 300 st_speed_synth
 stage speed-kernels 20 120 st_speed_kernels
+stage roofline 5 30 st_roofline
 stage speed-e2e 30 600 st_speed_e2e
 # Last: these need no device, so the device's time goes to the stages above first.
 stage gpu-tests-cpu-side 20 240 st_gpu_tests_cpu_side
