@@ -129,22 +129,26 @@ TEST(GpuKernelSet, NamesSourceAndShapesOfTheRealModels) {
   EXPECT_EQ(set.source(), jc::kernels_for_hparams(llada_8b(), {jc::WeightFormat::Q4_K}).source());
   EXPECT_NE(set.unit_name(), jc::kernels_for_hparams(dream_7b(), {jc::WeightFormat::Q4_K}).unit_name());
   // Launch geometry of the repacked formats: a block covers 128 columns and 32 rows; rows are padded to 64.
-  const jc::Launch g = jc::gemm_launch(jc::GemmDesc{jc::WeightFormat::Q6_K, 126464, 4096}, 37, 90);
+  const jc::Launch g = jc::gemm_launch(jc::GemmDesc{jc::WeightFormat::Q8_0, 126464, 4096}, 37, 90);
   EXPECT_EQ(g.grid_x, 988u);
   EXPECT_EQ(g.grid_y, 2u);
   EXPECT_EQ(g.block_x, 128u);
   EXPECT_EQ(g.shared_bytes, 0u);
-  // The tiled Q4_K GEMM: 128 columns and 64 rows per block of 256 threads, a pipeline of three super-block stages
-  // in dynamic shared memory (two on sm_86 / sm_89, whose blocks get at most 99 KiB).
-  const jc::Launch t = jc::gemm_launch(jc::GemmDesc{jc::WeightFormat::Q4_K, 126464, 4096}, 65, 90);
-  EXPECT_EQ(t.grid_x, 988u);
-  EXPECT_EQ(t.grid_y, 2u);
-  EXPECT_EQ(t.block_x, 256u);
-  EXPECT_EQ(t.shared_bytes, 3u * (64 * 256 + 128 * 144 + 64 * 16) + 128 * 48);
-  EXPECT_LE(t.shared_bytes, 227u * 1024 / 2) << "two blocks per H100/H200 SM";
-  EXPECT_LE(jc::gemm_launch(jc::GemmDesc{jc::WeightFormat::Q4_K, 4096, 4096}, 1, 86).shared_bytes, 99u * 1024);
-  EXPECT_LE(jc::gemm_launch(jc::GemmDesc{jc::WeightFormat::Q4_K, 4096, 4096}, 1, 89).shared_bytes, 99u * 1024);
-  EXPECT_EQ(jc::gemm_launch(jc::GemmDesc{jc::WeightFormat::Q4_K, 4096, 4096}, 1, 80).shared_bytes, t.shared_bytes);
+  // The tiled K-quant GEMMs: 128 columns and 64 rows per block of 256 threads, a pipeline of three super-block
+  // stages in dynamic shared memory (two on sm_86 / sm_89, whose blocks get at most 99 KiB). A stage: 16 KiB of
+  // activations, 128 weight records (Q4_K 144 bytes, Q6_K 208 and its d), 2 KiB of activation sums.
+  for (auto [f, bytes] : {std::pair{jc::WeightFormat::Q4_K, 3u * (16384 + 128 * 144 + 2048) + 128 * 48},
+                          std::pair{jc::WeightFormat::Q6_K, 3u * (16384 + 128 * 208 + 2048 + 512) + 128 * 64}}) {
+    const jc::Launch t = jc::gemm_launch(jc::GemmDesc{f, 126464, 4096}, 65, 90);
+    EXPECT_EQ(t.grid_x, 988u);
+    EXPECT_EQ(t.grid_y, 2u);
+    EXPECT_EQ(t.block_x, 256u);
+    EXPECT_EQ(t.shared_bytes, bytes);
+    EXPECT_LE(t.shared_bytes, 227u * 1024) << "an H100/H200 block";
+    EXPECT_LE(jc::gemm_launch(jc::GemmDesc{f, 4096, 4096}, 1, 80).shared_bytes, 163u * 1024) << "an A100 block";
+    EXPECT_LE(jc::gemm_launch(jc::GemmDesc{f, 4096, 4096}, 1, 86).shared_bytes, 99u * 1024);
+    EXPECT_LE(jc::gemm_launch(jc::GemmDesc{f, 4096, 4096}, 1, 89).shared_bytes, 99u * 1024);
+  }
   EXPECT_EQ(jc::attn_launch(jc::AttnDesc{28, 4, 128}, 65).grid_x, 2u);
 }
 
@@ -260,20 +264,22 @@ std::map<std::string, std::vector<SassInstr>> parse_sass(const std::string& text
   return fns;
 }
 
-// The tiled Q4_K GEMM as NVRTC compiles it for sm_90 and sm_80, disassembled: the innermost loop (the one that
+// The tiled GEMMs (Q4_K, Q6_K) as NVRTC compiles them for sm_90, sm_80, sm_86 and sm_89 (two stages), disassembled: the innermost loop (the one that
 // multiplies) issues at least one IMMA per 10 instructions with no branch but its back edge (no ladder); the
 // k-loop around it fills the pipeline with LDGSTS (cp.async) and the multiply loop reads the nibbles with LDSM;
 // no indirect branch; at most 128 registers and no local memory (no spills).
-TEST(GpuSass, TiledQ4KGemmMainLoop) {
+TEST(GpuSass, TiledGemmMainLoop) {
   REQUIRE_NVRTC();
   const std::string cuobjdump = find_cuobjdump();
   if (cuobjdump.empty()) GTEST_SKIP() << "no cuobjdump (CUDA toolkit, DLLM_CUOBJDUMP or build/venv's nvidia-cuda-cuobjdump)";
   jc::KernelSet set;
-  for (auto [n, k] : {std::pair<int64_t, int64_t>{4096, 4096}, {12288, 4096}, {4096, 12288}})
+  for (auto [n, k] : {std::pair<int64_t, int64_t>{4096, 4096}, {12288, 4096}, {4096, 12288}}) {
     set.add(jc::GemmDesc{jc::WeightFormat::Q4_K, n, k});
+    set.add(jc::GemmDesc{jc::WeightFormat::Q6_K, n, k});
+  }
   const fs::path dir = fs::temp_directory_path() / ("dllm-sass-" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  for (const char* arch : {"sm_90", "sm_80"}) {
+  for (const char* arch : {"sm_90", "sm_80", "sm_86", "sm_89"}) {
     SCOPED_TRACE(arch);
     const jc::CompiledUnit u = nv->compile(set.source(), set.unit_name(), arch);
     const fs::path cubin = dir / (std::string(arch) + ".cubin");
@@ -283,7 +289,7 @@ TEST(GpuSass, TiledQ4KGemmMainLoop) {
     }
     const std::string usage = run_output(cuobjdump + " --dump-resource-usage " + cubin.string() + " 2>&1");
     const auto fns = parse_sass(run_output(cuobjdump + " -sass " + cubin.string() + " 2>&1"));
-    ASSERT_EQ(fns.size(), 3u) << usage;
+    ASSERT_EQ(fns.size(), 6u) << usage;
     for (const auto& [name, code] : fns) {
       SCOPED_TRACE(name);
       // Resources: "Function NAME:\n REG:128 STACK:0 SHARED:... LOCAL:0 ..."
@@ -424,8 +430,8 @@ TEST(GpuKernelsCommand, WritesSourcePtxCubinAndManifestWithoutAGpu) {
   const std::string cu = read_file(out + "/" + unit + ".cu");
   const std::string ptx = read_file(out + "/" + unit + ".sm_89.ptx");
   const std::string cubin = read_file(out + "/" + unit + ".sm_89.cubin");
-  EXPECT_NE(cu.find("gemm_body<"), std::string::npos);     // Q6_K
-  EXPECT_NE(cu.find("gemm_tc_q4_k_body<"), std::string::npos);  // Q4_K, tiled: the high nibbles as u8
+  EXPECT_NE(cu.find("gemm_tc_body<12, "), std::string::npos);  // Q4_K, tiled: the high nibbles as u8
+  EXPECT_NE(cu.find("gemm_tc_body<14, "), std::string::npos);  // Q6_K, tiled
   EXPECT_NE(ptx.find("mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32"), std::string::npos);
   EXPECT_NE(ptx.find("mma.sync.aligned.m16n8k16.row.col.s32.u8.s8.s32"), std::string::npos);
   EXPECT_NE(ptx.find("cp.async.cg.shared.global.L2::cache_hint"), std::string::npos);

@@ -333,23 +333,32 @@ TEST(GpuEmulated, GemmQ4_K) {
   check_gemm(GgmlType::Q4_K, 24, 512, 37);
   check_gemm(GgmlType::Q4_K, 24, 512, 1);
 }
-TEST(GpuEmulated, GemmQ4_KTiledPipelineAcrossBlocks) {
+TEST(GpuEmulated, TiledGemmPipelineAcrossBlocks) {
   // Eight super-blocks through the three-stage pipeline; three column blocks (264 columns padded to 384) and two
   // row blocks, the second partly padding.
-  check_gemm(GgmlType::Q4_K, 264, 2048, 100);
-  check_gemm(GgmlType::Q4_K, 264, 2048, 64);
+  for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q6_K}) {
+    check_gemm(type, 264, 2048, 100);
+    check_gemm(type, 264, 2048, 64);
+  }
 }
 
-// With d = dmin = 1 and activations that Q8_K quantises to themselves (scale 1), the tiled GEMM's float result is
-// its integer parts, sum over super-blocks of sum_j sc_j dot_j - sum_j m_j bsum_j: they must equal the reference's
-// integers exactly (every partial sum stays below 2^24, so no float rounding can hide an error).
-TEST(GpuEmulated, GemmQ4_KIntegerPartsAreExact) {
+// With d (and Q4_K's dmin) = 1 and activations that Q8_K quantises to themselves (scale 1), a tiled GEMM's float
+// result is its integer parts: Q4_K sum over super-blocks of sum_j sc_j dot_j - sum_j m_j bsum_j, Q6_K of
+// sum_h sc_h sum_i (q_i - 32) a_i. They must equal the reference's integers exactly (every partial sum stays
+// below 2^24, so no float rounding can hide an error).
+void check_integer_parts(GgmlType type) {
+  SCOPED_TRACE(ggml_type_name(type));
   constexpr int64_t n = 136, k = 512, rows = 70;
-  SynthTensor t = synth_tensor(GgmlType::Q4_K, n, k, 23);
+  const size_t bb = type == GgmlType::Q4_K ? 144 : 210;
+  SynthTensor t = synth_tensor(type, n, k, 23);
   const uint16_t one = quant::f32_to_fp16(1.f);
-  for (size_t off = 0; off < t.bytes.size(); off += 144) {
-    std::memcpy(&t.bytes[off], &one, 2);
-    std::memcpy(&t.bytes[off + 2], &one, 2);
+  for (size_t off = 0; off < t.bytes.size(); off += bb) {
+    if (type == GgmlType::Q4_K) {
+      std::memcpy(&t.bytes[off], &one, 2);
+      std::memcpy(&t.bytes[off + 2], &one, 2);
+    } else {
+      std::memcpy(&t.bytes[off + bb - 2], &one, 2);
+    }
   }
   std::mt19937 rng(5);
   std::uniform_int_distribution<int> val(-126, 127);
@@ -372,32 +381,51 @@ TEST(GpuEmulated, GemmQ4_KIntegerPartsAreExact) {
 
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t j = 0; j < n; ++j) {
-      const uint8_t* row = t.bytes.data() + j * (k / 256) * 144;
+      const uint8_t* row = t.bytes.data() + j * (k / 256) * bb;
       int64_t total = 0;
       for (int64_t sb = 0; sb < k / 256; ++sb) {
-        const uint8_t* b = row + sb * 144;
-        int64_t isum = 0, msum = 0;
-        for (int jj = 0; jj < 8; ++jj) {
-          uint8_t sc = 0, m = 0;
-          quant::scale_min_k4(jj, b + 4, &sc, &m);
-          int64_t dot = 0, bsum = 0;
-          for (int l = 0; l < 32; ++l) {
-            const int q = (b[16 + 32 * (jj / 2) + l] >> (4 * (jj % 2))) & 0xF;
-            const int a = static_cast<int>(x[r * k + sb * 256 + 32 * jj + l]);
-            dot += q * a;
-            bsum += a;
+        const uint8_t* b = row + sb * bb;
+        int64_t part = 0, mag = 0;
+        if (type == GgmlType::Q4_K) {
+          for (int jj = 0; jj < 8; ++jj) {
+            uint8_t sc = 0, m = 0;
+            quant::scale_min_k4(jj, b + 4, &sc, &m);
+            int64_t dot = 0, bsum = 0;
+            for (int l = 0; l < 32; ++l) {
+              const int q = (b[16 + 32 * (jj / 2) + l] >> (4 * (jj % 2))) & 0xF;
+              const int a = static_cast<int>(x[r * k + sb * 256 + 32 * jj + l]);
+              dot += q * a;
+              bsum += a;
+            }
+            part += sc * dot - m * bsum;
+            mag += std::abs(sc * dot) + std::abs(m * bsum);
           }
-          isum += sc * dot;
-          msum += m * bsum;
+        } else {
+          quant::BlockQ6_K blk;
+          std::memcpy(&blk, b, sizeof blk);
+          for (int h = 0; h < 16; ++h) {
+            int64_t dot = 0;
+            for (int l = 0; l < 16; ++l) {
+              const int e = 16 * h + l;
+              dot += quant::q6_k_quant(blk, e) * static_cast<int>(x[r * k + sb * 256 + e]);
+            }
+            part += blk.scales[h] * dot;
+            mag += std::abs(blk.scales[h] * dot);
+          }
         }
-        ASSERT_LT(std::abs(isum) + std::abs(msum), 1 << 24);
-        total += isum - msum;
+        ASSERT_LT(mag, 1 << 24);
+        total += part;
         ASSERT_LT(std::abs(total), 1 << 24);
       }
       ASSERT_EQ(got[r * n + j], static_cast<float>(total)) << "row " << r << " column " << j;
     }
   }
   EXPECT_EQ(dev.live_overruns(), 0u);
+}
+
+TEST(GpuEmulated, TiledGemmIntegerPartsAreExact) {
+  check_integer_parts(GgmlType::Q4_K);
+  check_integer_parts(GgmlType::Q6_K);
 }
 
 // The emulator runs cp.async as the hardware may: shared memory changes only when a wait retires the group, so a
@@ -434,7 +462,10 @@ TEST(GpuEmulated, GemmQ5_0) {
   check_gemm(GgmlType::Q5_0, 24, 704, 37);  // DiffusionGemma's down-projection width: 22 k-blocks, padded to 24
   check_gemm(GgmlType::Q5_0, 136, 96, 1);
 }
-TEST(GpuEmulated, GemmQ6_K) { check_gemm(GgmlType::Q6_K, 24, 512, 37); }
+TEST(GpuEmulated, GemmQ6_K) {
+  check_gemm(GgmlType::Q6_K, 24, 512, 37);
+  check_gemm(GgmlType::Q6_K, 24, 512, 5);
+}
 
 // Exact attention in double.
 std::vector<float> exact_attention(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,

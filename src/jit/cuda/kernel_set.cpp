@@ -76,14 +76,14 @@ std::string AttnDesc::name() const {
 
 bool tiled_gemm(WeightFormat f) {
   const WeightTypeTraits* w = weight_traits(f);
-  return w && w->gpu_raw;
+  return w && w->gpu_tiled;
 }
 
 Launch gemm_launch(const GemmDesc& d, int64_t rows, int arch) {
   if (tiled_gemm(d.format)) {
     static_assert(kRowPad % kTcRows == 0 && kGemmBlockTiles * 8 == kTcCols, "tiles must divide the padding");
     return {to_unsigned(padded_ntiles(d.n) * 8 / kTcCols, "grid"), to_unsigned(pad_rows(rows) / kTcRows, "grid"),
-            static_cast<unsigned>(kTcThreads), static_cast<unsigned>(gemm_tc_smem_bytes(gemm_tc_stages(arch)))};
+            static_cast<unsigned>(kTcThreads), static_cast<unsigned>(gemm_tc_smem_bytes(static_cast<int>(d.format), arch))};
   }
   return {to_unsigned(padded_ntiles(d.n) / kGemmBlockTiles, "grid"),
           to_unsigned((pad_rows(rows) + kGemmBlockRows - 1) / kGemmBlockRows, "grid"), kGemmThreads};
@@ -104,7 +104,7 @@ size_t act_scale_bytes(int64_t rows, int64_t k) {
   return static_cast<size_t>(pad_rows(rows) * padded_kblocks(k)) * sizeof(float);
 }
 size_t act_sum_bytes(int64_t rows, int64_t k) {
-  return static_cast<size_t>(pad_rows(rows) * padded_kblocks(k)) * sizeof(int16_t);
+  return static_cast<size_t>(pad_rows(rows) * padded_kblocks(k)) * 2 * sizeof(int16_t);
 }
 
 void KernelSet::add(const KernelSet& o) {
@@ -143,7 +143,8 @@ std::string KernelSet::source() const {
   for (const auto& d : gemm_) {
     if (tiled_gemm(d.format)) {  // two blocks per SM: at most 128 registers
       s << "extern \"C\" __global__ void __launch_bounds__(" << kTcThreads << ", 2) " << d.name()
-        << "(const GemmParams p) { gemm_tc_q4_k_body<" << d.n << ", " << d.k << ">(p); }\n";
+        << "(const GemmParams p) { gemm_tc_body<" << static_cast<int>(d.format) << ", " << d.n << ", " << d.k
+        << ">(p); }\n";
       continue;
     }
     s << "extern \"C\" __global__ void __launch_bounds__(" << kGemmThreads << ") " << d.name()

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "jit/cuda/kernels/params.cuh"
 #include "model/quant.h"
 
 namespace dllm::jit::cuda {
@@ -59,20 +60,6 @@ void pack_column(const gguf::TensorInfo& t, const PackedLayout& L, const uint8_t
           tq[byte_offset(kb, col, kk)] = static_cast<uint8_t>(static_cast<int8_t>(quant::q5_0_quant(b, kk) - 16));
       }
       break;
-    case WeightFormat::Q6_K:
-      for (int64_t sb = 0; sb < L.k / 256; ++sb) {
-        const auto b = block_at<quant::BlockQ6_K>(row, sb);
-        const float d = quant::fp16_to_f32(b.d);
-        for (int h = 0; h < 16; ++h) {
-          const int64_t kb = sb * 8 + h / 2;
-          ts[(kb * 2 + h % 2) * 8 + col] = d * static_cast<float>(b.scales[h]);
-        }
-        for (int e = 0; e < 256; ++e) {
-          const int v = quant::q6_k_quant(b, e);
-          tq[byte_offset(sb * 8 + e / 32, col, e % 32)] = static_cast<uint8_t>(static_cast<int8_t>(v));
-        }
-      }
-      break;
     case WeightFormat::Q5_K:  // q in 0..31 as bytes, a scale and a min per 32 as Q4_K
       for (int64_t sb = 0; sb < L.k / 256; ++sb) {
         const auto b = block_at<quant::BlockQ5_K>(row, sb);
@@ -87,15 +74,15 @@ void pack_column(const gguf::TensorInfo& t, const PackedLayout& L, const uint8_t
 
 }  // namespace
 
-bool PackedLayout::raw() const { return require_weight_traits(format, "GPU weight format").gpu_raw; }
+bool PackedLayout::tiled() const { return require_weight_traits(format, "GPU weight format").gpu_tiled; }
 
 size_t PackedLayout::quant_bytes_per_tile() const {
-  if (raw()) return 8 * static_cast<size_t>(k / weight_traits(format)->block * weight_traits(format)->block_bytes);
+  if (tiled()) return 8 * static_cast<size_t>(k / 256 * tc_block_bytes(static_cast<int>(format)));
   return static_cast<size_t>(kbp) * 256;
 }
 
 size_t PackedLayout::scales_per_tile() const {
-  if (raw()) return 0;
+  if (tiled()) return format == WeightFormat::Q6_K ? static_cast<size_t>(k / 256) * 8 : 0;  // Q6_K's d plane
   return static_cast<size_t>(kbp) * 8 * require_weight_traits(format, "GPU weight format").gpu_scales_per_32;
 }
 
@@ -122,11 +109,29 @@ void pack_tiles(const gguf::TensorInfo& t, const PackedLayout& L, int64_t tile0,
   const size_t qpt = L.quant_bytes_per_tile(), spt = L.scales_per_tile();
   const size_t tiles = static_cast<size_t>(tile1 - tile0);
   const uint64_t row_bytes = t.row_bytes();
-  if (L.raw()) {  // the file's rows as they are; padding columns zero
+  if (L.format == WeightFormat::Q4_K) {  // the file's rows as they are; padding columns zero
     const int64_t j0 = tile0 * 8, j1 = std::min(tile1 * 8, L.n);
     const size_t have = j1 > j0 ? static_cast<size_t>(j1 - j0) * row_bytes : 0;
     if (have) std::memcpy(quants, t.data + static_cast<uint64_t>(j0) * row_bytes, have);
     std::memset(quants + have, 0, qpt * tiles - have);
+    return;
+  }
+  if (L.format == WeightFormat::Q6_K) {  // per column and super-block: scales | ql | qh; d into the plane [tile][sb][8]
+    const int64_t sbs = L.k / 256;
+    std::memset(quants, 0, qpt * tiles);
+    std::memset(scales, 0, spt * tiles * sizeof(float));
+    for (int64_t j = tile0 * 8; j < std::min(tile1 * 8, L.n); ++j) {
+      const uint8_t* row = t.data + static_cast<uint64_t>(j) * row_bytes;
+      const size_t i = static_cast<size_t>(j / 8 - tile0);
+      for (int64_t sb = 0; sb < sbs; ++sb) {
+        const auto b = block_at<quant::BlockQ6_K>(row, sb);
+        uint8_t* rec = quants + static_cast<size_t>(j - tile0 * 8) * (qpt / 8) + static_cast<size_t>(sb) * 208;
+        std::memcpy(rec, b.scales, 16);
+        std::memcpy(rec + 16, b.ql, 128);
+        std::memcpy(rec + 144, b.qh, 64);
+        scales[i * spt + static_cast<size_t>(sb) * 8 + static_cast<size_t>(j % 8)] = quant::fp16_to_f32(b.d);
+      }
+    }
     return;
   }
   std::memset(quants, 0, qpt * tiles);
@@ -145,11 +150,24 @@ void pack_tiles(const gguf::TensorInfo& t, const PackedLayout& L, int64_t tile0,
 
 float packed_value(const PackedLayout& L, const uint8_t* quants, const float* scales, const float* mins, int64_t j,
                    int64_t c) {
-  if (L.raw()) {
-    const size_t row_bytes = L.quant_bytes_per_tile() / 8;
-    std::vector<float> row(static_cast<size_t>(L.k));
-    quant::dequantize_row(L.format, quants + static_cast<size_t>(j) * row_bytes, row.data(), L.k);
-    return row[static_cast<size_t>(c)];
+  if (L.tiled()) {  // back to the GGUF's blocks, then the reference decoder
+    const size_t col_bytes = L.quant_bytes_per_tile() / 8;
+    const uint8_t* rec = quants + static_cast<size_t>(j) * col_bytes;
+    std::vector<uint8_t> row(rec, rec + col_bytes);
+    if (L.format == WeightFormat::Q6_K) {
+      row.assign(static_cast<size_t>(L.k / 256) * sizeof(quant::BlockQ6_K), 0);
+      for (int64_t sb = 0; sb < L.k / 256; ++sb) {
+        quant::BlockQ6_K b;
+        std::memcpy(b.scales, rec + sb * 208, 16);
+        std::memcpy(b.ql, rec + sb * 208 + 16, 128);
+        std::memcpy(b.qh, rec + sb * 208 + 144, 64);
+        b.d = quant::f32_to_fp16(scales[static_cast<size_t>(j / 8) * L.scales_per_tile() + sb * 8 + j % 8]);
+        std::memcpy(row.data() + sb * sizeof b, &b, sizeof b);
+      }
+    }
+    std::vector<float> out(static_cast<size_t>(L.k));
+    quant::dequantize_row(L.format, row.data(), out.data(), L.k);
+    return out[static_cast<size_t>(c)];
   }
   const int64_t tile = j / 8, kb = c / 32;
   const int col = static_cast<int>(j % 8), kk = static_cast<int>(c % 32);
@@ -159,8 +177,6 @@ float packed_value(const PackedLayout& L, const uint8_t* quants, const float* sc
     case WeightFormat::Q8_0:
     case WeightFormat::Q5_0:
       return ts[kb * 8 + col] * static_cast<float>(static_cast<int8_t>(tq[byte_offset(kb, col, kk)]));
-    case WeightFormat::Q6_K:
-      return ts[(kb * 2 + kk / 16) * 8 + col] * static_cast<float>(static_cast<int8_t>(tq[byte_offset(kb, col, kk)]));
     case WeightFormat::Q5_K: {
       const float* tm = mins + static_cast<size_t>(tile) * L.scales_per_tile();
       return ts[kb * 8 + col] * static_cast<float>(tq[byte_offset(kb, col, kk)]) - tm[kb * 8 + col];

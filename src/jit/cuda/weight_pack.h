@@ -1,7 +1,9 @@
-// The device layouts of Q4_K / Q5_K / Q6_K / Q8_0 / Q5_0 weight matrices. Q4_K (the table's `gpu_raw`) keeps the
-// GGUF's own rows, byte for byte, for the tiled GEMM (kernels/gemm_tc.cuh). The others are repacked into the layout
-// kernels/gemm.cuh reads: quants as ready-made mma B fragments (Q5_K (0..31),
-// Q6_K, Q8_0 and Q5_0 (q - 16) as int8), and one f32 scale (plus one f32 min for Q5_K) per 32 values and column
+// The device layouts of Q4_K / Q5_K / Q6_K / Q8_0 / Q5_0 weight matrices. The tiled GEMM's types (the table's
+// `gpu_tiled`, kernels/gemm_tc.cuh) keep the GGUF's size: Q4_K its rows byte for byte, Q6_K each block's scales,
+// low nibbles and high bits as one 208-byte record per column and super-block, its d in an f32 plane (the "scales",
+// [tile][super-block][8 columns]). The others are repacked into the layout kernels/gemm.cuh reads: quants as
+// ready-made mma B fragments (Q5_K (0..31), Q8_0 and Q5_0 (q - 16) as int8), and one f32 scale (plus one f32 min for
+// Q5_K) per 32 values and column
 // (per 16 values for Q6_K). Scales are computed exactly as the reference decoder computes them (d*sc, dmin*m in f32),
 // so the packed weights decode to the reference values bit for bit. Columns are processed in ranges of
 // 8-column tiles so a large matrix can be packed and uploaded piece by piece.
@@ -21,7 +23,7 @@ struct PackedLayout {
   WeightFormat format = WeightFormat::Q8_0;
   int64_t n = 0, k = 0;
   int64_t ntiles = 0;  // 8-column tiles, padded to a whole GEMM block
-  bool raw() const;    // the GGUF's rows as they are (quant_bytes_per_tile = 8 rows; no scales)
+  bool tiled() const;  // read by the tiled GEMM: quant_bytes_per_tile = 8 columns' records
   int64_t kbp = 0;     // 32-value blocks per row, padded to a multiple of 4
   size_t quant_bytes_per_tile() const;
   size_t scales_per_tile() const;  // f32 values of ws per tile (and of wm for Q5_K)

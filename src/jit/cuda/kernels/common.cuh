@@ -70,7 +70,7 @@ DEV void cp_async16(void* smem, const void* gmem) {
 }
 DEV unsigned long long evict_first_policy() {
   unsigned long long p;
-  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));  // volatile: made at each use, never held
   return p;
 }
 DEV void cp_async16_ef(void* smem, const void* gmem, unsigned long long policy) {
@@ -146,6 +146,13 @@ DEV float warp_max(float v) {
 DEV int warp_sum_i(int v) {
   UNROLL
   for (int m = 16; m > 0; m >>= 1) v += shfl_xor_i(v, m);
+  return v;
+}
+
+// Sums over each half warp (lanes 0-15 and 16-31), every lane of a half ending with its half's sum.
+DEV int half_warp_sum_i(int v) {
+  UNROLL
+  for (int m = 8; m > 0; m >>= 1) v += shfl_xor_i(v, m);
   return v;
 }
 

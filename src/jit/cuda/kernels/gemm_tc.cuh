@@ -1,26 +1,32 @@
-// The tiled, pipelined int8 tensor-core GEMM for Q4_K weights: y[r][j] (+)= sum_k act[r][k] * W[j][k].
+// The tiled, pipelined int8 tensor-core GEMMs of the K-quants Q4_K and Q6_K: y[r][j] (+)= sum_k act[r][k] * W[j][k].
 //
-// Weights stay exactly as the GGUF stores them (144-byte blocks per 256 values: f16 d and dmin, twelve bytes of
-// 6-bit scales and mins, 128 bytes of nibbles), so the device holds the file's bytes and nothing else; only the
-// column count is padded to a whole block of columns (zeros). Activations are ggml's Q8_K quants, arranged as
-// mma A fragments by quant.cuh, with their integer sums per 32 values (bs).
+// Weights stay at the GGUF's size. Q4_K keeps the file's own 144-byte blocks (f16 d and dmin, twelve bytes of 6-bit
+// scales and mins, 128 bytes of nibbles); only the column count is padded to a whole block of columns (zeros).
+// Q6_K keeps each block's 16 int8 scales, 128 bytes of low nibbles and 64 bytes of high bit pairs as one 208-byte
+// record (16-byte aligned, unlike the file's 210-byte blocks) and its d as an f32 in a plane of its own (weight_pack).
+// Activations are ggml's Q8_K quants, arranged as mma A fragments by quant.cuh, with their integer sums per 16
+// values (bs).
 //
-// Arithmetic, per super-block of 256 values, output row r and column j (all integer parts exact):
-//   isum = sum_j sc_j * dot_j         dot_j = the int32 product of sub-block j (one mma.m16n8k32 each). The
-//                                     high nibbles (odd j) multiply in place, as u8 16 q, so the kernel sums
-//                                     16 isum (16 sc_j for even j) and scales it by d / 16: exactly d * isum
-//   msum = sum_j m_j * bsum_j         bsum_j = the activation quants' sum over sub-block j (two mma.m16n8k16:
-//                                     the sums' low bytes as u8 and high bytes as s8, msum = lo + 256 * hi)
-//   acc += da * (d * float(isum) - dmin * float(msum))       one float conversion per super-block
+// Arithmetic per super-block of 256 values, output row r and column j (all integer parts exact, one float
+// conversion per super-block):
+//   Q4_K  isum = sum_j sc_j dot_j over the 8 sub-blocks of 32 (one mma.m16n8k32 each; the high nibbles multiply
+//         in place as u8 16 q, so the kernel sums 16 isum, with 16 sc_j for the low ones, and scales by d / 16)
+//         msum = sum_j m_j bsum_j
+//         acc += da * (d * float(isum) - dmin * float(msum))
+//   Q6_K  q = low nibble | high bits << 4 in 0..63 (x = d sc_h (q - 32)), one mma.m16n8k16 per 16 values
+//         isum = sum_h sc_h dot_h,  msum = sum_h sc_h bsum_h
+//         acc += da * d * float(isum - 32 msum)
+// msum is itself a product on the tensor cores: A' = the 16 activation sums (low bytes as u8, high bytes as s8:
+// msum = lo + 256 hi), B' = the mins (each twice: they cover 32 values) or the scales.
 //
-// Tiling: a block of 8 warps computes 64 rows x 128 columns (a warp 32 x 32: 2 x 4 mma tiles). Each pipeline
-// stage holds one super-block: the activation fragments (16 KiB), the 128 columns' GGUF blocks (18 KiB) and
-// the activation sums (1 KiB), filled with cp.async (the weights with an evict-first L2 policy) kStages - 1
-// super-blocks ahead. The column blocks sit 144 bytes apart in shared memory, 36 words: the eight rows an
-// ldmatrix phase reads fall on disjoint banks, so the padded layout needs no further swizzle. After a stage
-// lands, one thread per column decodes its scales and mins (ints) and d / dmin (floats) into a small table,
-// then the warps read the nibbles with ldmatrix (one x4 = two sub-blocks of two column tiles) and the
-// activation fragments with 16-byte shared loads.
+// Tiling: a block of 8 warps computes 64 rows x 128 columns (a warp 32 x 32: 2 x 4 mma tiles). Each pipeline stage
+// holds one super-block: the activation fragments (16 KiB), the 128 columns' weight records, the activation sums
+// (2 KiB) and, for Q6_K, the columns' d; cp.async fills it kStages - 1 super-blocks ahead (the weights with an
+// evict-first L2 policy). Weight records sit 144 or 208 bytes apart in shared memory (36 or 52 words): the eight
+// rows an ldmatrix phase reads fall on disjoint banks, so the padded layout needs no further swizzle. After a stage
+// lands, one thread per column decodes its scales (and Q4_K's mins, d and dmin) into a small table, then the warps
+// read the quants with ldmatrix (one x4 = two 16-byte halves of two column tiles) and the activation fragments
+// with 16-byte shared loads.
 #ifndef DLLM_CUDA_GEMM_TC_CUH
 #define DLLM_CUDA_GEMM_TC_CUH
 
@@ -32,9 +38,9 @@ constexpr int kTcStages = gemm_tc_stages(0);
 constexpr int kTcWarpsN = 4;  // warps side by side along N; two along M
 
 // Issues the copies of super-block sb into stage buffer st (every thread, then one commit by the caller).
-template <int K>
+template <int WT, int K>
 DEV void tc_load_stage(const GemmParams& p, unsigned char* st, int sb, int row0, int col0) {
-  constexpr int KBP = K / 32, RB = K / 256 * kTcQ4KBlock;
+  constexpr int KBP = K / 32, SB = K / 256, BB = tc_block_bytes(WT), RB = SB * BB, C = BB / 16;
   const int tid = threadIdx.x;
   const unsigned long long ef = evict_first_policy();  // made here: one instruction, no register held across the loop
   // Activations: 4 row tiles x 8 k-blocks x 512 bytes, each row tile's 4 KiB contiguous in global memory.
@@ -43,29 +49,37 @@ DEV void tc_load_stage(const GemmParams& p, unsigned char* st, int sb, int row0,
     const int q = tid + u * kTcThreads, i = q >> 8, off = (q & 255) * 16;
     cp_async16(st + i * 4096 + off, p.a + ((static_cast<long long>(row0 / 16 + i) * KBP + sb * 8) * 32) * 16 + off);
   }
-  // Weights: per column a 16-byte head (d, dmin, scales) and eight 16-byte chunks of nibbles.
+  // Weights: C 16-byte chunks per column.
   unsigned char* sw = st + kTcStageA;
   UNROLL_1
-  for (int q = tid; q < kTcCols * 9; q += kTcThreads) {
-    const int col = q / 9, part = q - col * 9;
-    cp_async16_ef(sw + col * kTcQ4KBlock + part * 16,
-                  p.w + static_cast<long long>(col0 + col) * RB + sb * kTcQ4KBlock + part * 16, ef);
+  for (int q = tid; q < kTcCols * C; q += kTcThreads) {
+    const int col = q / C, part = q - col * C;
+    cp_async16_ef(sw + col * BB + part * 16, p.w + static_cast<long long>(col0 + col) * RB + sb * BB + part * 16, ef);
   }
-  // Activation sums: 8 int16 per row.
+  // Activation sums: 16 int16 (two chunks) per row, one thread per row.
   if (tid < kTcRows) {
-    cp_async16(st + kTcStageA + kTcStageB + tid * 16,
-               p.bs + static_cast<long long>(row0 + tid) * KBP + sb * 8);
+    const short* src = p.bs + (static_cast<long long>(row0 + tid) * KBP + sb * 8) * 2;
+    cp_async16(st + kTcStageA + kTcCols * BB + tid * 32, src);
+    cp_async16(st + kTcStageA + kTcCols * BB + tid * 32 + 16, src + 8);
+  }
+  // Q6_K: the columns' d, 8 per column tile in the plane [tile][super-block][8].
+  if (WT == WT_Q6_K && tid < kTcCols / 4) {
+    cp_async16(st + kTcStageA + kTcCols * BB + kTcStageS + tid * 16,
+               p.ws + (static_cast<long long>(col0 / 8 + (tid >> 1)) * SB + sb) * 8 + (tid & 1) * 4);
   }
 }
 
-template <int N, int K>
-DEV void gemm_tc_q4_k_body(const GemmParams& p) {
-  static_assert(N % 8 == 0 && K % 256 == 0, "bad Q4_K GEMM shape");
-  constexpr int SB = K / 256, KBP = K / 32, S = kTcStages;
+template <int WT, int N, int K>
+DEV void gemm_tc_body(const GemmParams& p) {
+  static_assert(WT == WT_Q4_K || WT == WT_Q6_K, "the tiled GEMM takes Q4_K and Q6_K");
+  static_assert(N % 8 == 0 && K % 256 == 0, "bad K-quant GEMM shape");
+  constexpr bool Q6 = WT == WT_Q6_K;
+  constexpr int SB = K / 256, KBP = K / 32, S = kTcStages, BB = tc_block_bytes(WT), STAGE = tc_stage_bytes(WT);
+  constexpr int NS = Q6 ? 16 : 8;  // scales per column and super-block
   unsigned char* smem = dyn_smem();
-  int* dsc = reinterpret_cast<int*>(smem + S * kTcStageBytes);  // [8][kTcCols] scales
-  u32* dmn = reinterpret_cast<u32*>(dsc + 8 * kTcCols);           // [kTcCols][2] mins, four bytes per word
-  float* ddm = reinterpret_cast<float*>(dmn + 2 * kTcCols);       // [kTcCols][2] d, dmin
+  int* dsc = reinterpret_cast<int*>(smem + S * STAGE);             // [NS][kTcCols] integer scales
+  unsigned char* dmn = reinterpret_cast<unsigned char*>(dsc + NS * kTcCols);  // Q4_K: [kTcCols][8] mins
+  float* ddm = reinterpret_cast<float*>(dmn + 8 * kTcCols);         // Q4_K: [kTcCols][2] d / 16, dmin
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int wm = warp / kTcWarpsN, wn = warp % kTcWarpsN;
@@ -76,76 +90,115 @@ DEV void gemm_tc_q4_k_body(const GemmParams& p) {
 
   UNROLL
   for (int s = 0; s < S - 1; ++s) {
-    if (s < SB) tc_load_stage<K>(p, smem + s * kTcStageBytes, s, row0, col0);
+    if (s < SB) tc_load_stage<WT, K>(p, smem + s * STAGE, s, row0, col0);
     cp_async_commit();
   }
 
   UNROLL_1
   for (int sb = 0; sb < SB; ++sb) {
-    const unsigned char* st = smem + (sb % S) * kTcStageBytes;
+    const unsigned char* st = smem + (sb % S) * STAGE;
+    const unsigned char* sw = st + kTcStageA;
     cp_async_wait<S - 2>();
     block_sync();  // stage sb has landed; every warp is done with stage sb - 1 and the decoded table
-    if (tid < kTcCols) {  // one column's head: d, dmin, then the 6-bit scales and mins of ggml's Q4_K
-      const unsigned char* h = st + kTcStageA + tid * kTcQ4KBlock;
-      ddm[2 * tid] = f16_to_f32(static_cast<unsigned short>(h[0] | (h[1] << 8))) * 0.0625f;  // d / 16
-      ddm[2 * tid + 1] = f16_to_f32(static_cast<unsigned short>(h[2] | (h[3] << 8)));
-      const unsigned char* q = h + 4;
-      u32 mins[2] = {0u, 0u};
-      UNROLL
-      for (int j = 0; j < 8; ++j) {
-        const int sc = j < 4 ? q[j] & 63 : (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-        const int m = j < 4 ? q[j + 4] & 63 : (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-        dsc[j * kTcCols + tid] = j & 1 ? sc : 16 * sc;
-        mins[j >> 2] |= static_cast<u32>(m) << (8 * (j & 3));
+    if (tid < kTcCols) {  // one column's scales (ggml's Q4_K: 6-bit scales and mins; Q6_K: int8 scales)
+      const unsigned char* h = sw + tid * BB;
+      if (Q6) {
+        UNROLL
+        for (int j = 0; j < 16; ++j) dsc[j * kTcCols + tid] = static_cast<signed char>(h[j]);
+      } else {
+        ddm[2 * tid] = f16_to_f32(static_cast<unsigned short>(h[0] | (h[1] << 8))) * 0.0625f;  // d / 16
+        ddm[2 * tid + 1] = f16_to_f32(static_cast<unsigned short>(h[2] | (h[3] << 8)));
+        const unsigned char* q = h + 4;
+        UNROLL
+        for (int j = 0; j < 8; ++j) {
+          const int sc = j < 4 ? q[j] & 63 : (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+          dmn[tid * 8 + j] = static_cast<unsigned char>(j < 4 ? q[j + 4] & 63 : (q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+          dsc[j * kTcCols + tid] = j & 1 ? sc : 16 * sc;
+        }
       }
-      dmn[2 * tid] = mins[0];
-      dmn[2 * tid + 1] = mins[1];
     }
-    if (sb + S - 1 < SB) tc_load_stage<K>(p, smem + ((sb + S - 1) % S) * kTcStageBytes, sb + S - 1, row0, col0);
+    if (sb + S - 1 < SB) tc_load_stage<WT, K>(p, smem + ((sb + S - 1) % S) * STAGE, sb + S - 1, row0, col0);
     cp_async_commit();
     block_sync();  // the decoded table is complete
 
     int isum[2][4][4];
     zero_tiles(isum);
-
     const unsigned char* sa = st + (wm * 2) * 4096;  // this warp's two row tiles
-    const unsigned char* sw = st + kTcStageA;
-    UNROLL_1
-    for (int c = 0; c < 4; ++c) {  // nibble chunk c: sub-blocks 2c (low nibbles) and 2c + 1 (high)
-      // Nibbles of the warp's four column tiles: matrices (tile 2 pair, bytes 0-15), (tile 2 pair, bytes 16-31),
-      // (tile 2 pair + 1, bytes 0-15), (tile 2 pair + 1, bytes 16-31).
-      u32 w[2][4];
-      UNROLL
-      for (int pair = 0; pair < 2; ++pair) {
-        const int mrow = wn * 32 + (2 * pair + (lane >> 4)) * 8 + (lane & 7);
-        ldmatrix_x4(w[pair], sw + mrow * kTcQ4KBlock + 16 + 32 * c + 16 * ((lane >> 3) & 1));
-      }
-      UNROLL
-      for (int h = 0; h < 2; ++h) {
-        uint4 a[2];
+    // ldmatrix row addresses: lane 8i + r reads row r of matrix i = (tile 2 pair + i / 2, bytes 16 (i % 2) ..).
+    const int mrow = wn * 32 + (lane >> 4) * 8 + (lane & 7), mhalf = 16 * ((lane >> 3) & 1);
+    if (!Q6) {
+      UNROLL_1
+      for (int c = 0; c < 4; ++c) {  // nibble chunk c: sub-blocks 2c (low nibbles) and 2c + 1 (high)
+        u32 w[2][4];
         UNROLL
-        for (int mt = 0; mt < 2; ++mt) a[mt] = lds_u4(sa + mt * 4096 + ((2 * c + h) * 32 + lane) * 16);
+        for (int pair = 0; pair < 2; ++pair) ldmatrix_x4(w[pair], sw + (mrow + 16 * pair) * BB + 16 + 32 * c + mhalf);
         UNROLL
-        for (int nt = 0; nt < 4; ++nt) {
-          const u32* wt = w[nt >> 1] + 2 * (nt & 1);
-          const u32 mask = h ? 0xF0F0F0F0u : 0x0F0F0F0Fu;  // odd sub-block: 16 q in place
-          const u32 b0 = wt[0] & mask, b1 = wt[1] & mask;
-          const uint2 sc = lds_u2(dsc + (2 * c + h) * kTcCols + wn * 32 + nt * 8 + 2 * t);
+        for (int h = 0; h < 2; ++h) {
+          uint4 a[2];
           UNROLL
-          for (int mt = 0; mt < 2; ++mt) {
-            int d[4] = {0, 0, 0, 0};
-            mma_s8u8_16832(d, a[mt].x, a[mt].y, a[mt].z, a[mt].w, b0, b1);
-            isum[mt][nt][0] += d[0] * static_cast<int>(sc.x);
-            isum[mt][nt][1] += d[1] * static_cast<int>(sc.y);
-            isum[mt][nt][2] += d[2] * static_cast<int>(sc.x);
-            isum[mt][nt][3] += d[3] * static_cast<int>(sc.y);
+          for (int mt = 0; mt < 2; ++mt) a[mt] = lds_u4(sa + mt * 4096 + ((2 * c + h) * 32 + lane) * 16);
+          UNROLL
+          for (int nt = 0; nt < 4; ++nt) {
+            const u32* wt = w[nt >> 1] + 2 * (nt & 1);
+            const u32 mask = h ? 0xF0F0F0F0u : 0x0F0F0F0Fu;  // odd sub-block: 16 q in place
+            const u32 b0 = wt[0] & mask, b1 = wt[1] & mask;
+            const uint2 sc = lds_u2(dsc + (2 * c + h) * kTcCols + wn * 32 + nt * 8 + 2 * t);
+            UNROLL
+            for (int mt = 0; mt < 2; ++mt) {
+              int d[4] = {0, 0, 0, 0};
+              mma_s8u8_16832(d, a[mt].x, a[mt].y, a[mt].z, a[mt].w, b0, b1);
+              isum[mt][nt][0] += d[0] * static_cast<int>(sc.x);
+              isum[mt][nt][1] += d[1] * static_cast<int>(sc.y);
+              isum[mt][nt][2] += d[2] * static_cast<int>(sc.x);
+              isum[mt][nt][3] += d[3] * static_cast<int>(sc.y);
+            }
+          }
+        }
+      }
+    } else {
+      UNROLL_1
+      for (int n = 0; n < 2; ++n) {  // 128-value half n: low nibbles ql[64 n ..], high bits qh[32 n ..]
+        u32 wh[2][4];
+        UNROLL
+        for (int pair = 0; pair < 2; ++pair) ldmatrix_x4(wh[pair], sw + (mrow + 16 * pair) * BB + 144 + 32 * n + mhalf);
+        UNROLL
+        for (int gq = 0; gq < 2; ++gq) {
+          u32 wl[2][4];
+          UNROLL
+          for (int pair = 0; pair < 2; ++pair)
+            ldmatrix_x4(wl[pair], sw + (mrow + 16 * pair) * BB + 16 + 64 * n + 32 * gq + mhalf);
+          UNROLL
+          for (int nib = 0; nib < 2; ++nib) {
+            const int grp = gq + 2 * nib, j = 4 * n + grp;  // sub-block j: ql chunk gq, nibble nib, qh bits 2 grp
+            uint4 a[2];
+            UNROLL
+            for (int mt = 0; mt < 2; ++mt) a[mt] = lds_u4(sa + mt * 4096 + (j * 32 + lane) * 16);
+            UNROLL
+            for (int nt = 0; nt < 4; ++nt) {
+              UNROLL
+              for (int hf = 0; hf < 2; ++hf) {  // 16-value half of the sub-block: its own scale
+                const u32 l = wl[nt >> 1][2 * (nt & 1) + hf], hb = wh[nt >> 1][2 * (nt & 1) + hf];
+                const u32 hs = grp < 2 ? hb << (4 - 2 * grp) : hb >> (2 * grp - 4);
+                const u32 b = ((l >> (4 * nib)) & 0x0F0F0F0Fu) | (hs & 0x30303030u);
+                const uint2 sc = lds_u2(dsc + (2 * j + hf) * kTcCols + wn * 32 + nt * 8 + 2 * t);
+                UNROLL
+                for (int mt = 0; mt < 2; ++mt) {
+                  int d[4] = {0, 0, 0, 0};
+                  mma_s8_16816(d, hf ? a[mt].z : a[mt].x, hf ? a[mt].w : a[mt].y, b);
+                  isum[mt][nt][0] += d[0] * static_cast<int>(sc.x);
+                  isum[mt][nt][1] += d[1] * static_cast<int>(sc.y);
+                  isum[mt][nt][2] += d[2] * static_cast<int>(sc.x);
+                  isum[mt][nt][3] += d[3] * static_cast<int>(sc.y);
+                }
+              }
+            }
           }
         }
       }
     }
 
-    // The mins: A' = the activation sums of the 8 sub-blocks (k' 0..7; 8..15 zero), B' = the columns' mins.
-    const unsigned char* ss = st + kTcStageA + kTcStageB;
+    // msum: A' = the 16 activation sums (k' 4t..4t+3 in lane t), B' = Q4_K's mins (each twice) or Q6_K's scales.
+    const unsigned char* ss = st + kTcStageA + kTcCols * BB;
     u32 lo[2][2], hi[2][2];
     float da[2][2];
     UNROLL
@@ -153,30 +206,45 @@ DEV void gemm_tc_q4_k_body(const GemmParams& p) {
       UNROLL
       for (int h = 0; h < 2; ++h) {
         const int r = wm * 32 + mt * 16 + g + 8 * h;
-        lo[mt][h] = hi[mt][h] = 0u;
-        if (t < 2) {
-          const uint2 v = lds_u2(ss + r * 16 + 8 * t);
-          lo[mt][h] = byte_perm(v.x, v.y, 0x6420);
-          hi[mt][h] = byte_perm(v.x, v.y, 0x7531);
-        }
+        const uint2 v = lds_u2(ss + r * 32 + 8 * t);
+        lo[mt][h] = byte_perm(v.x, v.y, 0x6420);
+        hi[mt][h] = byte_perm(v.x, v.y, 0x7531);
         da[mt][h] = ld_f(p.da + static_cast<long long>(row0 + r) * KBP + sb * 8);
       }
     }
+    const float* dq6 = reinterpret_cast<const float*>(ss + kTcStageS);  // Q6_K: the columns' d
     UNROLL
     for (int nt = 0; nt < 4; ++nt) {
-      const int cc = wn * 32 + nt * 8 + 2 * t;
-      const u32 bm = t < 2 ? dmn[2 * (wn * 32 + nt * 8 + g) + t] : 0u;
-      const float d0 = ddm[2 * cc], m0 = ddm[2 * cc + 1], d1 = ddm[2 * cc + 2], m1 = ddm[2 * cc + 3];
+      const int cg = wn * 32 + nt * 8 + g, cc = wn * 32 + nt * 8 + 2 * t;
+      const u32 bm = Q6 ? lds_u32(sw + cg * BB + 4 * t)
+                        : byte_perm(lds_u32(dmn + cg * 8 + 4 * (t >> 1)), 0u, (t & 1) ? 0x3322 : 0x1100);
+      float d0, m0, d1, m1;
+      if (Q6) {
+        d0 = dq6[cc];
+        d1 = dq6[cc + 1];
+        m0 = m1 = 0.f;
+      } else {
+        d0 = ddm[2 * cc];
+        m0 = ddm[2 * cc + 1];
+        d1 = ddm[2 * cc + 2];
+        m1 = ddm[2 * cc + 3];
+      }
       UNROLL
       for (int mt = 0; mt < 2; ++mt) {
         int ml[4] = {0, 0, 0, 0}, mh[4] = {0, 0, 0, 0};
         mma_u8s8_16816(ml, lo[mt][0], lo[mt][1], bm);
         mma_s8_16816(mh, hi[mt][0], hi[mt][1], bm);
         const int* is = isum[mt][nt];
-        acc[mt][nt][0] += da[mt][0] * (d0 * static_cast<float>(is[0]) - m0 * static_cast<float>(ml[0] + 256 * mh[0]));
-        acc[mt][nt][1] += da[mt][0] * (d1 * static_cast<float>(is[1]) - m1 * static_cast<float>(ml[1] + 256 * mh[1]));
-        acc[mt][nt][2] += da[mt][1] * (d0 * static_cast<float>(is[2]) - m0 * static_cast<float>(ml[2] + 256 * mh[2]));
-        acc[mt][nt][3] += da[mt][1] * (d1 * static_cast<float>(is[3]) - m1 * static_cast<float>(ml[3] + 256 * mh[3]));
+        UNROLL
+        for (int i = 0; i < 4; ++i) {
+          const int m = ml[i] + 256 * mh[i];
+          const float dc = i & 1 ? d1 : d0, da_r = da[mt][i >> 1];
+          if (Q6) {
+            acc[mt][nt][i] += da_r * (dc * static_cast<float>(is[i] - 32 * m));
+          } else {
+            acc[mt][nt][i] += da_r * (dc * static_cast<float>(is[i]) - (i & 1 ? m1 : m0) * static_cast<float>(m));
+          }
+        }
       }
     }
   }

@@ -14,7 +14,7 @@ struct QuantRowsParams {
   unsigned char* q;    // out: int8 fragments
   float* da;           // out: [rows_pad][KBP] block scales
   float* sa;           // out: [rows_pad][KBP] da * sum of the block's quants
-  short* bs;           // out: [rows_pad][KBP] the sum of the block's quants (the tiled GEMM's min term)
+  short* bs;           // out: [rows_pad][2 KBP] the sums of each 16 quants (the tiled GEMMs' min terms)
   int rows;            // valid output rows (rows_pad = gridDim.x; padding rows are written as zeros)
   int ld;              // row stride of x and x2, in floats
   float eps;           // rmsnorm epsilon
@@ -25,7 +25,7 @@ struct GemmParams {
   const unsigned char* a;  // activation fragments (QuantRowsParams::q)
   const float* da;         // activation block scales
   const float* sa;         // activation block sums (Q4_K's and Q5_K's min term)
-  const short* bs;         // activation block sums of the quants, as integers (the tiled Q4_K GEMM)
+  const short* bs;         // activation sums of each 16 quants, as integers (the tiled GEMMs)
   const unsigned char* w;  // weight fragments (weight_pack.h)
   const float* ws;         // weight block scales
   const float* wm;         // Q4_K, Q5_K: weight block mins; otherwise unused
@@ -35,19 +35,23 @@ struct GemmParams {
   int accumulate;          // 1: y += result (residual connection); 0: y = result
 };
 
-// The tiled Q4_K GEMM (gemm_tc.cuh): a block of kTcThreads computes kTcRows x kTcCols outputs, streaming one
-// super-block (256 values of k) per pipeline stage through dynamic shared memory. The host sizes the launch with
-// gemm_tc_smem_bytes(gemm_tc_stages(arch)); the kernel takes its stage count from the same rule.
+// The tiled GEMMs (gemm_tc.cuh) of Q4_K (wt 12) and Q6_K (wt 14): a block of kTcThreads computes kTcRows x kTcCols
+// outputs, streaming one super-block (256 values of k) per pipeline stage through dynamic shared memory. The host
+// sizes the launch with gemm_tc_smem_bytes(wt, arch); the kernel takes its stage count from the same rule.
 constexpr int kTcRows = 64, kTcCols = 128, kTcThreads = 256;
-constexpr int kTcQ4KBlock = 144;                         // bytes of a GGUF Q4_K block (d, dmin, scales, quants)
-constexpr int kTcStageA = kTcRows * 256;                 // int8 activation fragments
-constexpr int kTcStageB = kTcCols * kTcQ4KBlock;         // the GGUF blocks of the block's columns
-constexpr int kTcStageS = kTcRows * 16;                  // int16 activation sums per 32 values
-constexpr int kTcStageBytes = kTcStageA + kTcStageB + kTcStageS;
-constexpr int kTcDecodedBytes = kTcCols * (8 * 4 + 8 + 8);  // scales int32 [8][cols], mins [cols][8], (d, dmin)
-// arch = 10 * major + minor (0: the CPU emulator). Ampere's and Ada's consumer parts allow 99 KiB per block.
+constexpr int kTcStageA = kTcRows * 256;  // int8 activation fragments
+constexpr int kTcStageS = kTcRows * 32;   // int16 activation sums per 16 values
+// Device bytes of one column's super-block: Q4_K the GGUF block (d, dmin, scales, nibbles); Q6_K the GGUF block's
+// scales, low nibbles and high bits (d in a plane of its own, one f32 per column and super-block).
+constexpr int tc_block_bytes(int wt) { return wt == 14 ? 208 : 144; }
+constexpr int tc_stage_bytes(int wt) { return kTcStageA + kTcCols * tc_block_bytes(wt) + kTcStageS + (wt == 14 ? kTcCols * 4 : 0); }
+// The per-stage table a thread per column decodes: Q4_K int32 scales [8][cols], mins [cols][8], (d, dmin) [cols];
+// Q6_K int32 scales [16][cols] (its d stays in the stage).
+constexpr int tc_decoded_bytes(int wt) { return wt == 14 ? kTcCols * 16 * 4 : kTcCols * (8 * 4 + 8 + 8); }
+// arch = 10 * major + minor (0: the CPU emulator). Ampere's and Ada's consumer parts allow 99 KiB per block: two
+// stages there, three elsewhere.
 constexpr int gemm_tc_stages(int arch) { return arch == 86 || arch == 87 || arch == 89 ? 2 : 3; }
-constexpr int gemm_tc_smem_bytes(int stages) { return stages * kTcStageBytes + kTcDecodedBytes; }
+constexpr int gemm_tc_smem_bytes(int wt, int arch) { return gemm_tc_stages(arch) * tc_stage_bytes(wt) + tc_decoded_bytes(wt); }
 
 // Bias, RoPE and conversion to split f16 of one projection's output, rearranged per head for attention.
 struct PackParams {
