@@ -336,7 +336,7 @@ TEST(GpuEmulated, GemmQ4_K) {
 TEST(GpuEmulated, TiledGemmPipelineAcrossBlocks) {
   // Eight super-blocks through the three-stage pipeline; three column blocks (264 columns padded to 384) and two
   // row blocks, the second partly padding.
-  for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q6_K}) {
+  for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
     check_gemm(type, 264, 2048, 100);
     check_gemm(type, 264, 2048, 64);
   }
@@ -349,11 +349,11 @@ TEST(GpuEmulated, TiledGemmPipelineAcrossBlocks) {
 void check_integer_parts(GgmlType type) {
   SCOPED_TRACE(ggml_type_name(type));
   constexpr int64_t n = 136, k = 512, rows = 70;
-  const size_t bb = type == GgmlType::Q4_K ? 144 : 210;
+  const size_t bb = type == GgmlType::Q4_K ? 144 : type == GgmlType::Q5_K ? 176 : 210;
   SynthTensor t = synth_tensor(type, n, k, 23);
   const uint16_t one = quant::f32_to_fp16(1.f);
   for (size_t off = 0; off < t.bytes.size(); off += bb) {
-    if (type == GgmlType::Q4_K) {
+    if (type != GgmlType::Q6_K) {
       std::memcpy(&t.bytes[off], &one, 2);
       std::memcpy(&t.bytes[off + 2], &one, 2);
     } else {
@@ -386,13 +386,16 @@ void check_integer_parts(GgmlType type) {
       for (int64_t sb = 0; sb < k / 256; ++sb) {
         const uint8_t* b = row + sb * bb;
         int64_t part = 0, mag = 0;
-        if (type == GgmlType::Q4_K) {
+        if (type != GgmlType::Q6_K) {
+          quant::BlockQ5_K q5;
+          std::memcpy(&q5, b, type == GgmlType::Q5_K ? sizeof q5 : 0);
           for (int jj = 0; jj < 8; ++jj) {
             uint8_t sc = 0, m = 0;
             quant::scale_min_k4(jj, b + 4, &sc, &m);
             int64_t dot = 0, bsum = 0;
             for (int l = 0; l < 32; ++l) {
-              const int q = (b[16 + 32 * (jj / 2) + l] >> (4 * (jj % 2))) & 0xF;
+              const int q = type == GgmlType::Q5_K ? quant::q5_k_quant(q5, 32 * jj + l)
+                                                   : (b[16 + 32 * (jj / 2) + l] >> (4 * (jj % 2))) & 0xF;
               const int a = static_cast<int>(x[r * k + sb * 256 + 32 * jj + l]);
               dot += q * a;
               bsum += a;
@@ -425,6 +428,7 @@ void check_integer_parts(GgmlType type) {
 
 TEST(GpuEmulated, TiledGemmIntegerPartsAreExact) {
   check_integer_parts(GgmlType::Q4_K);
+  check_integer_parts(GgmlType::Q5_K);
   check_integer_parts(GgmlType::Q6_K);
 }
 

@@ -36,7 +36,7 @@ const WeightTypeTraits kTable[] = {
      /*gpu*/ true, /*tiled*/ true, /*mins*/ false, 0},
     {GgmlType::Q5_K, "Q5_K", "q5_k", "q5k_q8k", 256, 176, ActFormat::Q8_K, 160, 20, 5, 5 + 1, 4, true, false, 4096, false,
      portable<BlockQ5_K, BlockQ8_K, kernel_order_dot_q5_K>, ref_q5_k,
-     /*gpu*/ true, /*tiled*/ false, /*mins*/ true, 1},
+     /*gpu*/ true, /*tiled*/ true, /*mins*/ false, 0},
     {GgmlType::Q6_K, "Q6_K", "q6_k", "q6k_q8k", 256, 210, ActFormat::Q8_K, 256, 18, 4, 4 + 2, 4, false, true, 4096, true,
      portable<BlockQ6_K, BlockQ8_K, kernel_order_dot_q6_K>, ref_q6_k,
      /*gpu*/ true, /*tiled*/ true, /*mins*/ false, 0},

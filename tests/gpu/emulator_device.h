@@ -31,7 +31,7 @@ Launcher make_launcher(Body body) {
 template <int WT, int N, int K>
 void add_gemm(std::map<std::string, Launcher>& r) {
   const jit::cuda::GemmDesc d{static_cast<jit::cuda::WeightFormat>(WT), N, K};
-  if constexpr (WT == WT_Q4_K || WT == WT_Q6_K) {
+  if constexpr (WT == WT_Q4_K || WT == WT_Q5_K || WT == WT_Q6_K) {
     r[d.name()] = make_launcher<GemmParams>([](const GemmParams& p) { gemm_tc_body<WT, N, K>(p); });
   } else {
     r[d.name()] = make_launcher<GemmParams>([](const GemmParams& p) { gemm_body<WT, N, K>(p); });
@@ -40,9 +40,9 @@ void add_gemm(std::map<std::string, Launcher>& r) {
 template <int N, int K>
 void add_gemm_all_formats(std::map<std::string, Launcher>& r) {
   add_gemm<WT_Q8_0, N, K>(r);
-  add_gemm<WT_Q5_K, N, K>(r);
   if constexpr (K % 256 == 0) {  // the tiled K-quants
     add_gemm<WT_Q4_K, N, K>(r);
+    add_gemm<WT_Q5_K, N, K>(r);
     add_gemm<WT_Q6_K, N, K>(r);
   }
 }
@@ -87,8 +87,10 @@ inline const std::map<std::string, Launcher>& emulated_kernels() {
     add_gemm_all_formats<136, 96>(m);  // Q8_0 unit test: k-blocks padded (3 -> 4)
     add_gemm<WT_Q4_K, 264, 2048>(m);   // the tiled GEMMs: a deep pipeline, several blocks each way
     add_gemm<WT_Q6_K, 264, 2048>(m);
+    add_gemm<WT_Q5_K, 264, 2048>(m);
     add_gemm<WT_Q4_K, 136, 512>(m);
     add_gemm<WT_Q6_K, 136, 512>(m);
+    add_gemm<WT_Q5_K, 136, 512>(m);
     add_gemm<WT_Q5_0, 136, 96>(m);     // Q5_0 unit tests (no fixture model has Q5_0): the same, and
     add_gemm<WT_Q5_0, 24, 704>(m);     // DiffusionGemma's down-projection width (22 k-blocks -> 24)
     // tiny-diffusion-gemma-A (D 256, 4 heads of 64 sliding / 128 global, F 192, 8 experts of 64, vocabulary

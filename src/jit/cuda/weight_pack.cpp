@@ -109,7 +109,7 @@ void pack_tiles(const gguf::TensorInfo& t, const PackedLayout& L, int64_t tile0,
   const size_t qpt = L.quant_bytes_per_tile(), spt = L.scales_per_tile();
   const size_t tiles = static_cast<size_t>(tile1 - tile0);
   const uint64_t row_bytes = t.row_bytes();
-  if (L.format == WeightFormat::Q4_K) {  // the file's rows as they are; padding columns zero
+  if (L.format == WeightFormat::Q4_K || L.format == WeightFormat::Q5_K) {  // the file's rows; padding columns zero
     const int64_t j0 = tile0 * 8, j1 = std::min(tile1 * 8, L.n);
     const size_t have = j1 > j0 ? static_cast<size_t>(j1 - j0) * row_bytes : 0;
     if (have) std::memcpy(quants, t.data + static_cast<uint64_t>(j0) * row_bytes, have);

@@ -1,20 +1,19 @@
-// The quantised matrix product on int8 tensor cores for the repacked weight types (the K-quants Q4_K and Q6_K
+// The quantised matrix product on int8 tensor cores for the repacked weight types Q8_0 and Q5_0 (the K-quants
 // have their own tiled kernel, gemm_tc.cuh): y[r][j] (+)= sum_k act[r][k] * W[j][k].
 // Activations arrive as int8 fragments with per-(row, 32-block) scales (quant.cuh); weights as the
 // fragments weight_pack.cpp writes at load. Each mma.m16n8k32 yields the exact int32 dot product of one
 // 32-value block; the block scales are applied in f32 right after it:
 //   Q8_0:  x_w = s*q                 acc += da*s * dot
 //   Q5_0:  as Q8_0, q = ggml's q - 16 (in -16..15) as bytes
-//   Q5_K:  x_w = s*q - m (q in 0..31) acc += da*s * dot - m * (da*sum(q_a))
 //
 // Tiling: a warp computes 32 rows x 32 columns (2 x 4 mma tiles), a block of 4 warps 32 rows x 128
 // columns; grid = (n_tiles_pad / 16, rows_pad / 32). Operands stream from global memory (L2/L1) straight
 // into registers as 16-byte loads whose layout is already the fragment layout, so no shared memory and
 // no block synchronisation are needed.
 //
-// Weight fragment layout, per 8-column tile nt and 16-byte lane record (Q8_0, Q5_0 as q-16, Q5_K):
+// Weight fragment layout, per 8-column tile nt and 16-byte lane record (Q8_0, Q5_0 as q-16):
 //   records [nt][kb/2][lane]; words {b0, b1} of kb even, then odd; lane 4g+t of tile nt covers column 8*nt + g.
-// Scales: ws[(nt*KBP + kb)*8 + c], mins wm like ws.
+// Scales: ws[(nt*KBP + kb)*8 + c].
 #ifndef DLLM_CUDA_GEMM_CUH
 #define DLLM_CUDA_GEMM_CUH
 
@@ -53,10 +52,9 @@ DEV void zero_tiles(T (&x)[A][B][4]) {
 template <int WT, int N, int K>
 DEV void gemm_body(const GemmParams& p) {
   static_assert(N % 8 == 0 && K % 32 == 0, "bad GEMM shape");
-  static_assert(WT != WT_Q4_K && WT != WT_Q6_K, "the K-quants Q4_K and Q6_K run gemm_tc_body");
+  static_assert(WT == WT_Q8_0 || WT == WT_Q5_0, "the K-quants run gemm_tc_body");
   constexpr int KBP = (K / 32 + 3) / 4 * 4;
   constexpr int KG = 2;  // k-blocks per 16-byte weight record
-  constexpr bool MINS = WT == WT_Q5_K;  // x_w = s*q - m
   constexpr int NKG = KBP / KG;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -78,27 +76,19 @@ DEV void gemm_body(const GemmParams& p) {
     for (int j = 0; j < KG; ++j) {
       const int kb = kg * KG + j;
       uint4 a[kGemmMTiles];
-      float da0[kGemmMTiles], da1[kGemmMTiles], sa0[kGemmMTiles], sa1[kGemmMTiles];
+      float da0[kGemmMTiles], da1[kGemmMTiles];
       UNROLL
       for (int mt = 0; mt < kGemmMTiles; ++mt) {
         a[mt] = ld_u4(p.a + ((static_cast<long long>(mt0 + mt) * KBP + kb) * 32 + lane) * 16);
         const long long r0 = static_cast<long long>(mt0 + mt) * 16 + g;
         da0[mt] = ld_f(p.da + r0 * KBP + kb);
         da1[mt] = ld_f(p.da + (r0 + 8) * KBP + kb);
-        if (MINS) {
-          sa0[mt] = ld_f(p.sa + r0 * KBP + kb);
-          sa1[mt] = ld_f(p.sa + (r0 + 8) * KBP + kb);
-        }
       }
       UNROLL
       for (int nt = 0; nt < kGemmNTiles; ++nt) {
         const u32 b0 = u4_get(bq[nt], 2 * j), b1 = u4_get(bq[nt], 2 * j + 1);
         const long long sidx = static_cast<long long>(nt0 + nt) * KBP + kb;
         const float2 s = ld_f2(p.ws + sidx * 8 + 2 * t);
-        float2 m;
-        m.x = 0.f;
-        m.y = 0.f;
-        if (MINS) m = ld_f2(p.wm + sidx * 8 + 2 * t);
         UNROLL
         for (int mt = 0; mt < kGemmMTiles; ++mt) {
           int c[4] = {0, 0, 0, 0};
@@ -107,12 +97,6 @@ DEV void gemm_body(const GemmParams& p) {
           acc[mt][nt][1] += static_cast<float>(c[1]) * (da0[mt] * s.y);
           acc[mt][nt][2] += static_cast<float>(c[2]) * (da1[mt] * s.x);
           acc[mt][nt][3] += static_cast<float>(c[3]) * (da1[mt] * s.y);
-          if (MINS) {
-            acc[mt][nt][0] -= sa0[mt] * m.x;
-            acc[mt][nt][1] -= sa0[mt] * m.y;
-            acc[mt][nt][2] -= sa1[mt] * m.x;
-            acc[mt][nt][3] -= sa1[mt] * m.y;
-          }
         }
       }
     }

@@ -1,7 +1,9 @@
-// The tiled, pipelined int8 tensor-core GEMMs of the K-quants Q4_K and Q6_K: y[r][j] (+)= sum_k act[r][k] * W[j][k].
+// The tiled, pipelined int8 tensor-core GEMMs of the K-quants Q4_K, Q5_K and Q6_K:
+// y[r][j] (+)= sum_k act[r][k] * W[j][k].
 //
-// Weights stay at the GGUF's size. Q4_K keeps the file's own 144-byte blocks (f16 d and dmin, twelve bytes of 6-bit
-// scales and mins, 128 bytes of nibbles); only the column count is padded to a whole block of columns (zeros).
+// Weights stay at the GGUF's size. Q4_K and Q5_K keep the file's own 144- and 176-byte blocks (f16 d and dmin,
+// twelve bytes of 6-bit scales and mins, Q5_K's 32 bytes of fifth bits, 128 bytes of nibbles); only the column count
+// is padded to a whole block of columns (zeros).
 // Q6_K keeps each block's 16 int8 scales, 128 bytes of low nibbles and 64 bytes of high bit pairs as one 208-byte
 // record (16-byte aligned, unlike the file's 210-byte blocks) and its d as an f32 in a plane of its own (weight_pack).
 // Activations are ggml's Q8_K quants, arranged as mma A fragments by quant.cuh, with their integer sums per 16
@@ -13,6 +15,7 @@
 //         in place as u8 16 q, so the kernel sums 16 isum, with 16 sc_j for the low ones, and scales by d / 16)
 //         msum = sum_j m_j bsum_j
 //         acc += da * (d * float(isum) - dmin * float(msum))
+//   Q5_K  as Q4_K with q = nibble | fifth bit << 4 in 0..31 (no in-place trick: the kernel sums isum itself)
 //   Q6_K  q = low nibble | high bits << 4 in 0..63 (x = d sc_h (q - 32)), one mma.m16n8k16 per 16 values
 //         isum = sum_h sc_h dot_h,  msum = sum_h sc_h bsum_h
 //         acc += da * d * float(isum - 32 msum)
@@ -69,17 +72,25 @@ DEV void tc_load_stage(const GemmParams& p, unsigned char* st, int sb, int row0,
   }
 }
 
+// isum += d * the integer scales of the thread's two columns (d[0], d[2]: column 2t; d[1], d[3]: column 2t + 1).
+DEV void add_scaled(int (&isum)[4], const int (&d)[4], uint2 sc) {
+  isum[0] += d[0] * static_cast<int>(sc.x);
+  isum[1] += d[1] * static_cast<int>(sc.y);
+  isum[2] += d[2] * static_cast<int>(sc.x);
+  isum[3] += d[3] * static_cast<int>(sc.y);
+}
+
 template <int WT, int N, int K>
 DEV void gemm_tc_body(const GemmParams& p) {
-  static_assert(WT == WT_Q4_K || WT == WT_Q6_K, "the tiled GEMM takes Q4_K and Q6_K");
+  static_assert(WT == WT_Q4_K || WT == WT_Q5_K || WT == WT_Q6_K, "the tiled GEMM takes Q4_K, Q5_K and Q6_K");
   static_assert(N % 8 == 0 && K % 256 == 0, "bad K-quant GEMM shape");
-  constexpr bool Q6 = WT == WT_Q6_K;
+  constexpr bool Q6 = WT == WT_Q6_K, Q5 = WT == WT_Q5_K;
   constexpr int SB = K / 256, KBP = K / 32, S = kTcStages, BB = tc_block_bytes(WT), STAGE = tc_stage_bytes(WT);
   constexpr int NS = Q6 ? 16 : 8;  // scales per column and super-block
   unsigned char* smem = dyn_smem();
   int* dsc = reinterpret_cast<int*>(smem + S * STAGE);             // [NS][kTcCols] integer scales
-  unsigned char* dmn = reinterpret_cast<unsigned char*>(dsc + NS * kTcCols);  // Q4_K: [kTcCols][8] mins
-  float* ddm = reinterpret_cast<float*>(dmn + 8 * kTcCols);         // Q4_K: [kTcCols][2] d / 16, dmin
+  unsigned char* dmn = reinterpret_cast<unsigned char*>(dsc + NS * kTcCols);  // Q4_K, Q5_K: [kTcCols][8] mins
+  float* ddm = reinterpret_cast<float*>(dmn + 8 * kTcCols);  // Q4_K, Q5_K: [kTcCols][2] d (Q4_K: d / 16), dmin
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int wm = warp / kTcWarpsN, wn = warp % kTcWarpsN;
@@ -100,20 +111,20 @@ DEV void gemm_tc_body(const GemmParams& p) {
     const unsigned char* sw = st + kTcStageA;
     cp_async_wait<S - 2>();
     block_sync();  // stage sb has landed; every warp is done with stage sb - 1 and the decoded table
-    if (tid < kTcCols) {  // one column's scales (ggml's Q4_K: 6-bit scales and mins; Q6_K: int8 scales)
+    if (tid < kTcCols) {  // one column's scales (ggml's Q4_K / Q5_K: 6-bit scales and mins; Q6_K: int8 scales)
       const unsigned char* h = sw + tid * BB;
       if (Q6) {
         UNROLL
         for (int j = 0; j < 16; ++j) dsc[j * kTcCols + tid] = static_cast<signed char>(h[j]);
       } else {
-        ddm[2 * tid] = f16_to_f32(static_cast<unsigned short>(h[0] | (h[1] << 8))) * 0.0625f;  // d / 16
+        ddm[2 * tid] = f16_to_f32(static_cast<unsigned short>(h[0] | (h[1] << 8))) * (Q5 ? 1.f : 0.0625f);
         ddm[2 * tid + 1] = f16_to_f32(static_cast<unsigned short>(h[2] | (h[3] << 8)));
         const unsigned char* q = h + 4;
         UNROLL
         for (int j = 0; j < 8; ++j) {
           const int sc = j < 4 ? q[j] & 63 : (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
           dmn[tid * 8 + j] = static_cast<unsigned char>(j < 4 ? q[j + 4] & 63 : (q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-          dsc[j * kTcCols + tid] = j & 1 ? sc : 16 * sc;
+          dsc[j * kTcCols + tid] = Q5 || (j & 1) ? sc : 16 * sc;  // Q4_K: isum in units of 1/16
         }
       }
     }
@@ -126,7 +137,37 @@ DEV void gemm_tc_body(const GemmParams& p) {
     const unsigned char* sa = st + (wm * 2) * 4096;  // this warp's two row tiles
     // ldmatrix row addresses: lane 8i + r reads row r of matrix i = (tile 2 pair + i / 2, bytes 16 (i % 2) ..).
     const int mrow = wn * 32 + (lane >> 4) * 8 + (lane & 7), mhalf = 16 * ((lane >> 3) & 1);
-    if (!Q6) {
+    if (Q5) {
+      UNROLL_1
+      for (int c = 0; c < 4; ++c) {  // nibble chunk c: sub-blocks 2c (low nibbles) and 2c + 1 (high)
+        UNROLL
+        for (int h = 0; h < 2; ++h) {
+          const int j = 2 * c + h;
+          uint4 a[2];
+          UNROLL
+          for (int mt = 0; mt < 2; ++mt) a[mt] = lds_u4(sa + mt * 4096 + (j * 32 + lane) * 16);
+          UNROLL
+          for (int pair = 0; pair < 2; ++pair) {
+            u32 wq[4], wh[4];  // nibbles of chunk c and the fifth bits (qh: bit j of byte l), same lanes
+            ldmatrix_x4(wq, sw + (mrow + 16 * pair) * BB + 48 + 32 * c + mhalf);
+            ldmatrix_x4(wh, sw + (mrow + 16 * pair) * BB + 16 + mhalf);
+            UNROLL
+            for (int q = 0; q < 2; ++q) {
+              const int nt = 2 * pair + q;
+              const u32 b0 = ((wq[2 * q] >> (4 * h)) & 0x0F0F0F0Fu) | (((wh[2 * q] >> j) << 4) & 0x10101010u);
+              const u32 b1 = ((wq[2 * q + 1] >> (4 * h)) & 0x0F0F0F0Fu) | (((wh[2 * q + 1] >> j) << 4) & 0x10101010u);
+              const uint2 sc = lds_u2(dsc + j * kTcCols + wn * 32 + nt * 8 + 2 * t);
+              UNROLL
+              for (int mt = 0; mt < 2; ++mt) {
+                int d[4] = {0, 0, 0, 0};
+                mma_s8_16832(d, a[mt].x, a[mt].y, a[mt].z, a[mt].w, b0, b1);
+                add_scaled(isum[mt][nt], d, sc);
+              }
+            }
+          }
+        }
+      }
+    } else if (!Q6) {
       UNROLL_1
       for (int c = 0; c < 4; ++c) {  // nibble chunk c: sub-blocks 2c (low nibbles) and 2c + 1 (high)
         u32 w[2][4];
@@ -147,10 +188,7 @@ DEV void gemm_tc_body(const GemmParams& p) {
             for (int mt = 0; mt < 2; ++mt) {
               int d[4] = {0, 0, 0, 0};
               mma_s8u8_16832(d, a[mt].x, a[mt].y, a[mt].z, a[mt].w, b0, b1);
-              isum[mt][nt][0] += d[0] * static_cast<int>(sc.x);
-              isum[mt][nt][1] += d[1] * static_cast<int>(sc.y);
-              isum[mt][nt][2] += d[2] * static_cast<int>(sc.x);
-              isum[mt][nt][3] += d[3] * static_cast<int>(sc.y);
+              add_scaled(isum[mt][nt], d, sc);
             }
           }
         }
@@ -185,10 +223,7 @@ DEV void gemm_tc_body(const GemmParams& p) {
                 for (int mt = 0; mt < 2; ++mt) {
                   int d[4] = {0, 0, 0, 0};
                   mma_s8_16816(d, hf ? a[mt].z : a[mt].x, hf ? a[mt].w : a[mt].y, b);
-                  isum[mt][nt][0] += d[0] * static_cast<int>(sc.x);
-                  isum[mt][nt][1] += d[1] * static_cast<int>(sc.y);
-                  isum[mt][nt][2] += d[2] * static_cast<int>(sc.x);
-                  isum[mt][nt][3] += d[3] * static_cast<int>(sc.y);
+                  add_scaled(isum[mt][nt], d, sc);
                 }
               }
             }

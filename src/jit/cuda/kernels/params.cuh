@@ -35,17 +35,17 @@ struct GemmParams {
   int accumulate;          // 1: y += result (residual connection); 0: y = result
 };
 
-// The tiled GEMMs (gemm_tc.cuh) of Q4_K (wt 12) and Q6_K (wt 14): a block of kTcThreads computes kTcRows x kTcCols
+// The tiled GEMMs (gemm_tc.cuh) of the K-quants Q4_K (wt 12), Q5_K (13) and Q6_K (14): a block of kTcThreads computes kTcRows x kTcCols
 // outputs, streaming one super-block (256 values of k) per pipeline stage through dynamic shared memory. The host
 // sizes the launch with gemm_tc_smem_bytes(wt, arch); the kernel takes its stage count from the same rule.
 constexpr int kTcRows = 64, kTcCols = 128, kTcThreads = 256;
 constexpr int kTcStageA = kTcRows * 256;  // int8 activation fragments
 constexpr int kTcStageS = kTcRows * 32;   // int16 activation sums per 16 values
-// Device bytes of one column's super-block: Q4_K the GGUF block (d, dmin, scales, nibbles); Q6_K the GGUF block's
-// scales, low nibbles and high bits (d in a plane of its own, one f32 per column and super-block).
-constexpr int tc_block_bytes(int wt) { return wt == 14 ? 208 : 144; }
+// Device bytes of one column's super-block: Q4_K and Q5_K the GGUF block (d, dmin, scales, [high bits,] nibbles);
+// Q6_K the GGUF block's scales, low nibbles and high bits (d in a plane of its own, an f32 per column and super-block).
+constexpr int tc_block_bytes(int wt) { return wt == 14 ? 208 : wt == 13 ? 176 : 144; }
 constexpr int tc_stage_bytes(int wt) { return kTcStageA + kTcCols * tc_block_bytes(wt) + kTcStageS + (wt == 14 ? kTcCols * 4 : 0); }
-// The per-stage table a thread per column decodes: Q4_K int32 scales [8][cols], mins [cols][8], (d, dmin) [cols];
+// The per-stage table a thread per column decodes: Q4_K / Q5_K int32 scales [8][cols], mins [cols][8], (d, dmin) [cols];
 // Q6_K int32 scales [16][cols] (its d stays in the stage).
 constexpr int tc_decoded_bytes(int wt) { return wt == 14 ? kTcCols * 16 * 4 : kTcCols * (8 * 4 + 8 + 8); }
 // arch = 10 * major + minor (0: the CPU emulator). Ampere's and Ada's consumer parts allow 99 KiB per block: two
