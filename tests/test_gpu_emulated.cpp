@@ -147,16 +147,12 @@ jc::GpuWeight upload_weight(jc::Device& dev, const gguf::TensorInfo& t) {
   w.layout = jc::packed_layout(t);
   const auto& L = w.layout;
   std::vector<uint8_t> q(L.quant_bytes());
-  std::vector<float> s(L.scale_count()), m(L.has_mins() ? L.scale_count() : 0);
-  jc::pack_tiles(t, L, 0, L.ntiles, q.data(), s.data(), L.has_mins() ? m.data() : nullptr);
+  std::vector<float> s(L.scale_count());
+  jc::pack_tiles(t, L, 0, L.ntiles, q.data(), s.data());
   w.quants = DeviceBuffer(dev, q.size());
   dev.upload(w.quants.addr(), q.data(), q.size());
   w.scales = DeviceBuffer(dev, s.size() * 4);
-  if (!s.empty()) dev.upload(w.scales.addr(), s.data(), s.size() * 4);  // Q4_K: the file's blocks only
-  if (L.has_mins()) {
-    w.mins = DeviceBuffer(dev, m.size() * 4);
-    dev.upload(w.mins.addr(), m.data(), m.size() * 4);
-  }
+  if (!s.empty()) dev.upload(w.scales.addr(), s.data(), s.size() * 4);  // only Q6_K has a scale plane
   return w;
 }
 
@@ -166,15 +162,14 @@ jc::GpuWeight upload_weight(jc::Device& dev, const gguf::TensorInfo& t) {
 void expect_packed_decodes(const gguf::TensorInfo& t) {
   const auto L = jc::packed_layout(t);
   std::vector<uint8_t> q(L.quant_bytes());
-  std::vector<float> s(L.scale_count()), m(L.has_mins() ? L.scale_count() : 0);
+  std::vector<float> s(L.scale_count());
   const int64_t half = L.ntiles / 2;
-  jc::pack_tiles(t, L, 0, half, q.data(), s.data(), L.has_mins() ? m.data() : nullptr);
-  jc::pack_tiles(t, L, half, L.ntiles, q.data() + half * L.quant_bytes_per_tile(), s.data() + half * L.scales_per_tile(),
-                 L.has_mins() ? m.data() + half * L.scales_per_tile() : nullptr);
+  jc::pack_tiles(t, L, 0, half, q.data(), s.data());
+  jc::pack_tiles(t, L, half, L.ntiles, q.data() + half * L.quant_bytes_per_tile(), s.data() + half * L.scales_per_tile());
   const std::vector<float> ref = dequantize(t);
   for (int64_t j = 0; j < L.n; ++j) {
     for (int64_t c = 0; c < L.k; ++c) {
-      const float got = jc::packed_value(L, q.data(), s.data(), m.data(), j, c);
+      const float got = jc::packed_value(L, q.data(), s.data(), j, c);
       ASSERT_EQ(got, ref[static_cast<size_t>(j * L.k + c)]) << t.name << " [" << j << "][" << c << "]";
     }
   }
@@ -192,6 +187,40 @@ TEST(GpuWeightPack, PackedFixtureWeightsDecodeToTheReferenceValues) {
     }
     EXPECT_GE(checked, 15) << model;
   }
+}
+
+// The device keeps every weight type at the GGUF's size (at most 5% more): Q4_K and Q5_K are the file's bytes, Q6_K
+// its bytes with d as an f32 (212 / 210), Q8_0 and Q5_0 repacked into fragments with the same integers and f16 d.
+// Shapes of LLaDA-8B and of DiffusionGemma's down projections (k = 2112 and 704: k-blocks not a multiple of 8).
+TEST(GpuWeightPack, DeviceBytesAreTheGgufsSize) {
+  for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::Q5_0}) {
+    for (auto [k, n] : {std::pair<int64_t, int64_t>{4096, 4096}, {4096, 12288}, {12288, 4096}, {2816, 4096},
+                        {2112, 2816}, {704, 2816}}) {
+      const auto ti = ggml_type_info(static_cast<uint32_t>(type));
+      if (k % ti->block_size != 0) continue;
+      gguf::TensorInfo t;
+      t.name = "w";
+      t.type_id = static_cast<uint32_t>(type);
+      t.type_info = *ti;
+      t.n_dims = 2;
+      t.ne[0] = k;
+      t.ne[1] = n;
+      const double file = double(n) * double(k) / ti->block_size * ti->type_size;
+      const double ratio = double(jc::packed_layout(t).device_bytes()) / file;
+      EXPECT_GE(ratio, 1.0) << ggml_type_name(type) << " " << n << " x " << k;
+      EXPECT_LE(ratio, type == GgmlType::Q6_K ? 212.0 / 210.0 + 1e-9 : 1.0) << ggml_type_name(type) << " " << n << " x " << k;
+    }
+  }
+  // A whole Q4_K_M model: its matrices' device bytes within 5% of the file's.
+  const auto file = gguf::File::open(data_path("models/tiny-llada-Q4_K_M.gguf"));
+  double dev = 0, gguf_bytes = 0;
+  for (const gguf::TensorInfo& t : file->tensors()) {
+    WeightFormat f = WeightFormat::Q8_0;
+    if (t.n_dims != 2 || !jc::weight_format_of(t.type(), &f) || t.name == "token_embd.weight") continue;
+    dev += double(jc::packed_layout(t).device_bytes());
+    gguf_bytes += double(t.nbytes);
+  }
+  EXPECT_LE(dev, 1.05 * gguf_bytes);
 }
 
 TEST(GpuWeightPack, TypesWithoutKernelsNameTheTensor) {
@@ -253,23 +282,25 @@ void check_quant(jc::ActFormat fmt, int64_t k) {
   jc::gpu_quant(dev, jc::QuantMode::Plain, fmt, k, xd.buf.addr(), 0, 0, 0, rows, k, 0.f, act);
   const int64_t rows_pad = jc::pad_rows(rows);
   std::vector<int8_t> q(jc::act_bytes(rows, k));
-  std::vector<float> da(static_cast<size_t>(rows_pad * kbp)), sa(da.size());
+  std::vector<float> da(static_cast<size_t>(rows_pad * kbp));
+  std::vector<int16_t> bs(da.size() * 2);
   dev.download(q.data(), act.q.addr(), q.size());
   dev.download(da.data(), act.da.addr(), da.size() * 4);
-  dev.download(sa.data(), act.sa.addr(), sa.size() * 4);
+  dev.download(bs.data(), act.bs.addr(), bs.size() * 2);
   const RefQuant ref = ref_quant(fmt, x, rows, k);
   for (int64_t r = 0; r < rows_pad; ++r) {
     for (int64_t b = 0; b < kbp; ++b) {
       const size_t s = static_cast<size_t>(r * kbp + b);
       const bool pad = r >= rows || b >= k / 32;
-      int sum = 0;
+      int sum[2] = {0, 0};
       for (int64_t i = 0; i < 32; ++i) {
         const int8_t v = q[frag_pos(r, b * 32 + i, kbp)];
-        sum += v;
+        sum[i / 16] += v;
         ASSERT_EQ(v, pad ? 0 : ref.q[static_cast<size_t>(r * k + b * 32 + i)]) << "row " << r << " k " << b * 32 + i;
       }
       ASSERT_EQ(da[s], pad ? 0.f : ref.d[static_cast<size_t>((r * k) / 32 + b)]) << "row " << r << " block " << b;
-      EXPECT_EQ(sa[s], da[s] * static_cast<float>(sum));
+      EXPECT_EQ(bs[2 * s], sum[0]) << "row " << r << " block " << b;  // the integer sums of each 16
+      EXPECT_EQ(bs[2 * s + 1], sum[1]) << "row " << r << " block " << b;
     }
   }
 }

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Roofline of dllm's GPU GEMMs: each product's time predicted from its bytes and operations on a named GPU.
 
-A GEMM of `rows` activation rows by an N x K weight matrix reads the weights once (their device bytes: the
-GGUF's own blocks for Q4_K, the repacked layout for the other types; measured rows carry the exact count),
+A GEMM of `rows` activation rows by an N x K weight matrix reads the weights once (their device bytes, the
+GGUF's size: weight_pack.h; measured rows carry the exact count),
 the int8 activations and their scales,
 and writes rows x N f32 outputs; it does 2 rows N K integer operations. Its floor is the larger of
 bytes / HBM bandwidth and operations / int8 tensor-core peak (dense, no sparsity). The GPU table holds the
@@ -30,13 +30,13 @@ GPUS = {
     "RTX4090": (660.6, 1008.0, 128),
 }
 
-# Bytes per 256 weights on the device, by type (device layout of src/jit/cuda/weight_pack.cpp).
+# Bytes per 256 weights on the device (src/jit/cuda/weight_pack.h): the GGUF's, but Q6_K's d as an f32.
 DEVICE_BYTES_PER_256 = {
-    "Q4_K": 144.0,             # the GGUF's blocks as they are
-    "Q6_K": 256.0 + 16 * 4,    # int8 quants, an f32 scale per 16
-    "Q8_0": 256.0 + 8 * 4,     # int8 quants, an f32 scale per 32
-    "Q5_K": 256.0 + 8 * 8,     # int8 quants, f32 scale and min per 32
-    "Q5_0": 256.0 + 8 * 4,
+    "Q4_K": 144.0,
+    "Q5_K": 176.0,
+    "Q6_K": 212.0,
+    "Q8_0": 8 * 34.0,
+    "Q5_0": 8 * 22.0,
 }
 
 # The projections of one LLaDA-8B layer (Q4_K_M: attn_v and ffn_down are Q6_K in half the layers; counted as
@@ -62,7 +62,7 @@ def gpu_spec(name):
 
 def gemm_bytes(rows, n, k, wtype, weight_bytes=None):
     weights = weight_bytes if weight_bytes else n * k / 256.0 * DEVICE_BYTES_PER_256[wtype]
-    acts = rows * k + rows * (k / 32) * (4 + 4 + 2)  # int8 quants, da, sa, the int16 sums
+    acts = rows * k + rows * (k / 32) * (4 + 4)  # int8 quants, da, the int16 sums of each 16
     out = rows * n * 4
     return weights + acts + out
 

@@ -42,9 +42,7 @@ struct WeightTypeTraits {
 
   // ---- GPU (cuda/kernel_set.h, cuda/weight_pack.h, kernels/gemm.cuh) ----
   bool gpu;                // an int8 tensor-core GEMM exists
-  bool gpu_tiled;          // read by the tiled GEMM (gemm_tc.cuh) at the GGUF's size; else repacked for gemm.cuh:
-  bool gpu_mins;           //   per-32 f32 mins (x = s*q - m)
-  int gpu_scales_per_32;   //   f32 scales per 32 values
+  bool gpu_tiled;          // read by the tiled GEMM (gemm_tc.cuh); else repacked for gemm.cuh (both at the GGUF's size)
 };
 
 // The row of a weight type with CPU kernels, or null.

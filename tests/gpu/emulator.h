@@ -455,29 +455,21 @@ inline float fast_exp2(float x) { return std::exp2(x); }
 inline int max(int a, int b) { return a > b ? a : b; }
 inline int min(int a, int b) { return a < b ? a : b; }
 
-inline uint4 ld_u4(const void* p) {
-  uint4 v;
+// Loads of any width: memcpy, so no alignment or aliasing assumptions (the device checks alignment itself).
+template <class T>
+inline T load_as(const void* p) {
+  T v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-inline uint4 lds_u4(const void* p) { return ld_u4(p); }
+inline uint4 ld_u4(const void* p) { return load_as<uint4>(p); }
+inline uint4 lds_u4(const void* p) { return load_as<uint4>(p); }
 inline void st_u4(void* p, uint4 v) { std::memcpy(p, &v, sizeof v); }
-inline u32 ld_u32(const void* p) {
-  u32 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline u32 lds_u32(const void* p) { return ld_u32(p); }
-inline uint2 lds_u2(const void* p) {
-  uint2 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline float2 ld_f2(const float* p) {
-  float2 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
+inline u32 ld_u32(const void* p) { return load_as<u32>(p); }
+inline u32 lds_u32(const void* p) { return load_as<u32>(p); }
+inline u32 ld_u16(const void* p) { return load_as<unsigned short>(p); }
+inline uint2 ld_u2(const void* p) { return load_as<uint2>(p); }
+inline uint2 lds_u2(const void* p) { return load_as<uint2>(p); }
 inline float ld_f(const float* p) { return *p; }
 
 // The kernels themselves, compiled for the host.

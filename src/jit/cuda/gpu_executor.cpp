@@ -84,27 +84,24 @@ model::WeightHandle GpuExecutor::prepare_weight(const gguf::TensorInfo& t) {
   const size_t qpt = L.quant_bytes_per_tile(), spt = L.scales_per_tile();
   w.quants = DeviceBuffer(*dev_, L.quant_bytes());
   w.scales = DeviceBuffer(*dev_, L.scale_count() * sizeof(float));
-  if (L.has_mins()) w.mins = DeviceBuffer(*dev_, L.scale_count() * sizeof(float));
 
   // Pack and upload in chunks of whole pool tasks, so host memory stays bounded for any matrix size.
   const int64_t chunk =
       std::max<int64_t>(kTilesPerTask, static_cast<int64_t>(kStageBytes / qpt) / kTilesPerTask * kTilesPerTask);
   const int64_t stage_tiles = std::min(chunk, L.ntiles);
   std::vector<uint8_t> sq(static_cast<size_t>(stage_tiles) * qpt);
-  std::vector<float> ss(static_cast<size_t>(stage_tiles) * spt), sm(L.has_mins() ? ss.size() : 0);
+  std::vector<float> ss(static_cast<size_t>(stage_tiles) * spt);
   for (int64_t t0 = 0; t0 < L.ntiles; t0 += chunk) {
     const int64_t t1 = std::min(L.ntiles, t0 + chunk);
     const int64_t tasks = (t1 - t0 + kTilesPerTask - 1) / kTilesPerTask;
     pool_.parallel_for(tasks, [&](int64_t task, int) {
       const int64_t a = t0 + task * kTilesPerTask, b = std::min(t1, a + kTilesPerTask);
       const size_t off = static_cast<size_t>(a - t0);
-      pack_tiles(t, L, a, b, sq.data() + off * qpt, ss.data() + off * spt,
-                 L.has_mins() ? sm.data() + off * spt : nullptr);
+      pack_tiles(t, L, a, b, sq.data() + off * qpt, ss.data() + off * spt);
     });
     const size_t tiles = static_cast<size_t>(t1 - t0), first = static_cast<size_t>(t0);
     dev_->upload(w.quants.addr() + first * qpt, sq.data(), tiles * qpt);
     if (spt) dev_->upload(w.scales.addr() + first * spt * sizeof(float), ss.data(), tiles * spt * sizeof(float));
-    if (L.has_mins()) dev_->upload(w.mins.addr() + first * spt * sizeof(float), sm.data(), tiles * spt * sizeof(float));
   }
   weight_bytes_ += L.device_bytes();
   // The GEMM and the quantisers that feed it: plain (the per-call path, the attention output), RMSNorm

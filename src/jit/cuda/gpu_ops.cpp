@@ -8,7 +8,7 @@
 
 namespace dllm::jit::cuda {
 
-static_assert(sizeof(QuantRowsParams) == 80 && sizeof(GemmParams) == 80 && sizeof(PackParams) == 64 &&
+static_assert(sizeof(QuantRowsParams) == 72 && sizeof(GemmParams) == 64 && sizeof(PackParams) == 64 &&
                   sizeof(AttnParams) == 64,
               "kernel parameter structs must keep the layout the device code expects");
 
@@ -16,7 +16,6 @@ void ActBuffers::ensure(Device& dev, int64_t rows, int64_t k) {
   const size_t qb = act_bytes(rows, k), sb = act_scale_bytes(rows, k);
   if (q.bytes() < qb) q = DeviceBuffer(dev, qb);
   if (da.bytes() < sb) da = DeviceBuffer(dev, sb);
-  if (sa.bytes() < sb) sa = DeviceBuffer(dev, sb);
   if (bs.bytes() < act_sum_bytes(rows, k)) bs = DeviceBuffer(dev, act_sum_bytes(rows, k));
 }
 
@@ -41,7 +40,6 @@ void gpu_quant(Device& dev, QuantMode mode, ActFormat fmt, int64_t k, DevAddr x,
   p.row_map = dev_ptr<const int>(row_map);
   p.q = dev_ptr<unsigned char>(act.q.addr());
   p.da = dev_ptr<float>(act.da.addr());
-  p.sa = dev_ptr<float>(act.sa.addr());
   p.bs = dev_ptr<short>(act.bs.addr());
   p.rows = static_cast<int>(rows);
   p.ld = static_cast<int>(ld);
@@ -70,11 +68,9 @@ void gpu_gemm(Device& dev, const GpuWeight& w, const ActBuffers& act, int64_t ro
   GemmParams p{};
   p.a = dev_ptr<const unsigned char>(act.q.addr());
   p.da = dev_ptr<const float>(act.da.addr());
-  p.sa = dev_ptr<const float>(act.sa.addr());
   p.bs = dev_ptr<const short>(act.bs.addr());
   p.w = dev_ptr<const unsigned char>(w.quants.addr());
   p.ws = dev_ptr<const float>(w.scales.addr());
-  p.wm = dev_ptr<const float>(w.mins.addr());
   p.y = dev_ptr<float>(y);
   p.rows = static_cast<int>(rows);
   p.ldy = static_cast<int>(ldy);

@@ -23,13 +23,13 @@ T* dev_ptr(DevAddr a) {
 struct GpuWeight {
   std::string name;
   PackedLayout layout;
-  DeviceBuffer quants, scales, mins;
+  DeviceBuffer quants, scales;  // scales: Q6_K's d plane only
   GemmDesc desc() const { return {layout.format, layout.n, layout.k}; }
 };
 
 // int8 activation fragments with their scales (grown on demand), and what they currently hold.
 struct ActBuffers {
-  DeviceBuffer q, da, sa, bs;
+  DeviceBuffer q, da, bs;
   ActFormat format = ActFormat::Q8_0;
   int64_t rows = 0, k = 0;  // of the last quantisation
   void ensure(Device& dev, int64_t rows, int64_t k);

@@ -15,12 +15,33 @@ namespace dllm::jit::cuda {
 
 namespace {
 
-// Byte formats (Q8_0, Q5_0, Q5_K, Q6_K): records [kb/2][lane] of 16 bytes, words (kb%2)*2 + (kk>=16).
+// The k-blocks of a Q8_0 / Q5_0 row on the device: rounded up to an even count (records hold two).
+int64_t kbw_of(const PackedLayout& L) { return (L.k / 32 + 1) / 2 * 2; }
+
+// Q8_0: records [kb/2][lane] of 16 bytes, words (kb%2)*2 + (kk>=16); lane 4 col + (kk%16)/4.
 size_t byte_offset(int64_t kb, int col, int kk) {
   const int lane = col * 4 + (kk % 16) / 4;
   const int word = static_cast<int>(kb % 2) * 2 + kk / 16;
   return (static_cast<size_t>(kb / 2) * 32 + static_cast<size_t>(lane)) * 16 + static_cast<size_t>(word) * 4 +
          static_cast<size_t>(kk % 4);
+}
+// Q5_0 nibbles: records [kb/2][lane] of 8 bytes, word kb%2, byte kk%4, high nibble for kk >= 16.
+size_t nibble_offset(int64_t kb, int col, int kk) {
+  const int lane = col * 4 + (kk % 16) / 4;
+  return (static_cast<size_t>(kb / 2) * 32 + static_cast<size_t>(lane)) * 8 + static_cast<size_t>(kb % 2) * 4 +
+         static_cast<size_t>(kk % 4);
+}
+// Q5_0 fifth bits (after kbw * 128 bytes of nibbles): records [kb/2][lane] of 2 bytes, byte kb%2, bit kk%4 (+4 for
+// kk >= 16).
+size_t bit_offset(int64_t kbw, int64_t kb, int col, int kk) {
+  const int lane = col * 4 + (kk % 16) / 4;
+  return static_cast<size_t>(kbw) * 128 + (static_cast<size_t>(kb / 2) * 32 + static_cast<size_t>(lane)) * 2 +
+         static_cast<size_t>(kb % 2);
+}
+// The f16 d of (kb, col), after the quants.
+size_t d_offset(const PackedLayout& L, int64_t kb, int col) {
+  return static_cast<size_t>(kbw_of(L)) * (L.format == WeightFormat::Q5_0 ? 160 : 256) +
+         (static_cast<size_t>(kb) * 8 + static_cast<size_t>(col)) * 2;
 }
 
 template <class Block>
@@ -30,45 +51,30 @@ Block block_at(const uint8_t* row, int64_t i) {
   return b;
 }
 
-// The per-32 scales d*sc and mins dmin*m of a Q5_K super-block sb, as the reference decoder forms them.
-template <class Block>
-void scale_min_columns(const Block& b, int64_t sb, int col, float* ts, float* tm) {
-  const float d = quant::fp16_to_f32(b.d), dmin = quant::fp16_to_f32(b.dmin);
-  for (int j = 0; j < 8; ++j) {
-    uint8_t sc = 0, mn = 0;
-    quant::scale_min_k4(j, b.scales, &sc, &mn);
-    ts[(sb * 8 + j) * 8 + col] = d * static_cast<float>(sc);
-    tm[(sb * 8 + j) * 8 + col] = dmin * static_cast<float>(mn);
-  }
-}
-
-void pack_column(const gguf::TensorInfo& t, const PackedLayout& L, const uint8_t* row, int col, uint8_t* tq,
-                 float* ts, float* tm) {
-  switch (L.format) {
-    case WeightFormat::Q8_0:
-      for (int64_t kb = 0; kb < L.k / 32; ++kb) {
+void pack_column(const gguf::TensorInfo& t, const PackedLayout& L, const uint8_t* row, int col, uint8_t* tq) {
+  const int64_t kbw = kbw_of(L);
+  for (int64_t kb = 0; kb < L.k / 32; ++kb) {
+    uint16_t d = 0;
+    switch (L.format) {
+      case WeightFormat::Q8_0: {
         const auto b = block_at<quant::BlockQ8_0>(row, kb);
-        ts[kb * 8 + col] = quant::fp16_to_f32(b.d);
+        d = b.d;
         for (int kk = 0; kk < 32; ++kk) tq[byte_offset(kb, col, kk)] = static_cast<uint8_t>(b.qs[kk]);
+        break;
       }
-      break;
-    case WeightFormat::Q5_0:  // Q8_0's format: ggml's q - 16 as signed bytes, d per 32
-      for (int64_t kb = 0; kb < L.k / 32; ++kb) {
+      case WeightFormat::Q5_0: {
         const auto b = block_at<quant::BlockQ5_0>(row, kb);
-        ts[kb * 8 + col] = quant::fp16_to_f32(b.d);
-        for (int kk = 0; kk < 32; ++kk)
-          tq[byte_offset(kb, col, kk)] = static_cast<uint8_t>(static_cast<int8_t>(quant::q5_0_quant(b, kk) - 16));
+        d = b.d;
+        for (int kk = 0; kk < 32; ++kk) {
+          const int q = quant::q5_0_quant(b, kk);  // 0..31, the value q - 16
+          tq[nibble_offset(kb, col, kk)] |= static_cast<uint8_t>((q & 0xF) << (kk >= 16 ? 4 : 0));
+          tq[bit_offset(kbw, kb, col, kk)] |= static_cast<uint8_t>((q >> 4) << (kk % 4 + (kk >= 16 ? 4 : 0)));
+        }
+        break;
       }
-      break;
-    case WeightFormat::Q5_K:  // q in 0..31 as bytes, a scale and a min per 32 as Q4_K
-      for (int64_t sb = 0; sb < L.k / 256; ++sb) {
-        const auto b = block_at<quant::BlockQ5_K>(row, sb);
-        scale_min_columns(b, sb, col, ts, tm);
-        for (int e = 0; e < 256; ++e)
-          tq[byte_offset(sb * 8 + e / 32, col, e % 32)] = static_cast<uint8_t>(quant::q5_k_quant(b, e));
-      }
-      break;
-    default: throw Error("tensor " + std::string(t.name) + ": no GPU packing for " + ggml_type_name(L.format));
+      default: throw Error("tensor " + std::string(t.name) + ": no GPU packing for " + ggml_type_name(L.format));
+    }
+    std::memcpy(tq + d_offset(L, kb, col), &d, 2);
   }
 }
 
@@ -78,12 +84,11 @@ bool PackedLayout::tiled() const { return require_weight_traits(format, "GPU wei
 
 size_t PackedLayout::quant_bytes_per_tile() const {
   if (tiled()) return 8 * static_cast<size_t>(k / 256 * tc_block_bytes(static_cast<int>(format)));
-  return static_cast<size_t>(kbp) * 256;
+  return static_cast<size_t>(kbw_of(*this)) * (format == WeightFormat::Q5_0 ? 176 : 272);  // 8 x 22 or 8 x 34
 }
 
 size_t PackedLayout::scales_per_tile() const {
-  if (tiled()) return format == WeightFormat::Q6_K ? static_cast<size_t>(k / 256) * 8 : 0;  // Q6_K's d plane
-  return static_cast<size_t>(kbp) * 8 * require_weight_traits(format, "GPU weight format").gpu_scales_per_32;
+  return tiled() && format == WeightFormat::Q6_K ? static_cast<size_t>(k / 256) * 8 : 0;  // Q6_K's d plane
 }
 
 PackedLayout packed_layout(const gguf::TensorInfo& t) {
@@ -100,12 +105,11 @@ PackedLayout packed_layout(const gguf::TensorInfo& t) {
                 " rows: the GPU matrix kernels need a multiple of 8 (run with --device cpu)");
   }
   L.ntiles = padded_ntiles(L.n);
-  L.kbp = padded_kblocks(L.k);
   return L;
 }
 
 void pack_tiles(const gguf::TensorInfo& t, const PackedLayout& L, int64_t tile0, int64_t tile1, uint8_t* quants,
-                float* scales, float* mins) {
+                float* scales) {
   const size_t qpt = L.quant_bytes_per_tile(), spt = L.scales_per_tile();
   const size_t tiles = static_cast<size_t>(tile1 - tile0);
   const uint64_t row_bytes = t.row_bytes();
@@ -116,10 +120,10 @@ void pack_tiles(const gguf::TensorInfo& t, const PackedLayout& L, int64_t tile0,
     std::memset(quants + have, 0, qpt * tiles - have);
     return;
   }
+  std::memset(quants, 0, qpt * tiles);
+  if (spt) std::memset(scales, 0, spt * tiles * sizeof(float));
   if (L.format == WeightFormat::Q6_K) {  // per column and super-block: scales | ql | qh; d into the plane [tile][sb][8]
     const int64_t sbs = L.k / 256;
-    std::memset(quants, 0, qpt * tiles);
-    std::memset(scales, 0, spt * tiles * sizeof(float));
     for (int64_t j = tile0 * 8; j < std::min(tile1 * 8, L.n); ++j) {
       const uint8_t* row = t.data + static_cast<uint64_t>(j) * row_bytes;
       const size_t i = static_cast<size_t>(j / 8 - tile0);
@@ -134,22 +138,17 @@ void pack_tiles(const gguf::TensorInfo& t, const PackedLayout& L, int64_t tile0,
     }
     return;
   }
-  std::memset(quants, 0, qpt * tiles);
-  std::memset(scales, 0, spt * tiles * sizeof(float));
-  if (L.has_mins()) std::memset(mins, 0, spt * tiles * sizeof(float));
   for (int64_t tile = tile0; tile < tile1; ++tile) {
     const size_t i = static_cast<size_t>(tile - tile0);
     for (int col = 0; col < 8; ++col) {
       const int64_t j = tile * 8 + col;
       if (j >= L.n) break;
-      pack_column(t, L, t.data + static_cast<uint64_t>(j) * row_bytes, col, quants + i * qpt, scales + i * spt,
-                  L.has_mins() ? mins + i * spt : nullptr);
+      pack_column(t, L, t.data + static_cast<uint64_t>(j) * row_bytes, col, quants + i * qpt);
     }
   }
 }
 
-float packed_value(const PackedLayout& L, const uint8_t* quants, const float* scales, const float* mins, int64_t j,
-                   int64_t c) {
+float packed_value(const PackedLayout& L, const uint8_t* quants, const float* scales, int64_t j, int64_t c) {
   if (L.tiled()) {  // back to the GGUF's blocks, then the reference decoder
     const size_t col_bytes = L.quant_bytes_per_tile() / 8;
     const uint8_t* rec = quants + static_cast<size_t>(j) * col_bytes;
@@ -169,20 +168,16 @@ float packed_value(const PackedLayout& L, const uint8_t* quants, const float* sc
     quant::dequantize_row(L.format, row.data(), out.data(), L.k);
     return out[static_cast<size_t>(c)];
   }
-  const int64_t tile = j / 8, kb = c / 32;
+  const int64_t kb = c / 32;
   const int col = static_cast<int>(j % 8), kk = static_cast<int>(c % 32);
-  const uint8_t* tq = quants + static_cast<size_t>(tile) * L.quant_bytes_per_tile();
-  const float* ts = scales + static_cast<size_t>(tile) * L.scales_per_tile();
-  switch (L.format) {
-    case WeightFormat::Q8_0:
-    case WeightFormat::Q5_0:
-      return ts[kb * 8 + col] * static_cast<float>(static_cast<int8_t>(tq[byte_offset(kb, col, kk)]));
-    case WeightFormat::Q5_K: {
-      const float* tm = mins + static_cast<size_t>(tile) * L.scales_per_tile();
-      return ts[kb * 8 + col] * static_cast<float>(tq[byte_offset(kb, col, kk)]) - tm[kb * 8 + col];
-    }
-    default: throw Error("packed_value: no GPU format " + ggml_type_name(L.format));
-  }
+  const uint8_t* tq = quants + static_cast<size_t>(j / 8) * L.quant_bytes_per_tile();
+  uint16_t dh = 0;
+  std::memcpy(&dh, tq + d_offset(L, kb, col), 2);
+  const float d = quant::fp16_to_f32(dh);
+  if (L.format == WeightFormat::Q8_0) return d * static_cast<float>(static_cast<int8_t>(tq[byte_offset(kb, col, kk)]));
+  const int nib = (tq[nibble_offset(kb, col, kk)] >> (kk >= 16 ? 4 : 0)) & 0xF;
+  const int bit = (tq[bit_offset(kbw_of(L), kb, col, kk)] >> (kk % 4 + (kk >= 16 ? 4 : 0))) & 1;
+  return d * static_cast<float>((nib | bit << 4) - 16);
 }
 
 }  // namespace dllm::jit::cuda

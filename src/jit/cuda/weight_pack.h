@@ -1,12 +1,10 @@
 // The device layouts of Q4_K / Q5_K / Q6_K / Q8_0 / Q5_0 weight matrices. The tiled GEMM's types (the table's
 // `gpu_tiled`, kernels/gemm_tc.cuh) keep the GGUF's size: Q4_K its rows byte for byte, Q6_K each block's scales,
 // low nibbles and high bits as one 208-byte record per column and super-block, its d in an f32 plane (the "scales",
-// [tile][super-block][8 columns]). The others are repacked into the layout kernels/gemm.cuh reads: quants as
-// ready-made mma B fragments (Q5_K (0..31), Q8_0 and Q5_0 (q - 16) as int8), and one f32 scale (plus one f32 min for
-// Q5_K) per 32 values and column
-// (per 16 values for Q6_K). Scales are computed exactly as the reference decoder computes them (d*sc, dmin*m in f32),
-// so the packed weights decode to the reference values bit for bit. Columns are processed in ranges of
-// 8-column tiles so a large matrix can be packed and uploaded piece by piece.
+// [tile][super-block][8 columns]). Q8_0 and Q5_0 are repacked into the fragment layout kernels/gemm.cuh reads, at
+// the GGUF's size too: Q8_0's quants as bytes, Q5_0's as nibbles and fifth bits, then each block's f16 d. Every
+// layout keeps the file's integers and scales, so the packed weights decode to the reference values bit for bit.
+// Columns are processed in ranges of 8-column tiles so a large matrix can be packed and uploaded piece by piece.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -23,30 +21,25 @@ struct PackedLayout {
   WeightFormat format = WeightFormat::Q8_0;
   int64_t n = 0, k = 0;
   int64_t ntiles = 0;  // 8-column tiles, padded to a whole GEMM block
-  bool tiled() const;  // read by the tiled GEMM: quant_bytes_per_tile = 8 columns' records
-  int64_t kbp = 0;     // 32-value blocks per row, padded to a multiple of 4
-  size_t quant_bytes_per_tile() const;
-  size_t scales_per_tile() const;  // f32 values of ws per tile (and of wm for Q5_K)
+  bool tiled() const;  // read by the tiled GEMM
+  size_t quant_bytes_per_tile() const;  // every byte of 8 columns but Q6_K's d
+  size_t scales_per_tile() const;       // f32 values of the scale plane per tile (Q6_K's d; 0 for the others)
   size_t quant_bytes() const { return quant_bytes_per_tile() * static_cast<size_t>(ntiles); }
   size_t scale_count() const { return scales_per_tile() * static_cast<size_t>(ntiles); }
-  bool has_mins() const { return weight_traits(format) && weight_traits(format)->gpu_mins; }
-  size_t device_bytes() const {
-    return quant_bytes() + scale_count() * sizeof(float) * (has_mins() ? 2 : 1);
-  }
+  size_t device_bytes() const { return quant_bytes() + scale_count() * sizeof(float); }
 };
 
 // Throws dllm::Error naming the tensor when its type has no GPU kernel or its shape does not fit.
 PackedLayout packed_layout(const gguf::TensorInfo& t);
 
 // Packs column tiles [tile0, tile1) of t into the given buffers, which hold exactly that range
-// (quants: (tile1-tile0) * quant_bytes_per_tile(); scales and mins: (tile1-tile0) * scales_per_tile()).
-// Padding columns and k-blocks are written as zeros. mins may be null unless has_mins().
+// (quants: (tile1-tile0) * quant_bytes_per_tile(); scales: (tile1-tile0) * scales_per_tile(), may be null when
+// that is 0). Padding columns and k-blocks are written as zeros.
 void pack_tiles(const gguf::TensorInfo& t, const PackedLayout& layout, int64_t tile0, int64_t tile1, uint8_t* quants,
-                float* scales, float* mins);
+                float* scales);
 
 // The value the packed weight represents at (column j, position c), decoded back from the packed
 // buffers of the whole matrix: used by tests to check a packing against the reference decoder.
-float packed_value(const PackedLayout& layout, const uint8_t* quants, const float* scales, const float* mins,
-                   int64_t j, int64_t c);
+float packed_value(const PackedLayout& layout, const uint8_t* quants, const float* scales, int64_t j, int64_t c);
 
 }  // namespace dllm::jit::cuda

@@ -127,7 +127,8 @@ DEV void st_u4(void* p, uint4 v) { *reinterpret_cast<uint4*>(p) = v; }
 DEV u32 lds_u32(const void* p) { return *reinterpret_cast<const u32*>(p); }
 DEV uint2 lds_u2(const void* p) { return *reinterpret_cast<const uint2*>(p); }
 DEV u32 ld_u32(const void* p) { return __ldg(reinterpret_cast<const u32*>(p)); }
-DEV float2 ld_f2(const float* p) { return __ldg(reinterpret_cast<const float2*>(p)); }
+DEV uint2 ld_u2(const void* p) { return __ldg(reinterpret_cast<const uint2*>(p)); }
+DEV u32 ld_u16(const void* p) { return __ldg(reinterpret_cast<const unsigned short*>(p)); }
 DEV float ld_f(const float* p) { return __ldg(p); }
 // ---------------------------------------------------------------- end of device-only
 #endif

@@ -1,19 +1,22 @@
-// The quantised matrix product on int8 tensor cores for the repacked weight types Q8_0 and Q5_0 (the K-quants
-// have their own tiled kernel, gemm_tc.cuh): y[r][j] (+)= sum_k act[r][k] * W[j][k].
+// The quantised matrix product on int8 tensor cores for the per-32 weight types Q8_0 and Q5_0 (the K-quants have
+// their own tiled kernel, gemm_tc.cuh): y[r][j] (+)= sum_k act[r][k] * W[j][k].
 // Activations arrive as int8 fragments with per-(row, 32-block) scales (quant.cuh); weights as the
-// fragments weight_pack.cpp writes at load. Each mma.m16n8k32 yields the exact int32 dot product of one
-// 32-value block; the block scales are applied in f32 right after it:
-//   Q8_0:  x_w = s*q                 acc += da*s * dot
-//   Q5_0:  as Q8_0, q = ggml's q - 16 (in -16..15) as bytes
+// fragments weight_pack.cpp writes at load, at the GGUF's size. Each mma.m16n8k32 yields the exact int32 dot
+// product of one 32-value block; the block scales are applied in f32 right after it:
+//   Q8_0:  x_w = d*q                 acc += da*d * dot
+//   Q5_0:  as Q8_0, q = ggml's q - 16 (in -16..15), assembled from a nibble and a fifth bit
 //
 // Tiling: a warp computes 32 rows x 32 columns (2 x 4 mma tiles), a block of 4 warps 32 rows x 128
 // columns; grid = (n_tiles_pad / 16, rows_pad / 32). Operands stream from global memory (L2/L1) straight
-// into registers as 16-byte loads whose layout is already the fragment layout, so no shared memory and
+// into registers as loads whose layout is already the fragment layout, so no shared memory and
 // no block synchronisation are needed.
 //
-// Weight fragment layout, per 8-column tile nt and 16-byte lane record (Q8_0, Q5_0 as q-16):
-//   records [nt][kb/2][lane]; words {b0, b1} of kb even, then odd; lane 4g+t of tile nt covers column 8*nt + g.
-// Scales: ws[(nt*KBP + kb)*8 + c].
+// Weight layout, per 8-column tile (KBW = the k-blocks rounded up to an even count; lane 4g+t covers column g):
+//   Q8_0: [KBW/2][32 lanes] 16-byte records, words {b0, b1} of the even k-block, then the odd one; then the
+//         f16 d of each (k-block, column), [KBW][8]: 34 bytes per 32 values, as the GGUF.
+//   Q5_0: [KBW/2][32 lanes] 8-byte records of nibbles (word = k-block; byte i = q(4t+i) | q(16+4t+i) << 4), then
+//         [KBW/2][32 lanes] 2-byte records of fifth bits (byte = k-block; bits 0-3 = k 4t.., 4-7 = k 16+4t..),
+//         then the f16 d [KBW][8]: 22 bytes per 32 values, as the GGUF.
 #ifndef DLLM_CUDA_GEMM_CUH
 #define DLLM_CUDA_GEMM_CUH
 
@@ -53,9 +56,12 @@ template <int WT, int N, int K>
 DEV void gemm_body(const GemmParams& p) {
   static_assert(N % 8 == 0 && K % 32 == 0, "bad GEMM shape");
   static_assert(WT == WT_Q8_0 || WT == WT_Q5_0, "the K-quants run gemm_tc_body");
-  constexpr int KBP = (K / 32 + 3) / 4 * 4;
-  constexpr int KG = 2;  // k-blocks per 16-byte weight record
-  constexpr int NKG = KBP / KG;
+  constexpr bool Q5 = WT == WT_Q5_0;
+  constexpr int KBP = (K / 32 + 3) / 4 * 4;  // the activations' k-blocks
+  constexpr int KBW = (K / 32 + 1) / 2 * 2;  // the weights' k-blocks
+  constexpr int KG = 2;                      // k-blocks per weight record
+  constexpr int NKG = KBW / KG;
+  constexpr int QPT = Q5 ? KBW * 176 : KBW * 272, DOFF = Q5 ? KBW * 160 : KBW * 256;  // tile bytes, its d
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int nt0 = (blockIdx.x * kGemmWarps + warp) * kGemmNTiles;
@@ -66,10 +72,19 @@ DEV void gemm_body(const GemmParams& p) {
 
   UNROLL_1
   for (int kg = 0; kg < NKG; ++kg) {
-    uint4 bq[kGemmNTiles];
+    uint4 bq[kGemmNTiles];  // Q8_0: the record; Q5_0: x, y = the nibble words, z = the fifth bits
     UNROLL
     for (int nt = 0; nt < kGemmNTiles; ++nt) {
-      bq[nt] = ld_u4(p.w + ((static_cast<long long>(nt0 + nt) * NKG + kg) * 32 + lane) * 16);
+      const unsigned char* tile = p.w + static_cast<long long>(nt0 + nt) * QPT;
+      if (Q5) {
+        const uint2 nib = ld_u2(tile + (kg * 32 + lane) * 8);
+        bq[nt].x = nib.x;
+        bq[nt].y = nib.y;
+        bq[nt].z = ld_u16(tile + KBW * 128 + (kg * 32 + lane) * 2);
+        bq[nt].w = 0u;
+      } else {
+        bq[nt] = ld_u4(tile + (kg * 32 + lane) * 16);
+      }
     }
     // Not unrolled: unrolling lets the compiler hoist every k-block's loads and run out of registers.
     UNROLL_1
@@ -86,9 +101,20 @@ DEV void gemm_body(const GemmParams& p) {
       }
       UNROLL
       for (int nt = 0; nt < kGemmNTiles; ++nt) {
-        const u32 b0 = u4_get(bq[nt], 2 * j), b1 = u4_get(bq[nt], 2 * j + 1);
-        const long long sidx = static_cast<long long>(nt0 + nt) * KBP + kb;
-        const float2 s = ld_f2(p.ws + sidx * 8 + 2 * t);
+        u32 b0, b1;
+        if (Q5) {  // q - 16 = nibble, or nibble | 0xF0 where the fifth bit is clear
+          const u32 w = u4_get(bq[nt], j), fb = (bq[nt].z >> (8 * j)) & 0xFFu;
+          const u32 f0 = ((fb & 0xFu) * 0x02040810u) & 0x10101010u, f1 = ((fb >> 4) * 0x02040810u) & 0x10101010u;
+          b0 = (w & 0x0F0F0F0Fu) | ((f0 ^ 0x10101010u) * 15u);
+          b1 = ((w >> 4) & 0x0F0F0F0Fu) | ((f1 ^ 0x10101010u) * 15u);
+        } else {
+          b0 = u4_get(bq[nt], 2 * j);
+          b1 = u4_get(bq[nt], 2 * j + 1);
+        }
+        const u32 dw = ld_u32(p.w + static_cast<long long>(nt0 + nt) * QPT + DOFF + (kb * 8 + 2 * t) * 2);
+        float2 s;
+        s.x = f16_to_f32(static_cast<unsigned short>(dw & 0xFFFFu));
+        s.y = f16_to_f32(static_cast<unsigned short>(dw >> 16));
         UNROLL
         for (int mt = 0; mt < kGemmMTiles; ++mt) {
           int c[4] = {0, 0, 0, 0};

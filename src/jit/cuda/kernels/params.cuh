@@ -5,7 +5,7 @@
 #define DLLM_CUDA_PARAMS_CUH
 
 // int8 activation fragments (see quant.cuh): rows_pad / 16 row tiles x KBP k-blocks x 32 lanes x 16 bytes,
-// with per (row, k-block) scales da and sums sa = da * sum(q).
+// with per (row, k-block) scales da and the integer sums of each 16 quants, bs.
 struct QuantRowsParams {
   const float* x;      // input rows [.., ld]: the activations (MODE plain / rmsnorm) or the gate (swiglu)
   const float* x2;     // swiglu: the up projection [.., ld]; otherwise unused
@@ -13,7 +13,6 @@ struct QuantRowsParams {
   const int* row_map;  // output row r reads input row row_map[r]; null: row r
   unsigned char* q;    // out: int8 fragments
   float* da;           // out: [rows_pad][KBP] block scales
-  float* sa;           // out: [rows_pad][KBP] da * sum of the block's quants
   short* bs;           // out: [rows_pad][2 KBP] the sums of each 16 quants (the tiled GEMMs' min terms)
   int rows;            // valid output rows (rows_pad = gridDim.x; padding rows are written as zeros)
   int ld;              // row stride of x and x2, in floats
@@ -24,11 +23,9 @@ struct QuantRowsParams {
 struct GemmParams {
   const unsigned char* a;  // activation fragments (QuantRowsParams::q)
   const float* da;         // activation block scales
-  const float* sa;         // activation block sums (Q4_K's and Q5_K's min term)
   const short* bs;         // activation sums of each 16 quants, as integers (the tiled GEMMs)
   const unsigned char* w;  // weight fragments (weight_pack.h)
-  const float* ws;         // weight block scales
-  const float* wm;         // Q4_K, Q5_K: weight block mins; otherwise unused
+  const float* ws;         // Q6_K: the d plane (weight_pack.h); otherwise unused
   float* y;                // out: [rows][ldy] f32
   int rows;                // valid rows
   int ldy;                 // row stride of y, in floats

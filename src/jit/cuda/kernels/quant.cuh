@@ -12,8 +12,8 @@
 //            zero), and the scale used is d rounded to f16;
 //   ACT_Q8_K (for Q4_K / Q6_K weights), per 256 values: max = the value of largest |x| (the first on
 //            ties), iscale = -127/max, q = min(127, rint(iscale * x)) (ties to even), d = 1/iscale.
-// Either way the GEMM reads one scale da and one sum sa = da * sum(q) per 32 values (a Q8_K block's
-// scale repeated over its 8 sub-blocks), and the tiled GEMM the integer sums of each 16 values, bs (|bs| <= 16 * 127).
+// Either way the GEMMs read one scale da per 32 values (a Q8_K block's scale repeated over its 8 sub-blocks), and
+// the tiled GEMM the integer sums of each 16 values, bs (|bs| <= 16 * 127).
 // The quants are stored pre-arranged as the A operand of mma.m16n8k32: for row tile mt (16 rows) and k-block
 // kb, the 32 lanes' 16-byte records are contiguous; lane 4g+t holds {row g, k 4t..4t+3}, {row g+8, k 4t..},
 // {row g, k 16+4t..}, {row g+8, k 16+4t..}.
@@ -55,7 +55,7 @@ DEV void quant_rows_body(const QuantRowsParams& p) {
     for (int kb = warp; kb < KBP; kb += WARPS) {
       store_quant(p, r, kb * 32 + lane, KBP, 0);
       if (lane == 0) {
-        p.da[rk + kb] = p.sa[rk + kb] = 0.f;
+        p.da[rk + kb] = 0.f;
         p.bs[2 * (rk + kb)] = p.bs[2 * (rk + kb) + 1] = 0;
       }
     }
@@ -85,13 +85,12 @@ DEV void quant_rows_body(const QuantRowsParams& p) {
       const float d = amax / 127.f;
       const float id = d != 0.f ? 1.f / d : 0.f;
       const int q = static_cast<int>(roundf(v * id));
-      const int half = half_warp_sum_i(q), qsum = half + shfl_xor_i(half, 16);
+      const int half = half_warp_sum_i(q);
       store_quant(p, r, k, KBP, q);
       if ((lane & 15) == 0) p.bs[2 * (rk + kb) + (lane >> 4)] = static_cast<short>(half);
       if (lane == 0) {
         const float dh = f16_to_f32(f32_to_f16(d));
         p.da[rk + kb] = dh;
-        p.sa[rk + kb] = dh * static_cast<float>(qsum);
       }
     }
   } else {
@@ -126,12 +125,11 @@ DEV void quant_rows_body(const QuantRowsParams& p) {
       UNROLL
       for (int i = 0; i < 8; ++i) {
         const int q = zero ? 0 : min(127, round_to_int(iscale * v[i]));
-        const int half = half_warp_sum_i(q), qsum = half + shfl_xor_i(half, 16);
+        const int half = half_warp_sum_i(q);
         store_quant(p, r, b * 256 + 32 * i + lane, KBP, q);
         if ((lane & 15) == 0) p.bs[2 * (rk + b * 8 + i) + (lane >> 4)] = static_cast<short>(half);
         if (lane == 0) {
           p.da[rk + b * 8 + i] = d;
-          p.sa[rk + b * 8 + i] = d * static_cast<float>(qsum);
         }
       }
     }
