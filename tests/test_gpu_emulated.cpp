@@ -1096,5 +1096,38 @@ TEST(GpuEmulated, HeadDimensionsBeyondTheKernelNameTheLayer) {
   EXPECT_THROW(gpu.prepare_model(hp), Error);
 }
 
+// Kernel launches of one forward pass, counted on the emulated device (and listed by kernel): 15 per layer (the
+// activation quantisers, one GEMM per matrix, three head packers, attention) and 3 around the layers. A guard
+// against launches creeping in; the target of 8 per layer needs Q/K/V and gate/up fused into single GEMMs
+// and the packers into their epilogue, not done yet.
+TEST(GpuEmulated, LaunchesPerLayer) {
+  for (const char* name : {"tiny-llada-Q4_K_M", "tiny-dream-Q4_K_M"}) {
+    SCOPED_TRACE(name);
+    const std::string path = data_path(std::string("models/") + name + ".gguf");
+    model::LoadOptions opt;
+    opt.threads = 2;
+    const auto cpu = model::Model::load(path, opt);
+    const model::HParams& hp = cpu->hparams();
+    auto owned = std::make_unique<EmulatorDevice>();
+    EmulatorDevice& dev = *owned;
+    ThreadPool pool(2);
+    jc::GpuExecutor gpu(std::move(owned), pool);
+    const model::ForwardWeights fw = model::prepare_forward_weights(hp, cpu->tensors(), gpu);
+    const LogitsCase lc = logits_case(name, "c2_canvas_midgen_len37");
+    std::vector<float> got(lc.rows.size() * static_cast<size_t>(cpu->n_vocab()));
+    model::forward(hp, fw, gpu, model::ForwardRequest{lc.ids, lc.rows, got.data()});  // compiles, sizes buffers
+    const size_t before = dev.launches();
+    const std::map<std::string, size_t> counts0 = dev.launch_counts();
+    model::forward(hp, fw, gpu, model::ForwardRequest{lc.ids, lc.rows, got.data()});
+    const size_t step = dev.launches() - before;
+    for (const auto& [kernel, n] : dev.launch_counts()) {
+      const size_t d = n - (counts0.count(kernel) ? counts0.at(kernel) : 0);
+      if (d) std::printf("[ launches ]   %-40s %zu\n", kernel.c_str(), d);
+    }
+    std::printf("[ launches ] %s: %zu per forward, %lld layers\n", name, step, static_cast<long long>(hp.n_layer));
+    EXPECT_EQ(step, static_cast<size_t>(15 * hp.n_layer + 3));
+  }
+}
+
 }  // namespace
 }  // namespace dllm::test

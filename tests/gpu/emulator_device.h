@@ -209,6 +209,7 @@ class EmulatorDevice : public jit::cuda::Device {
   void launch(const std::string& name, const Launch& dims, const void* params, size_t) override {
     if (!loaded_.count(name)) throw std::runtime_error("kernel " + name + " launched before load_kernels()");
     ++launches_;
+    ++launch_counts_[name];
     emulated_kernels().at(name)(dims, params);
   }
   const jit::cuda::KernelLoadStats& load_stats() const override { return stats_; }
@@ -218,6 +219,7 @@ class EmulatorDevice : public jit::cuda::Device {
   size_t bad_frees() const { return bad_frees_; }
   size_t live_allocations() const { return allocs_.size(); }
   size_t launches() const { return launches_; }
+  const std::map<std::string, size_t>& launch_counts() const { return launch_counts_; }  // by kernel name
   size_t downloads() const { return downloads_; }  // device-to-host copies, and their bytes
   size_t download_bytes() const { return download_bytes_; }
   // Checks every live allocation's canary zone.
@@ -242,6 +244,7 @@ class EmulatorDevice : public jit::cuda::Device {
 
   std::map<jit::cuda::DevAddr, size_t> allocs_;
   std::set<std::string> loaded_;
+  std::map<std::string, size_t> launch_counts_;
   jit::cuda::KernelLoadStats stats_;
   size_t overruns_ = 0, bad_frees_ = 0, launches_ = 0, downloads_ = 0, download_bytes_ = 0;
 };
