@@ -310,10 +310,30 @@ TEST(GpuEmulated, QuantRowsQ8_K) { check_quant(jc::ActFormat::Q8_K, 512); }
 
 // y = act . W^T through quant + GEMM on the emulator, against the exact product of the quantised
 // activations and the dequantised weights (only f32 accumulation separates them).
-void check_gemm(GgmlType type, int64_t n, int64_t k, int64_t rows) {
+// y = x W^T through the plain Q8_K quantiser and the GEMM of a K-quant tensor on dev, downloaded.
+std::vector<float> k_quant_gemm(EmulatorDevice& dev, const gguf::TensorInfo& t, const std::vector<float>& x, int64_t rows) {
+  const int64_t n = t.ne[1], k = t.ne[0];
+  const jc::GpuWeight w = upload_weight(dev, t);
+  jc::KernelSet set;
+  set.add(w.desc());
+  set.add(jc::QuantDesc{jc::QuantMode::Plain, jc::ActFormat::Q8_K, k});
+  dev.load_kernels(set);
+  Upload xd(dev, x.data(), x.size() * 4);
+  jc::ActBuffers act;
+  jc::gpu_quant(dev, jc::QuantMode::Plain, jc::ActFormat::Q8_K, k, xd.buf.addr(), 0, 0, 0, rows, k, 0.f, act);
+  DeviceBuffer y(dev, static_cast<size_t>(rows * n) * 4);
+  jc::gpu_gemm(dev, w, act, rows, y.addr(), n, false);
+  std::vector<float> got(static_cast<size_t>(rows * n));
+  dev.download(got.data(), y.addr(), got.size() * 4);
+  return got;
+}
+
+// sms: the emulated device's SM count (132: the tiled formats' small grids take the split tiling; 0: the wide one).
+void check_gemm(GgmlType type, int64_t n, int64_t k, int64_t rows, int sms = 132) {
   SCOPED_TRACE(ggml_type_name(type) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
-               " rows=" + std::to_string(rows));
+               " rows=" + std::to_string(rows) + " sms=" + std::to_string(sms));
   EmulatorDevice dev;
+  dev.sms = sms;
   const SynthTensor t = synth_tensor(type, n, k, 11);
   const jc::GpuWeight w = upload_weight(dev, t.info);
   const jc::ActFormat fmt = jc::act_format_for(w.layout.format);
@@ -368,8 +388,32 @@ TEST(GpuEmulated, TiledGemmPipelineAcrossBlocks) {
   // Eight super-blocks through the three-stage pipeline; three column blocks (264 columns padded to 384) and two
   // row blocks, the second partly padding.
   for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
-    check_gemm(type, 264, 2048, 100);
-    check_gemm(type, 264, 2048, 64);
+    for (int sms : {0, 132}) {  // the wide tiling, then the split one
+      check_gemm(type, 264, 2048, 100, sms);
+      check_gemm(type, 264, 2048, 64, sms);
+    }
+  }
+}
+
+// The split tiling (four warps per output tile, each on a quarter of every super-block, their int32 sums added)
+// gives every output the wide tiling's bits, for any row count: the choice between them can follow the grid size
+// without changing an answer (batched equals alone).
+TEST(GpuEmulated, TiledGemmSplitAndWideTilingsGiveTheSameBits) {
+  for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+    for (auto [n, k, rows] : {std::tuple<int64_t, int64_t, int64_t>{264, 2048, 100}, {136, 512, 5}, {136, 512, 64}}) {
+      SCOPED_TRACE(ggml_type_name(type) + " " + std::to_string(n) + " x " + std::to_string(k) + ", " +
+                   std::to_string(rows) + " rows");
+      const SynthTensor t = synth_tensor(type, n, k, 19);
+      const std::vector<float> x = random_rows(rows, k, 3);
+      std::vector<float> out[2];
+      for (int split = 0; split < 2; ++split) {
+        EmulatorDevice dev;
+        dev.sms = split ? 1 << 20 : 0;
+        out[split] = k_quant_gemm(dev, t.info, x, rows);
+        EXPECT_EQ(dev.launch_counts().count(jc::GemmDesc{type, n, k}.name() + "_split"), static_cast<size_t>(split));
+      }
+      EXPECT_EQ(std::memcmp(out[0].data(), out[1].data(), out[0].size() * 4), 0);
+    }
   }
 }
 
@@ -397,18 +441,7 @@ void check_integer_parts(GgmlType type) {
   for (size_t i = 0; i < x.size(); ++i) x[i] = i % 256 == 0 ? -127.f : static_cast<float>(val(rng));
 
   EmulatorDevice dev;
-  const jc::GpuWeight w = upload_weight(dev, t.info);
-  jc::KernelSet set;
-  set.add(w.desc());
-  set.add(jc::QuantDesc{jc::QuantMode::Plain, jc::ActFormat::Q8_K, k});
-  dev.load_kernels(set);
-  Upload xd(dev, x.data(), x.size() * 4);
-  jc::ActBuffers act;
-  jc::gpu_quant(dev, jc::QuantMode::Plain, jc::ActFormat::Q8_K, k, xd.buf.addr(), 0, 0, 0, rows, k, 0.f, act);
-  DeviceBuffer y(dev, static_cast<size_t>(rows * n) * 4);
-  jc::gpu_gemm(dev, w, act, rows, y.addr(), n, false);
-  std::vector<float> got(static_cast<size_t>(rows * n));
-  dev.download(got.data(), y.addr(), got.size() * 4);
+  const std::vector<float> got = k_quant_gemm(dev, t.info, x, rows);
 
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t j = 0; j < n; ++j) {

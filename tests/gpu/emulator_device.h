@@ -32,7 +32,8 @@ template <int WT, int N, int K>
 void add_gemm(std::map<std::string, Launcher>& r) {
   const jit::cuda::GemmDesc d{static_cast<jit::cuda::WeightFormat>(WT), N, K};
   if constexpr (WT == WT_Q4_K || WT == WT_Q5_K || WT == WT_Q6_K) {
-    r[d.name()] = make_launcher<GemmParams>([](const GemmParams& p) { gemm_tc_body<WT, N, K>(p); });
+    r[d.name()] = make_launcher<GemmParams>([](const GemmParams& p) { gemm_tc_body<WT, N, K, false>(p); });
+    r[d.name() + "_split"] = make_launcher<GemmParams>([](const GemmParams& p) { gemm_tc_body<WT, N, K, true>(p); });
   } else {
     r[d.name()] = make_launcher<GemmParams>([](const GemmParams& p) { gemm_body<WT, N, K>(p); });
   }
@@ -155,6 +156,10 @@ class EmulatorDevice : public jit::cuda::Device {
     for (auto& [addr, size] : allocs_) std::free(reinterpret_cast<void*>(addr));
   }
   std::string describe() const override { return "CPU emulator"; }
+  // An H100's 132 SMs by default, so the small shapes of the tests take the split tiling; tests set it to 0 for
+  // the wide one.
+  int sm_count() const override { return sms; }
+  int sms = 132;
 
   jit::cuda::DevAddr alloc(size_t bytes) override {
     void* p = std::aligned_alloc(256, (bytes + kRedZone + 255) / 256 * 256);

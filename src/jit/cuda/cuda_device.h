@@ -21,6 +21,7 @@ class CudaDevice : public Device {
 
   std::string describe() const override;
   int arch() const override { return info_.cc_major * 10 + info_.cc_minor; }
+  int sm_count() const override { return info_.sm_count; }
   DevAddr alloc(size_t bytes) override;
   void free(DevAddr p) noexcept override;
   void upload(DevAddr dst, const void* src, size_t bytes) override;

@@ -29,6 +29,8 @@ class Device {
   virtual std::string describe() const = 0;  // "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)"
   // 10 * major + minor of the compute capability (90 for sm_90); 0 for the CPU emulator.
   virtual int arch() const { return 0; }
+  // Streaming multiprocessors (the GEMMs' choice of tiling); 0 when unknown.
+  virtual int sm_count() const { return 0; }
 
   virtual DevAddr alloc(size_t bytes) = 0;   // uninitialised; throws dllm::Error when out of memory
   virtual void free(DevAddr p) noexcept = 0;

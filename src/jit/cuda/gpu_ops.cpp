@@ -76,7 +76,7 @@ void gpu_gemm(Device& dev, const GpuWeight& w, const ActBuffers& act, int64_t ro
   p.ldy = static_cast<int>(ldy);
   p.accumulate = accumulate ? 1 : 0;
   const GemmDesc d = w.desc();
-  dev.launch(d.name(), gemm_launch(d, rows, dev.arch()), &p, sizeof p);
+  dev.launch(gemm_kernel_name(d, rows, dev.sm_count()), gemm_launch(d, rows, dev.arch(), dev.sm_count()), &p, sizeof p);
 }
 
 void gpu_pack(Device& dev, const PackDesc& d, DevAddr x, int64_t rows, int64_t ld, DevAddr bias, DevAddr cos_t,

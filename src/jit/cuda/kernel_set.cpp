@@ -79,11 +79,23 @@ bool tiled_gemm(WeightFormat f) {
   return w && w->gpu_tiled;
 }
 
-Launch gemm_launch(const GemmDesc& d, int64_t rows, int arch) {
+bool gemm_split(const GemmDesc& d, int64_t rows, int sms) {
+  if (!tiled_gemm(d.format)) return false;
+  const int64_t wide_blocks = padded_ntiles(d.n) * 8 / tc_cols(false) * (pad_rows(rows) / tc_rows(false));
+  return wide_blocks < sms;
+}
+
+std::string gemm_kernel_name(const GemmDesc& d, int64_t rows, int sms) {
+  return gemm_split(d, rows, sms) ? d.name() + "_split" : d.name();
+}
+
+Launch gemm_launch(const GemmDesc& d, int64_t rows, int arch, int sms) {
   if (tiled_gemm(d.format)) {
-    static_assert(kRowPad % kTcRows == 0 && kGemmBlockTiles * 8 == kTcCols, "tiles must divide the padding");
-    return {to_unsigned(padded_ntiles(d.n) * 8 / kTcCols, "grid"), to_unsigned(pad_rows(rows) / kTcRows, "grid"),
-            static_cast<unsigned>(kTcThreads), static_cast<unsigned>(gemm_tc_smem_bytes(static_cast<int>(d.format), arch))};
+    static_assert(kRowPad % tc_rows(false) == 0 && kGemmBlockTiles * 8 == tc_cols(false), "tiles must divide the padding");
+    const bool split = gemm_split(d, rows, sms);
+    return {to_unsigned(padded_ntiles(d.n) * 8 / tc_cols(split), "grid"), to_unsigned(pad_rows(rows) / tc_rows(split), "grid"),
+            static_cast<unsigned>(kTcThreads),
+            static_cast<unsigned>(gemm_tc_smem_bytes(static_cast<int>(d.format), arch, split))};
   }
   return {to_unsigned(padded_ntiles(d.n) / kGemmBlockTiles, "grid"),
           to_unsigned((pad_rows(rows) + kGemmBlockRows - 1) / kGemmBlockRows, "grid"), kGemmThreads};
@@ -117,7 +129,10 @@ void KernelSet::add(const KernelSet& o) {
 std::vector<std::string> KernelSet::names() const {
   std::vector<std::string> out;
   for (const auto& d : quant_) out.push_back(d.name());
-  for (const auto& d : gemm_) out.push_back(d.name());
+  for (const auto& d : gemm_) {
+    out.push_back(d.name());
+    if (tiled_gemm(d.format)) out.push_back(d.name() + "_split");
+  }
   for (const auto& d : pack_) out.push_back(d.name());
   for (const auto& d : attn_) out.push_back(d.name());
   return out;
@@ -141,10 +156,12 @@ std::string KernelSet::source() const {
       << ", " << d.k << ">(p); }\n";
   }
   for (const auto& d : gemm_) {
-    if (tiled_gemm(d.format)) {  // two blocks per SM: at most 128 registers
-      s << "extern \"C\" __global__ void __launch_bounds__(" << kTcThreads << ", 2) " << d.name()
-        << "(const GemmParams p) { gemm_tc_body<" << static_cast<int>(d.format) << ", " << d.n << ", " << d.k
-        << ">(p); }\n";
+    if (tiled_gemm(d.format)) {  // two blocks per SM: at most 128 registers; the wide and the split tiling
+      for (const bool split : {false, true}) {
+        s << "extern \"C\" __global__ void __launch_bounds__(" << kTcThreads << ", 2) " << d.name()
+          << (split ? "_split" : "") << "(const GemmParams p) { gemm_tc_body<" << static_cast<int>(d.format) << ", "
+          << d.n << ", " << d.k << ", " << (split ? "true" : "false") << ">(p); }\n";
+      }
       continue;
     }
     s << "extern \"C\" __global__ void __launch_bounds__(" << kGemmThreads << ") " << d.name()

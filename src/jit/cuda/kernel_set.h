@@ -68,8 +68,12 @@ inline int64_t padded_kblocks(int64_t k) { return (k / 32 + 3) / 4 * 4; }
 // 8-column weight tiles, padded to a whole GEMM block (16 tiles).
 inline int64_t padded_ntiles(int64_t n) { return (n / 8 + 15) / 16 * 16; }
 
-// arch: 10 * major + minor of the device (0: the emulator), which sets the tiled GEMM's pipeline depth.
-Launch gemm_launch(const GemmDesc& d, int64_t rows, int arch);
+// arch: 10 * major + minor of the device (0: the emulator), which sets the tiled GEMM's pipeline depth; sms: its SM
+// count. The tiled formats launch the wide tiling unless its grid has fewer blocks than SMs (then the split one,
+// gemm_kernel_name(d, rows, sms) says which); the two give the same bits.
+Launch gemm_launch(const GemmDesc& d, int64_t rows, int arch, int sms);
+bool gemm_split(const GemmDesc& d, int64_t rows, int sms);
+std::string gemm_kernel_name(const GemmDesc& d, int64_t rows, int sms);  // d.name() or d.name() + "_split"
 // True for the weight formats the tiled GEMM (kernels/gemm_tc.cuh) runs.
 bool tiled_gemm(WeightFormat f);
 Launch quant_launch(int64_t rows);

@@ -38,36 +38,36 @@ constexpr int kTcStages = gemm_tc_stages(__CUDA_ARCH__ / 10);
 #else
 constexpr int kTcStages = gemm_tc_stages(0);
 #endif
-constexpr int kTcWarpsN = 4;  // warps side by side along N; two along M
 
 // Issues the copies of super-block sb into stage buffer st (every thread, then one commit by the caller).
-template <int WT, int K>
+template <int WT, int K, bool SPLIT>
 DEV void tc_load_stage(const GemmParams& p, unsigned char* st, int sb, int row0, int col0) {
   constexpr int KBP = K / 32, SB = K / 256, BB = tc_block_bytes(WT), RB = SB * BB, C = BB / 16;
+  constexpr int ROWS = tc_rows(SPLIT), COLS = tc_cols(SPLIT), SA = ROWS * 256, SS = ROWS * 32;
   const int tid = threadIdx.x;
   const unsigned long long ef = evict_first_policy();  // made here: one instruction, no register held across the loop
-  // Activations: 4 row tiles x 8 k-blocks x 512 bytes, each row tile's 4 KiB contiguous in global memory.
+  // Activations: ROWS / 16 row tiles x 8 k-blocks x 512 bytes, each row tile's 4 KiB contiguous in global memory.
   UNROLL
-  for (int u = 0; u < kTcStageA / 16 / kTcThreads; ++u) {
+  for (int u = 0; u < SA / 16 / kTcThreads; ++u) {
     const int q = tid + u * kTcThreads, i = q >> 8, off = (q & 255) * 16;
     cp_async16(st + i * 4096 + off, p.a + ((static_cast<long long>(row0 / 16 + i) * KBP + sb * 8) * 32) * 16 + off);
   }
   // Weights: C 16-byte chunks per column.
-  unsigned char* sw = st + kTcStageA;
+  unsigned char* sw = st + SA;
   UNROLL_1
-  for (int q = tid; q < kTcCols * C; q += kTcThreads) {
+  for (int q = tid; q < COLS * C; q += kTcThreads) {
     const int col = q / C, part = q - col * C;
     cp_async16_ef(sw + col * BB + part * 16, p.w + static_cast<long long>(col0 + col) * RB + sb * BB + part * 16, ef);
   }
   // Activation sums: 16 int16 (two chunks) per row, one thread per row.
-  if (tid < kTcRows) {
+  if (tid < ROWS) {
     const short* src = p.bs + (static_cast<long long>(row0 + tid) * KBP + sb * 8) * 2;
-    cp_async16(st + kTcStageA + kTcCols * BB + tid * 32, src);
-    cp_async16(st + kTcStageA + kTcCols * BB + tid * 32 + 16, src + 8);
+    cp_async16(st + SA + COLS * BB + tid * 32, src);
+    cp_async16(st + SA + COLS * BB + tid * 32 + 16, src + 8);
   }
   // Q6_K: the columns' d, 8 per column tile in the plane [tile][super-block][8].
-  if (WT == WT_Q6_K && tid < kTcCols / 4) {
-    cp_async16(st + kTcStageA + kTcCols * BB + kTcStageS + tid * 16,
+  if (WT == WT_Q6_K && tid < COLS / 4) {
+    cp_async16(st + SA + COLS * BB + SS + tid * 16,
                p.ws + (static_cast<long long>(col0 / 8 + (tid >> 1)) * SB + sb) * 8 + (tid & 1) * 4);
   }
 }
@@ -80,42 +80,87 @@ DEV void add_scaled(int (&isum)[4], const int (&d)[4], uint2 sc) {
   isum[3] += d[3] * static_cast<int>(sc.y);
 }
 
-template <int WT, int N, int K>
+// Q6_K: the products of 128-value half n, ql chunks [g0, g0 + GQN) (two sub-blocks each), into isum. The quants of a
+// column-tile pair are loaded per sub-block (two ldmatrix), so only 16 registers of operands are live at a time.
+template <int GQN>
+DEV void tc_q6_half(int (&isum)[2][4][4], const unsigned char* sa, const unsigned char* sw, const int* dsc, int cols,
+                    int n, int g0, int mrow, int mhalf, int lane, int wn, int t) {
+  constexpr int BB = 208;
+  UNROLL
+  for (int gq = g0; gq < g0 + GQN; ++gq) {
+    UNROLL
+    for (int pair = 0; pair < 2; ++pair) {
+      u32 wl[4], wh[4];
+      ldmatrix_x4(wl, sw + (mrow + 16 * pair) * BB + 16 + 64 * n + 32 * gq + mhalf);
+      ldmatrix_x4(wh, sw + (mrow + 16 * pair) * BB + 144 + 32 * n + mhalf);
+      UNROLL
+      for (int nib = 0; nib < 2; ++nib) {
+        const int grp = gq + 2 * nib, j = 4 * n + grp;  // sub-block j: ql chunk gq, nibble nib, qh bits 2 grp
+        uint4 a[2];
+        UNROLL
+        for (int mt = 0; mt < 2; ++mt) a[mt] = lds_u4(sa + mt * 4096 + (j * 32 + lane) * 16);
+        UNROLL
+        for (int q = 0; q < 2; ++q) {
+          const int nt = 2 * pair + q;
+          UNROLL
+          for (int hf = 0; hf < 2; ++hf) {  // 16-value half of the sub-block: its own scale
+            const u32 l = wl[2 * q + hf], hb = wh[2 * q + hf];
+            const u32 hs = grp < 2 ? hb << (4 - 2 * grp) : hb >> (2 * grp - 4);
+            const u32 b = ((l >> (4 * nib)) & 0x0F0F0F0Fu) | (hs & 0x30303030u);
+            const uint2 sc = lds_u2(dsc + (2 * j + hf) * cols + wn * 32 + nt * 8 + 2 * t);
+            UNROLL
+            for (int mt = 0; mt < 2; ++mt) {
+              int d[4] = {0, 0, 0, 0};
+              mma_s8_16816(d, hf ? a[mt].z : a[mt].x, hf ? a[mt].w : a[mt].y, b);
+              add_scaled(isum[mt][nt], d, sc);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// SPLIT: the split tiling (params.cuh): warp w multiplies sub-blocks of quarter w / 2 for column half w % 2.
+template <int WT, int N, int K, bool SPLIT>
 DEV void gemm_tc_body(const GemmParams& p) {
   static_assert(WT == WT_Q4_K || WT == WT_Q5_K || WT == WT_Q6_K, "the tiled GEMM takes Q4_K, Q5_K and Q6_K");
   static_assert(N % 8 == 0 && K % 256 == 0, "bad K-quant GEMM shape");
   constexpr bool Q6 = WT == WT_Q6_K, Q5 = WT == WT_Q5_K;
-  constexpr int SB = K / 256, KBP = K / 32, S = kTcStages, BB = tc_block_bytes(WT), STAGE = tc_stage_bytes(WT);
+  constexpr int SB = K / 256, KBP = K / 32, S = kTcStages, BB = tc_block_bytes(WT), STAGE = tc_stage_bytes(WT, SPLIT);
+  constexpr int ROWS = tc_rows(SPLIT), COLS = tc_cols(SPLIT), SA = ROWS * 256, SS = ROWS * 32;
   constexpr int NS = Q6 ? 16 : 8;  // scales per column and super-block
+  constexpr int QUARTERS = SPLIT ? 1 : 4;  // units of two sub-blocks each warp multiplies per super-block
   unsigned char* smem = dyn_smem();
-  int* dsc = reinterpret_cast<int*>(smem + S * STAGE);             // [NS][kTcCols] integer scales
-  unsigned char* dmn = reinterpret_cast<unsigned char*>(dsc + NS * kTcCols);  // Q4_K, Q5_K: [kTcCols][8] mins
-  float* ddm = reinterpret_cast<float*>(dmn + 8 * kTcCols);  // Q4_K, Q5_K: [kTcCols][2] d (Q4_K: d / 16), dmin
+  int* dsc = reinterpret_cast<int*>(smem + S * STAGE);             // [NS][COLS] integer scales
+  unsigned char* dmn = reinterpret_cast<unsigned char*>(dsc + NS * COLS);  // Q4_K, Q5_K: [COLS][8] mins
+  float* ddm = reinterpret_cast<float*>(dmn + 8 * COLS);  // Q4_K, Q5_K: [COLS][2] d (Q4_K: d / 16), dmin
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
-  const int wm = warp / kTcWarpsN, wn = warp % kTcWarpsN;
-  const int row0 = blockIdx.y * kTcRows, col0 = blockIdx.x * kTcCols;
+  // Wide: warps 2 (M) x 4 (N). Split: 1 x 2 (N) x 4 (quarters of each super-block, wk).
+  const int wm = SPLIT ? 0 : warp >> 2, wn = SPLIT ? warp & 1 : warp & 3, wk = SPLIT ? warp >> 1 : 0;
+  const int row0 = blockIdx.y * ROWS, col0 = blockIdx.x * COLS;
 
   float acc[2][4][4];
   zero_tiles(acc);
 
   UNROLL
   for (int s = 0; s < S - 1; ++s) {
-    if (s < SB) tc_load_stage<WT, K>(p, smem + s * STAGE, s, row0, col0);
+    if (s < SB) tc_load_stage<WT, K, SPLIT>(p, smem + s * STAGE, s, row0, col0);
     cp_async_commit();
   }
 
   UNROLL_1
   for (int sb = 0; sb < SB; ++sb) {
     const unsigned char* st = smem + (sb % S) * STAGE;
-    const unsigned char* sw = st + kTcStageA;
+    const unsigned char* sw = st + SA;
     cp_async_wait<S - 2>();
     block_sync();  // stage sb has landed; every warp is done with stage sb - 1 and the decoded table
-    if (tid < kTcCols) {  // one column's scales (ggml's Q4_K / Q5_K: 6-bit scales and mins; Q6_K: int8 scales)
+    if (tid < COLS) {  // one column's scales (ggml's Q4_K / Q5_K: 6-bit scales and mins; Q6_K: int8 scales)
       const unsigned char* h = sw + tid * BB;
       if (Q6) {
         UNROLL
-        for (int j = 0; j < 16; ++j) dsc[j * kTcCols + tid] = static_cast<signed char>(h[j]);
+        for (int j = 0; j < 16; ++j) dsc[j * COLS + tid] = static_cast<signed char>(h[j]);
       } else {
         ddm[2 * tid] = f16_to_f32(static_cast<unsigned short>(h[0] | (h[1] << 8))) * (Q5 ? 1.f : 0.0625f);
         ddm[2 * tid + 1] = f16_to_f32(static_cast<unsigned short>(h[2] | (h[3] << 8)));
@@ -124,11 +169,11 @@ DEV void gemm_tc_body(const GemmParams& p) {
         for (int j = 0; j < 8; ++j) {
           const int sc = j < 4 ? q[j] & 63 : (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
           dmn[tid * 8 + j] = static_cast<unsigned char>(j < 4 ? q[j + 4] & 63 : (q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-          dsc[j * kTcCols + tid] = Q5 || (j & 1) ? sc : 16 * sc;  // Q4_K: isum in units of 1/16
+          dsc[j * COLS + tid] = Q5 || (j & 1) ? sc : 16 * sc;  // Q4_K: isum in units of 1/16
         }
       }
     }
-    if (sb + S - 1 < SB) tc_load_stage<WT, K>(p, smem + ((sb + S - 1) % S) * STAGE, sb + S - 1, row0, col0);
+    if (sb + S - 1 < SB) tc_load_stage<WT, K, SPLIT>(p, smem + ((sb + S - 1) % S) * STAGE, sb + S - 1, row0, col0);
     cp_async_commit();
     block_sync();  // the decoded table is complete
 
@@ -139,7 +184,7 @@ DEV void gemm_tc_body(const GemmParams& p) {
     const int mrow = wn * 32 + (lane >> 4) * 8 + (lane & 7), mhalf = 16 * ((lane >> 3) & 1);
     if (Q5) {
       UNROLL_1
-      for (int c = 0; c < 4; ++c) {  // nibble chunk c: sub-blocks 2c (low nibbles) and 2c + 1 (high)
+      for (int c = wk; c < wk + QUARTERS; ++c) {  // nibble chunk c: sub-blocks 2c (low nibbles) and 2c + 1 (high)
         UNROLL
         for (int h = 0; h < 2; ++h) {
           const int j = 2 * c + h;
@@ -156,7 +201,7 @@ DEV void gemm_tc_body(const GemmParams& p) {
               const int nt = 2 * pair + q;
               const u32 b0 = ((wq[2 * q] >> (4 * h)) & 0x0F0F0F0Fu) | (((wh[2 * q] >> j) << 4) & 0x10101010u);
               const u32 b1 = ((wq[2 * q + 1] >> (4 * h)) & 0x0F0F0F0Fu) | (((wh[2 * q + 1] >> j) << 4) & 0x10101010u);
-              const uint2 sc = lds_u2(dsc + j * kTcCols + wn * 32 + nt * 8 + 2 * t);
+              const uint2 sc = lds_u2(dsc + j * COLS + wn * 32 + nt * 8 + 2 * t);
               UNROLL
               for (int mt = 0; mt < 2; ++mt) {
                 int d[4] = {0, 0, 0, 0};
@@ -169,7 +214,7 @@ DEV void gemm_tc_body(const GemmParams& p) {
       }
     } else if (!Q6) {
       UNROLL_1
-      for (int c = 0; c < 4; ++c) {  // nibble chunk c: sub-blocks 2c (low nibbles) and 2c + 1 (high)
+      for (int c = wk; c < wk + QUARTERS; ++c) {  // nibble chunk c: sub-blocks 2c (low nibbles) and 2c + 1 (high)
         u32 w[2][4];
         UNROLL
         for (int pair = 0; pair < 2; ++pair) ldmatrix_x4(w[pair], sw + (mrow + 16 * pair) * BB + 16 + 32 * c + mhalf);
@@ -183,7 +228,7 @@ DEV void gemm_tc_body(const GemmParams& p) {
             const u32* wt = w[nt >> 1] + 2 * (nt & 1);
             const u32 mask = h ? 0xF0F0F0F0u : 0x0F0F0F0Fu;  // odd sub-block: 16 q in place
             const u32 b0 = wt[0] & mask, b1 = wt[1] & mask;
-            const uint2 sc = lds_u2(dsc + (2 * c + h) * kTcCols + wn * 32 + nt * 8 + 2 * t);
+            const uint2 sc = lds_u2(dsc + (2 * c + h) * COLS + wn * 32 + nt * 8 + 2 * t);
             UNROLL
             for (int mt = 0; mt < 2; ++mt) {
               int d[4] = {0, 0, 0, 0};
@@ -194,90 +239,88 @@ DEV void gemm_tc_body(const GemmParams& p) {
         }
       }
     } else {
-      UNROLL_1
-      for (int n = 0; n < 2; ++n) {  // 128-value half n: low nibbles ql[64 n ..], high bits qh[32 n ..]
-        u32 wh[2][4];
+      if (SPLIT) {  // warp wk: half wk / 2, ql chunk wk % 2
+        tc_q6_half<1>(isum, sa, sw, dsc, COLS, wk >> 1, wk & 1, mrow, mhalf, lane, wn, t);
+      } else {
+        UNROLL_1
+        for (int n = 0; n < 2; ++n) tc_q6_half<2>(isum, sa, sw, dsc, COLS, n, 0, mrow, mhalf, lane, wn, t);
+      }
+    }
+
+    if (SPLIT) {  // the four quarters' int32 sums add up exactly: the split tiling gives the wide one's bits
+      int* part = reinterpret_cast<int*>(dyn_smem() + S * STAGE + tc_decoded_bytes(WT, SPLIT));  // [3][2][32][32]
+      if (wk > 0) {
+        int* mine = part + ((wk - 1) * 2 + wn) * 32 * 32;
         UNROLL
-        for (int pair = 0; pair < 2; ++pair) ldmatrix_x4(wh[pair], sw + (mrow + 16 * pair) * BB + 144 + 32 * n + mhalf);
+        for (int mt = 0; mt < 2; ++mt)
+          UNROLL
+          for (int nt = 0; nt < 4; ++nt)
+            UNROLL
+            for (int i = 0; i < 4; ++i) mine[((mt * 4 + nt) * 4 + i) * 32 + lane] = isum[mt][nt][i];
+      }
+      block_sync();
+      if (wk == 0) {
         UNROLL
-        for (int gq = 0; gq < 2; ++gq) {
-          u32 wl[2][4];
+        for (int q = 0; q < 3; ++q) {
+          const int* other = part + (q * 2 + wn) * 32 * 32;
           UNROLL
-          for (int pair = 0; pair < 2; ++pair)
-            ldmatrix_x4(wl[pair], sw + (mrow + 16 * pair) * BB + 16 + 64 * n + 32 * gq + mhalf);
-          UNROLL
-          for (int nib = 0; nib < 2; ++nib) {
-            const int grp = gq + 2 * nib, j = 4 * n + grp;  // sub-block j: ql chunk gq, nibble nib, qh bits 2 grp
-            uint4 a[2];
+          for (int mt = 0; mt < 2; ++mt)
             UNROLL
-            for (int mt = 0; mt < 2; ++mt) a[mt] = lds_u4(sa + mt * 4096 + (j * 32 + lane) * 16);
-            UNROLL
-            for (int nt = 0; nt < 4; ++nt) {
+            for (int nt = 0; nt < 4; ++nt)
               UNROLL
-              for (int hf = 0; hf < 2; ++hf) {  // 16-value half of the sub-block: its own scale
-                const u32 l = wl[nt >> 1][2 * (nt & 1) + hf], hb = wh[nt >> 1][2 * (nt & 1) + hf];
-                const u32 hs = grp < 2 ? hb << (4 - 2 * grp) : hb >> (2 * grp - 4);
-                const u32 b = ((l >> (4 * nib)) & 0x0F0F0F0Fu) | (hs & 0x30303030u);
-                const uint2 sc = lds_u2(dsc + (2 * j + hf) * kTcCols + wn * 32 + nt * 8 + 2 * t);
-                UNROLL
-                for (int mt = 0; mt < 2; ++mt) {
-                  int d[4] = {0, 0, 0, 0};
-                  mma_s8_16816(d, hf ? a[mt].z : a[mt].x, hf ? a[mt].w : a[mt].y, b);
-                  add_scaled(isum[mt][nt], d, sc);
-                }
-              }
-            }
-          }
+              for (int i = 0; i < 4; ++i) isum[mt][nt][i] += other[((mt * 4 + nt) * 4 + i) * 32 + lane];
         }
       }
     }
 
-    // msum: A' = the 16 activation sums (k' 4t..4t+3 in lane t), B' = Q4_K's mins (each twice) or Q6_K's scales.
-    const unsigned char* ss = st + kTcStageA + kTcCols * BB;
-    u32 lo[2][2], hi[2][2];
-    float da[2][2];
-    UNROLL
-    for (int mt = 0; mt < 2; ++mt) {
-      UNROLL
-      for (int h = 0; h < 2; ++h) {
-        const int r = wm * 32 + mt * 16 + g + 8 * h;
-        const uint2 v = lds_u2(ss + r * 32 + 8 * t);
-        lo[mt][h] = byte_perm(v.x, v.y, 0x6420);
-        hi[mt][h] = byte_perm(v.x, v.y, 0x7531);
-        da[mt][h] = ld_f(p.da + static_cast<long long>(row0 + r) * KBP + sb * 8);
-      }
-    }
-    const float* dq6 = reinterpret_cast<const float*>(ss + kTcStageS);  // Q6_K: the columns' d
-    UNROLL
-    for (int nt = 0; nt < 4; ++nt) {
-      const int cg = wn * 32 + nt * 8 + g, cc = wn * 32 + nt * 8 + 2 * t;
-      const u32 bm = Q6 ? lds_u32(sw + cg * BB + 4 * t)
-                        : byte_perm(lds_u32(dmn + cg * 8 + 4 * (t >> 1)), 0u, (t & 1) ? 0x3322 : 0x1100);
-      float d0, m0, d1, m1;
-      if (Q6) {
-        d0 = dq6[cc];
-        d1 = dq6[cc + 1];
-        m0 = m1 = 0.f;
-      } else {
-        d0 = ddm[2 * cc];
-        m0 = ddm[2 * cc + 1];
-        d1 = ddm[2 * cc + 2];
-        m1 = ddm[2 * cc + 3];
-      }
+    if (wk == 0) {
+      // msum: A' = the 16 activation sums (k' 4t..4t+3 in lane t), B' = Q4_K's mins (each twice) or Q6_K's scales.
+      const unsigned char* ss = st + SA + COLS * BB;
+      u32 lo[2][2], hi[2][2];
+      float da[2][2];
       UNROLL
       for (int mt = 0; mt < 2; ++mt) {
-        int ml[4] = {0, 0, 0, 0}, mh[4] = {0, 0, 0, 0};
-        mma_u8s8_16816(ml, lo[mt][0], lo[mt][1], bm);
-        mma_s8_16816(mh, hi[mt][0], hi[mt][1], bm);
-        const int* is = isum[mt][nt];
         UNROLL
-        for (int i = 0; i < 4; ++i) {
-          const int m = ml[i] + 256 * mh[i];
-          const float dc = i & 1 ? d1 : d0, da_r = da[mt][i >> 1];
-          if (Q6) {
-            acc[mt][nt][i] += da_r * (dc * static_cast<float>(is[i] - 32 * m));
-          } else {
-            acc[mt][nt][i] += da_r * (dc * static_cast<float>(is[i]) - (i & 1 ? m1 : m0) * static_cast<float>(m));
+        for (int h = 0; h < 2; ++h) {
+          const int r = wm * 32 + mt * 16 + g + 8 * h;
+          const uint2 v = lds_u2(ss + r * 32 + 8 * t);
+          lo[mt][h] = byte_perm(v.x, v.y, 0x6420);
+          hi[mt][h] = byte_perm(v.x, v.y, 0x7531);
+          da[mt][h] = ld_f(p.da + static_cast<long long>(row0 + r) * KBP + sb * 8);
+        }
+      }
+      const float* dq6 = reinterpret_cast<const float*>(ss + SS);  // Q6_K: the columns' d
+      UNROLL
+      for (int nt = 0; nt < 4; ++nt) {
+        const int cg = wn * 32 + nt * 8 + g, cc = wn * 32 + nt * 8 + 2 * t;
+        const u32 bm = Q6 ? lds_u32(sw + cg * BB + 4 * t)
+                          : byte_perm(lds_u32(dmn + cg * 8 + 4 * (t >> 1)), 0u, (t & 1) ? 0x3322 : 0x1100);
+        float d0, m0, d1, m1;
+        if (Q6) {
+          d0 = dq6[cc];
+          d1 = dq6[cc + 1];
+          m0 = m1 = 0.f;
+        } else {
+          d0 = ddm[2 * cc];
+          m0 = ddm[2 * cc + 1];
+          d1 = ddm[2 * cc + 2];
+          m1 = ddm[2 * cc + 3];
+        }
+        UNROLL
+        for (int mt = 0; mt < 2; ++mt) {
+          int ml[4] = {0, 0, 0, 0}, mh[4] = {0, 0, 0, 0};
+          mma_u8s8_16816(ml, lo[mt][0], lo[mt][1], bm);
+          mma_s8_16816(mh, hi[mt][0], hi[mt][1], bm);
+          const int* is = isum[mt][nt];
+          UNROLL
+          for (int i = 0; i < 4; ++i) {
+            const int m = ml[i] + 256 * mh[i];
+            const float dc = i & 1 ? d1 : d0, da_r = da[mt][i >> 1];
+            if (Q6) {
+              acc[mt][nt][i] += da_r * (dc * static_cast<float>(is[i] - 32 * m));
+            } else {
+              acc[mt][nt][i] += da_r * (dc * static_cast<float>(is[i]) - (i & 1 ? m1 : m0) * static_cast<float>(m));
+            }
           }
         }
       }
@@ -286,6 +329,7 @@ DEV void gemm_tc_body(const GemmParams& p) {
   cp_async_wait<0>();
 
   // Epilogue: acc[mt][nt][0..1] are row g, columns 2t and 2t+1; [2..3] the same columns of row g + 8.
+  if (wk != 0) return;
   UNROLL
   for (int mt = 0; mt < 2; ++mt)
     UNROLL

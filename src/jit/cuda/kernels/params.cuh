@@ -32,23 +32,34 @@ struct GemmParams {
   int accumulate;          // 1: y += result (residual connection); 0: y = result
 };
 
-// The tiled GEMMs (gemm_tc.cuh) of the K-quants Q4_K (wt 12), Q5_K (13) and Q6_K (14): a block of kTcThreads computes kTcRows x kTcCols
-// outputs, streaming one super-block (256 values of k) per pipeline stage through dynamic shared memory. The host
-// sizes the launch with gemm_tc_smem_bytes(wt, arch); the kernel takes its stage count from the same rule.
-constexpr int kTcRows = 64, kTcCols = 128, kTcThreads = 256;
-constexpr int kTcStageA = kTcRows * 256;  // int8 activation fragments
-constexpr int kTcStageS = kTcRows * 32;   // int16 activation sums per 16 values
+// The tiled GEMMs (gemm_tc.cuh) of the K-quants Q4_K (wt 12), Q5_K (13) and Q6_K (14): a block of kTcThreads streams
+// one super-block (256 values of k) per pipeline stage through dynamic shared memory. Two tilings of the same
+// arithmetic: the wide one computes 64 x 128 outputs (a warp per 32 x 32), the split one 32 x 64 with four warps per
+// 32 x 32, each multiplying two of a super-block's eight sub-blocks; their int32 sums add up exactly, so both give
+// every output the same bits, and the host takes the split tiling when the wide grid would leave SMs idle. The host
+// sizes the launch with gemm_tc_smem_bytes(); the kernel takes its stage count from the same rule.
+constexpr int kTcThreads = 256;
+constexpr int tc_rows(bool split) { return split ? 32 : 64; }
+constexpr int tc_cols(bool split) { return split ? 64 : 128; }
 // Device bytes of one column's super-block: Q4_K and Q5_K the GGUF block (d, dmin, scales, [high bits,] nibbles);
 // Q6_K the GGUF block's scales, low nibbles and high bits (d in a plane of its own, an f32 per column and super-block).
 constexpr int tc_block_bytes(int wt) { return wt == 14 ? 208 : wt == 13 ? 176 : 144; }
-constexpr int tc_stage_bytes(int wt) { return kTcStageA + kTcCols * tc_block_bytes(wt) + kTcStageS + (wt == 14 ? kTcCols * 4 : 0); }
+// A stage: int8 activation fragments (256 bytes a row), the columns' weight records, the int16 activation sums per
+// 16 values (32 bytes a row), Q6_K's d (4 bytes a column).
+constexpr int tc_stage_bytes(int wt, bool split) {
+  return tc_rows(split) * 256 + tc_cols(split) * tc_block_bytes(wt) + tc_rows(split) * 32 + (wt == 14 ? tc_cols(split) * 4 : 0);
+}
 // The per-stage table a thread per column decodes: Q4_K / Q5_K int32 scales [8][cols], mins [cols][8], (d, dmin) [cols];
 // Q6_K int32 scales [16][cols] (its d stays in the stage).
-constexpr int tc_decoded_bytes(int wt) { return wt == 14 ? kTcCols * 16 * 4 : kTcCols * (8 * 4 + 8 + 8); }
+constexpr int tc_decoded_bytes(int wt, bool split) { return tc_cols(split) * (wt == 14 ? 16 * 4 : 8 * 4 + 8 + 8); }
+// The split tiling's exchange: the int32 sums of three warps of each four, [3][2][32 lanes][32].
+constexpr int tc_partial_bytes(bool split) { return split ? 3 * 2 * 32 * 32 * 4 : 0; }
 // arch = 10 * major + minor (0: the CPU emulator). Ampere's and Ada's consumer parts allow 99 KiB per block: two
 // stages there, three elsewhere.
 constexpr int gemm_tc_stages(int arch) { return arch == 86 || arch == 87 || arch == 89 ? 2 : 3; }
-constexpr int gemm_tc_smem_bytes(int wt, int arch) { return gemm_tc_stages(arch) * tc_stage_bytes(wt) + tc_decoded_bytes(wt); }
+constexpr int gemm_tc_smem_bytes(int wt, int arch, bool split) {
+  return gemm_tc_stages(arch) * tc_stage_bytes(wt, split) + tc_decoded_bytes(wt, split) + tc_partial_bytes(split);
+}
 
 // Bias, RoPE and conversion to split f16 of one projection's output, rearranged per head for attention.
 struct PackParams {
