@@ -22,14 +22,16 @@
 // msum is itself a product on the tensor cores: A' = the 16 activation sums (low bytes as u8, high bytes as s8:
 // msum = lo + 256 hi), B' = the mins (each twice: they cover 32 values) or the scales.
 //
-// Tiling: a block of 8 warps computes 64 rows x 128 columns (a warp 32 x 32: 2 x 4 mma tiles). Each pipeline stage
-// holds one super-block: the activation fragments (16 KiB), the 128 columns' weight records, the activation sums
-// (2 KiB) and, for Q6_K, the columns' d; cp.async fills it kStages - 1 super-blocks ahead (the weights with an
-// evict-first L2 policy). Weight records sit 144 or 208 bytes apart in shared memory (36 or 52 words): the eight
-// rows an ldmatrix phase reads fall on disjoint banks, so the padded layout needs no further swizzle. After a stage
-// lands, one thread per column decodes its scales (and Q4_K's mins, d and dmin) into a small table, then the warps
-// read the quants with ldmatrix (one x4 = two 16-byte halves of two column tiles) and the activation fragments
-// with 16-byte shared loads.
+// Tiling (params.cuh): in the wide tiling a block of 8 warps computes 64 rows x 128 columns (a warp 32 x 32: 2 x 4
+// mma tiles); in the split tiling 32 x 64, four warps per 32 x 32 tile each taking a quarter of every super-block
+// (Q4_K/Q5_K: one nibble chunk; Q6_K: one half and ql chunk), their int32 sums added through shared memory before
+// the first warp's epilogue. Each pipeline stage holds one super-block: the activation fragments (256 bytes a row),
+// the columns' weight records, the activation sums (32 bytes a row) and, for Q6_K, the columns' d; cp.async fills
+// it kStages - 1 super-blocks ahead (the weights with an evict-first L2 policy). Weight records sit 144, 176 or 208
+// bytes apart in shared memory (36, 44 or 52 words): the eight rows an ldmatrix phase reads fall on disjoint banks,
+// so the padded layout needs no further swizzle. After a stage lands, one thread per column decodes its scales
+// (and Q4_K's / Q5_K's mins, d and dmin) into a small table, then the warps read the quants with ldmatrix (one x4 =
+// two 16-byte halves of two column tiles) and the activation fragments with 16-byte shared loads.
 #ifndef DLLM_CUDA_GEMM_TC_CUH
 #define DLLM_CUDA_GEMM_TC_CUH
 
