@@ -167,9 +167,11 @@ void expect_packed_decodes(const gguf::TensorInfo& t) {
   jc::pack_tiles(t, L, 0, half, q.data(), s.data());
   jc::pack_tiles(t, L, half, L.ntiles, q.data() + half * L.quant_bytes_per_tile(), s.data() + half * L.scales_per_tile());
   const std::vector<float> ref = dequantize(t);
+  std::vector<float> row(static_cast<size_t>(L.k));
   for (int64_t j = 0; j < L.n; ++j) {
+    jc::packed_row(L, q.data(), s.data(), j, row.data());
     for (int64_t c = 0; c < L.k; ++c) {
-      const float got = jc::packed_value(L, q.data(), s.data(), j, c);
+      const float got = row[static_cast<size_t>(c)];
       ASSERT_EQ(got, ref[static_cast<size_t>(j * L.k + c)]) << t.name << " [" << j << "][" << c << "]";
     }
   }

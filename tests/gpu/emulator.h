@@ -362,33 +362,23 @@ inline void mma_s8u8_16832(int (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, 
   mma_k32<true>(d, a0, a1, a2, a3, b0, b1);
 }
 
-inline void mma_s8_16816(int (&d)[4], u32 a0, u32 a1, u32 b0) {
+// mma.m16n8k16 with s8 (A_U8 false) or u8 A and s8 B.
+template <bool A_U8>
+inline void mma_k16(int (&d)[4], u32 a0, u32 a1, u32 b0) {
   dllm_emu::warp_mma(dllm_emu::MmaIn{{a0, a1, 0, 0}, {b0, 0}}, d, [](const dllm_emu::MmaIn* all, int (&out)[16][8]) {
     for (int row = 0; row < 16; ++row)
       for (int col = 0; col < 8; ++col) {
         int sum = 0;
         for (int k = 0; k < 16; ++k) {
-          sum += dllm_emu::byte_of(all[(row % 8) * 4 + k / 4].a[row >= 8], k % 4) *
-                 dllm_emu::byte_of(all[col * 4 + k / 4].b[0], k % 4);
+          const int8_t a = dllm_emu::byte_of(all[(row % 8) * 4 + k / 4].a[row >= 8], k % 4);
+          sum += (A_U8 ? static_cast<int>(static_cast<uint8_t>(a)) : a) * dllm_emu::byte_of(all[col * 4 + k / 4].b[0], k % 4);
         }
         out[row][col] = sum;
       }
   });
 }
-
-inline void mma_u8s8_16816(int (&d)[4], u32 a0, u32 a1, u32 b0) {
-  dllm_emu::warp_mma(dllm_emu::MmaIn{{a0, a1, 0, 0}, {b0, 0}}, d, [](const dllm_emu::MmaIn* all, int (&out)[16][8]) {
-    for (int row = 0; row < 16; ++row)
-      for (int col = 0; col < 8; ++col) {
-        int sum = 0;
-        for (int k = 0; k < 16; ++k) {
-          const u32 a = all[(row % 8) * 4 + k / 4].a[row >= 8];
-          sum += static_cast<int>((a >> (8 * (k % 4))) & 0xff) * dllm_emu::byte_of(all[col * 4 + k / 4].b[0], k % 4);
-        }
-        out[row][col] = sum;
-      }
-  });
-}
+inline void mma_s8_16816(int (&d)[4], u32 a0, u32 a1, u32 b0) { mma_k16<false>(d, a0, a1, b0); }
+inline void mma_u8s8_16816(int (&d)[4], u32 a0, u32 a1, u32 b0) { mma_k16<true>(d, a0, a1, b0); }
 
 // ldmatrix .x4 .b16: lane 8i + r names row r of matrix i; lane 4g + t receives bytes 4t..4t+3 of row g of each.
 inline void ldmatrix_x4(u32 (&x)[4], const void* smem_row) {

@@ -148,7 +148,7 @@ void pack_tiles(const gguf::TensorInfo& t, const PackedLayout& L, int64_t tile0,
   }
 }
 
-float packed_value(const PackedLayout& L, const uint8_t* quants, const float* scales, int64_t j, int64_t c) {
+void packed_row(const PackedLayout& L, const uint8_t* quants, const float* scales, int64_t j, float* out) {
   if (L.tiled()) {  // back to the GGUF's blocks, then the reference decoder
     const size_t col_bytes = L.quant_bytes_per_tile() / 8;
     const uint8_t* rec = quants + static_cast<size_t>(j) * col_bytes;
@@ -164,20 +164,25 @@ float packed_value(const PackedLayout& L, const uint8_t* quants, const float* sc
         std::memcpy(row.data() + sb * sizeof b, &b, sizeof b);
       }
     }
-    std::vector<float> out(static_cast<size_t>(L.k));
-    quant::dequantize_row(L.format, row.data(), out.data(), L.k);
-    return out[static_cast<size_t>(c)];
+    quant::dequantize_row(L.format, row.data(), out, L.k);
+    return;
   }
-  const int64_t kb = c / 32;
-  const int col = static_cast<int>(j % 8), kk = static_cast<int>(c % 32);
+  const int col = static_cast<int>(j % 8);
   const uint8_t* tq = quants + static_cast<size_t>(j / 8) * L.quant_bytes_per_tile();
-  uint16_t dh = 0;
-  std::memcpy(&dh, tq + d_offset(L, kb, col), 2);
-  const float d = quant::fp16_to_f32(dh);
-  if (L.format == WeightFormat::Q8_0) return d * static_cast<float>(static_cast<int8_t>(tq[byte_offset(kb, col, kk)]));
-  const int nib = (tq[nibble_offset(kb, col, kk)] >> (kk >= 16 ? 4 : 0)) & 0xF;
-  const int bit = (tq[bit_offset(kbw_of(L), kb, col, kk)] >> (kk % 4 + (kk >= 16 ? 4 : 0))) & 1;
-  return d * static_cast<float>((nib | bit << 4) - 16);
+  for (int64_t c = 0; c < L.k; ++c) {
+    const int64_t kb = c / 32;
+    const int kk = static_cast<int>(c % 32);
+    uint16_t dh = 0;
+    std::memcpy(&dh, tq + d_offset(L, kb, col), 2);
+    const float d = quant::fp16_to_f32(dh);
+    if (L.format == WeightFormat::Q8_0) {
+      out[c] = d * static_cast<float>(static_cast<int8_t>(tq[byte_offset(kb, col, kk)]));
+      continue;
+    }
+    const int nib = (tq[nibble_offset(kb, col, kk)] >> (kk >= 16 ? 4 : 0)) & 0xF;
+    const int bit = (tq[bit_offset(kbw_of(L), kb, col, kk)] >> (kk % 4 + (kk >= 16 ? 4 : 0))) & 1;
+    out[c] = d * static_cast<float>((nib | bit << 4) - 16);
+  }
 }
 
 }  // namespace dllm::jit::cuda

@@ -38,8 +38,8 @@ PackedLayout packed_layout(const gguf::TensorInfo& t);
 void pack_tiles(const gguf::TensorInfo& t, const PackedLayout& layout, int64_t tile0, int64_t tile1, uint8_t* quants,
                 float* scales);
 
-// The value the packed weight represents at (column j, position c), decoded back from the packed
-// buffers of the whole matrix: used by tests to check a packing against the reference decoder.
-float packed_value(const PackedLayout& layout, const uint8_t* quants, const float* scales, int64_t j, int64_t c);
+// The k values the packed weight represents in column j, decoded back from the packed buffers of the whole
+// matrix into out: used by tests to check a packing against the reference decoder.
+void packed_row(const PackedLayout& layout, const uint8_t* quants, const float* scales, int64_t j, float* out);
 
 }  // namespace dllm::jit::cuda

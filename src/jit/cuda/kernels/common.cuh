@@ -144,11 +144,6 @@ DEV float warp_max(float v) {
   for (int m = 16; m > 0; m >>= 1) v = fmaxf(v, shfl_xor_f(v, m));
   return v;
 }
-DEV int warp_sum_i(int v) {
-  UNROLL
-  for (int m = 16; m > 0; m >>= 1) v += shfl_xor_i(v, m);
-  return v;
-}
 
 // Sums over each half warp (lanes 0-15 and 16-31), every lane of a half ending with its half's sum.
 DEV int half_warp_sum_i(int v) {
