@@ -230,8 +230,10 @@ std::string find_cuobjdump() {
       for (const auto& cu : fs::directory_iterator(nv, ec)) candidates.push_back(cu.path() / "bin" / "cuobjdump");
     }
   }
+  // `cuobjdump -sass` runs nvdisasm: beside it (the wheels' layout, the toolkit's), or where NVDISASM_PATH says.
+  const char* nvd = std::getenv("NVDISASM_PATH");
   for (const fs::path& c : candidates) {
-    if (fs::exists(c, ec)) return c.string();
+    if (fs::exists(c, ec) && ((nvd && *nvd) || fs::exists(c.parent_path() / "nvdisasm", ec))) return c.string();
   }
   return "";
 }
@@ -287,7 +289,10 @@ std::map<std::string, std::vector<SassInstr>> parse_sass(const std::string& text
 TEST(GpuSass, TiledGemmMainLoop) {
   REQUIRE_NVRTC();
   const std::string cuobjdump = find_cuobjdump();
-  if (cuobjdump.empty()) GTEST_SKIP() << "no cuobjdump (CUDA toolkit, DLLM_CUOBJDUMP or build/venv's nvidia-cuda-cuobjdump)";
+  if (cuobjdump.empty()) {
+    GTEST_SKIP() << "no cuobjdump with nvdisasm beside it (CUDA toolkit, DLLM_CUOBJDUMP, or build/venv's "
+                    "nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm)";
+  }
   jc::KernelSet set;
   for (auto [n, k] : {std::pair<int64_t, int64_t>{4096, 4096}, {12288, 4096}, {4096, 12288}}) {
     set.add(jc::GemmDesc{jc::WeightFormat::Q4_K, n, k});
@@ -296,6 +301,13 @@ TEST(GpuSass, TiledGemmMainLoop) {
   }
   const fs::path dir = fs::temp_directory_path() / ("dllm-sass-" + std::to_string(::getpid()));
   fs::create_directories(dir);
+  struct RemoveDir {
+    fs::path p;
+    ~RemoveDir() {
+      std::error_code ec;
+      fs::remove_all(p, ec);
+    }
+  } remove_dir{dir};
   for (const char* arch : {"sm_90", "sm_80", "sm_86", "sm_89"}) {
     SCOPED_TRACE(arch);
     const jc::CompiledUnit u = nv->compile(set.source(), set.unit_name(), arch);
@@ -305,8 +317,9 @@ TEST(GpuSass, TiledGemmMainLoop) {
       f.write(u.cubin.data(), static_cast<std::streamsize>(u.cubin.size()));
     }
     const std::string usage = run_output(cuobjdump + " --dump-resource-usage " + cubin.string() + " 2>&1");
-    const auto fns = parse_sass(run_output(cuobjdump + " -sass " + cubin.string() + " 2>&1"));
-    ASSERT_EQ(fns.size(), 18u) << usage;  // each shape's wide and split tiling
+    const std::string sass = run_output(cuobjdump + " -sass " + cubin.string() + " 2>&1");
+    const auto fns = parse_sass(sass);
+    ASSERT_EQ(fns.size(), 18u) << cuobjdump << " -sass printed:\n" << sass.substr(0, 2000);  // wide and split per shape
     for (const auto& [name, code] : fns) {
       SCOPED_TRACE(name);
       // Resources: "Function NAME:\n REG:128 STACK:0 SHARED:... LOCAL:0 ..."
