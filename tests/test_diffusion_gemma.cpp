@@ -19,6 +19,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -97,6 +98,30 @@ INSTANTIATE_TEST_SUITE_P(Models, DiffusionGemmaLogits,
                              if (ch == '-') ch = '_';
                            return n;
                          });
+
+// The opt-in approximate self-conditioning (ForwardRequest::self_cond_top_k) on the fork's self-conditioning case
+// (a5: the previous step's logits at T 0.8) of the F32 file: K = the vocabulary gives the exact logits' bits;
+// fewer tokens move the logits away from the fork's, printed per K (docs/correctness.md quotes them).
+TEST(DiffusionGemma, SelfCondTopKAgainstTheFork) {
+  auto m = load("tiny-diffusion-gemma-A-F32", true);
+  const int64_t V = m->n_vocab();
+  const Case c = load_case("tiny-diffusion-gemma-A-F32", "a5_self_cond_after_a3_t0.8", "unified");
+  const std::vector<float> exact = unified(*m, c);
+  for (int64_t k : {V, int64_t{256}, int64_t{64}, int64_t{16}, int64_t{4}}) {
+    std::vector<float> out(exact.size());
+    model::ForwardRequest r = request(c, out.data());
+    r.self_cond_top_k = k;
+    m->forward(r);
+    if (k == V) EXPECT_EQ(out, exact) << "K = the vocabulary";
+    const Deviation fork = compare(out, c, V, 0.05);
+    Case ex = c;
+    ex.want = exact;
+    const Deviation self = compare(out, ex, V, 0.05);
+    std::printf("  top-%lld of %lld: against the fork rel %.2e (argmax differs on %d rows), against exact rel %.2e\n",
+                static_cast<long long>(k), static_cast<long long>(V), fork.rel, fork.argmax_diff, self.rel);
+    if (k == V) EXPECT_LE(fork.rel, 1e-3);
+  }
+}
 
 TEST(DiffusionGemma, PromptEncodedInPiecesAndBatchedSequencesAreExact) {
   auto m = load("tiny-diffusion-gemma-A-Q8_0", true);
@@ -354,6 +379,87 @@ TEST(DiffusionGemmaCli, LogitsAndRunFlagsAreChecked) {
   EXPECT_NE(r.err.find("line 2: \"steps\" does not apply to DiffusionGemma models"), std::string::npos) << r.err;
 }
 
+// --self-cond-top-k (self_cond_top_k), the opt-in approximate self-conditioning: off by default; a K at least
+// the vocabulary is the exact path's bytes (logits) and tokens (run); a small K changes the logits a little;
+// refused on other models, below 0, and without --self-cond in `logits`.
+TEST(DiffusionGemmaCli, SelfCondTopKIsOptInAndExactAtTheVocabulary) {
+  const std::string mf = dg_path("gguf/tiny-diffusion-gemma-A-Q8_0.gguf");
+  const std::string out = ::testing::TempDir() + "dg_topk.f32", sc = ::testing::TempDir() + "dg_topk_sc.f32";
+  std::string ids;  // prompt of 4 ids, then a 16-id canvas
+  for (int i = 0; i < 20; ++i) ids += (i ? "," : "") + std::to_string(i == 0 ? 2 : 100 + i);
+  {
+    std::mt19937 rng(9);
+    std::normal_distribution<float> n(0.0f, 3.0f);
+    std::vector<float> l(16u * 1536u);
+    for (float& x : l) x = n(rng);
+    std::ofstream f(sc, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(l.data()), static_cast<std::streamsize>(l.size() * sizeof(float)));
+  }
+  const std::vector<std::string> base = {"logits", "--model", mf, "--tokens", ids, "--rows", "4,11,19", "--out", out,
+                                         "--self-cond", sc};
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> a = base;
+    a.insert(a.end(), more.begin(), more.end());
+    return a;
+  };
+  auto r = test::run_dllm(base);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<float> exact = read_f32(out);
+  r = test::run_dllm(with({"--self-cond-top-k", "1536"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(read_f32(out), exact) << "K = the vocabulary takes every token";
+  // Fewer tokens, further from the exact logits (the random fixture's broad distributions leave much mass out).
+  double last = 0;
+  for (const char* k : {"512", "64", "8"}) {
+    r = test::run_dllm(with({"--self-cond-top-k", k}));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const std::vector<float> approx = read_f32(out);
+    ASSERT_EQ(approx.size(), exact.size());
+    double d2 = 0, n2 = 0;
+    for (size_t i = 0; i < exact.size(); ++i)
+      d2 += double(approx[i] - exact[i]) * (approx[i] - exact[i]), n2 += double(exact[i]) * exact[i];
+    const double rel = std::sqrt(d2 / n2);
+    std::printf("  top-%s of 1536 against every token: relative L2 %.3g\n", k, rel);
+    EXPECT_GT(rel, last) << "K " << k;
+    last = rel;
+  }
+  r = test::run_dllm({"logits", "--model", mf, "--tokens", ids, "--rows", "4", "--out", out, "--self-cond-top-k", "8"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--self-cond-top-k needs --self-cond FILE"), std::string::npos) << r.err;
+  r = test::run_dllm(with({"--self-cond-top-k", "-1"}));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--self-cond-top-k"), std::string::npos) << r.err;
+
+  // run: the tokens of the exact path at K >= vocabulary, the setting in --json, refused on other models.
+  const std::vector<std::string> run = {"run", "--model", mf, "--prompt", "hi", "--max-tokens", "20", "--seed", "3",
+                                        "--eb-max-steps", "4", "--json"};
+  r = test::run_dllm(run);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json cold = nlohmann::json::parse(r.out);
+  std::vector<std::string> a = run;
+  a.insert(a.end(), {"--self-cond-top-k", "100000"});
+  r = test::run_dllm(a);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json all = nlohmann::json::parse(r.out);
+  EXPECT_EQ(all.at("output_ids"), cold.at("output_ids"));
+  EXPECT_EQ(all.at("settings").at("eb").at("self_cond_top_k"), 100000);
+  EXPECT_EQ(cold.at("settings").at("eb").at("self_cond_top_k"), 0);
+  a = run;
+  a.insert(a.end(), {"--self-cond-top-k", "2"});
+  r = test::run_dllm(a);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out).at("output_ids").size(), 20u);
+  r = test::run_dllm({"run", "--model", test::data_path("models/tiny-llada-Q8_0.gguf"), "--prompt", "hi",
+                      "--self-cond-top-k", "3"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--self-cond-top-k is for DiffusionGemma models only (this model is LLaDA)"), std::string::npos)
+      << r.err;
+  r = test::run_dllm({"run", "--model", mf, "--prompts-file", "-", "--json"},
+                     "{\"prompt\":\"hi\",\"max_tokens\":8,\"eb_max_steps\":2,\"self_cond_top_k\":-4}\n");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("\"self_cond_top_k\" must be at least 0"), std::string::npos) << r.err;
+}
+
 // --- generation: the entropy-bound sampler in the per-sequence state machine ---
 
 model::GenerateConfig generation_config(const model::Model& m, int64_t max_tokens, uint64_t seed) {
@@ -385,6 +491,7 @@ class CountingSource : public model::LogitSource {
     r.n_prompt = need.begin;
     r.self_cond_logits = need.self_cond;
     r.self_cond_temperature = need.self_cond_temperature;
+    r.self_cond_top_k = need.self_cond_top_k;
     m_.forward(r);
   }
   int encodes = 0, canvases = 0;
@@ -574,6 +681,8 @@ TEST(DiffusionGemmaGenerate, SettingsAreChecked) {
   EXPECT_EQ(model::check_settings(c, 2)->key, "eb_stability");
   c = generation_config(*m, 16, 1), c.eb.entropy_bound = -1;
   EXPECT_EQ(model::check_settings(c, 2)->key, "eb_entropy_bound");
+  c = generation_config(*m, 16, 1), c.eb.self_cond_top_k = -1;
+  EXPECT_EQ(model::check_settings(c, 2)->key, "self_cond_top_k");
   c = generation_config(*m, 16, 1);
   EXPECT_EQ(model::check_settings(c, 0)->key, "prompt");
   c.max_tokens = m->hparams().n_ctx;

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -186,42 +188,115 @@ struct OpenExecutor : model::ReferenceExecutor {
   using Executor::host_data;
 };
 
+// The reference soft embedding of one row (F16 probabilities of softmax(l / t), F16 table values, every term
+// summed in F32 in token order) over the tokens `take` admits given the row's F16 probabilities.
+std::vector<float> soft_embed_reference(const float* l, int64_t V, int64_t D, const std::vector<float>& e, float t,
+                                        float scale, const std::function<std::vector<bool>(const std::vector<double>&)>& take,
+                                        int* zeros = nullptr) {
+  auto f16 = [](double x) { return static_cast<double>(quant::fp16_to_f32(quant::f32_to_fp16(static_cast<float>(x)))); };
+  double mx = -INFINITY, sum = 0;
+  for (int64_t v = 0; v < V; ++v) mx = std::max(mx, double(l[v]) * (1.0 / double(t)));
+  std::vector<double> p(static_cast<size_t>(V));
+  for (int64_t v = 0; v < V; ++v) sum += p[v] = model::exp_f64(double(l[v]) * (1.0 / double(t)) - mx);
+  for (int64_t v = 0; v < V; ++v) {
+    p[v] = f16(static_cast<float>(p[v] / sum));
+    if (zeros) *zeros += p[v] == 0;
+  }
+  const std::vector<bool> in = take(p);
+  std::vector<float> acc(static_cast<size_t>(D), 0.0f);
+  for (int64_t v = 0; v < V; ++v)
+    for (int64_t c = 0; c < D; ++c)
+      acc[c] += in[v] ? static_cast<float>(p[v]) * static_cast<float>(f16(e[v * D + c])) : 0.0f;
+  for (float& a : acc) a *= scale;
+  return acc;
+}
+
+struct SoftEmbedCase {
+  std::unique_ptr<gguf::File> file = gguf::File::open(data_path("diffusion-gemma/gguf/tiny-diffusion-gemma-A-Q4_K_M.gguf"));
+  const gguf::TensorInfo& table = *file->find_tensor("token_embd.weight");
+  const int64_t D = table.ne[0], V = table.ne[1], rows = 3;
+  std::vector<float> logits, e;
+  SoftEmbedCase() {
+    std::mt19937 rng(3);
+    std::normal_distribution<float> n(0.0f, 4.0f);
+    logits.resize(static_cast<size_t>(rows * V));
+    for (float& l : logits) l = n(rng);
+    e.resize(static_cast<size_t>(V * D));
+    for (int64_t v = 0; v < V; ++v)
+      quant::dequantize_row(table.type(), table.data + static_cast<uint64_t>(v) * table.row_bytes(), e.data() + v * D, D);
+  }
+};
+
 // soft_embed (Gemma-4's self-conditioning) decodes only the tokens some row gives a nonzero F16 probability:
 // the same sums, term for term and in the same order, as over the whole vocabulary (computed densely here),
 // at a sharp temperature (most probabilities round to 0) and a soft one.
 TEST(ReferenceExecutor, SoftEmbedEqualsTheDenseSumOverTheVocabularyBitForBit) {
-  const auto file = gguf::File::open(data_path("diffusion-gemma/gguf/tiny-diffusion-gemma-A-Q4_K_M.gguf"));
-  const gguf::TensorInfo& table = *file->find_tensor("token_embd.weight");
-  const int64_t D = table.ne[0], V = table.ne[1], rows = 3;
+  SoftEmbedCase k;
   ThreadPool pool(2);
   OpenExecutor ex(pool);
-  std::mt19937 rng(3);
-  std::normal_distribution<float> n(0.0f, 4.0f);
-  std::vector<float> logits(static_cast<size_t>(rows * V));
-  for (float& l : logits) l = n(rng);
-  auto f16 = [](double x) { return static_cast<double>(quant::fp16_to_f32(quant::f32_to_fp16(static_cast<float>(x)))); };
-  std::vector<float> e(static_cast<size_t>(V * D));
-  for (int64_t v = 0; v < V; ++v)
-    quant::dequantize_row(table.type(), table.data + static_cast<uint64_t>(v) * table.row_bytes(), e.data() + v * D, D);
   for (float t : {0.05f, 0.8f}) {
-    const model::Act x = ex.activation(50, rows, D);
-    ex.soft_embed(table, logits.data(), rows, t, 2.5f, x);
+    const model::Act x = ex.activation(50, k.rows, k.D);
+    ex.soft_embed(k.table, k.logits.data(), k.rows, t, 0, 2.5f, x);
     int zeros = 0;
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* l = logits.data() + r * V;
-      double mx = -INFINITY, sum = 0;
-      for (int64_t v = 0; v < V; ++v) mx = std::max(mx, double(l[v]) * (1.0 / double(t)));
-      std::vector<double> p(static_cast<size_t>(V));
-      for (int64_t v = 0; v < V; ++v) sum += p[v] = model::exp_f64(double(l[v]) * (1.0 / double(t)) - mx);
-      for (int64_t v = 0; v < V; ++v) zeros += (p[v] = f16(static_cast<float>(p[v] / sum))) == 0;
-      // Every token's term, the zero ones included, summed in F32 in token order.
-      std::vector<float> acc(static_cast<size_t>(D), 0.0f);
-      for (int64_t v = 0; v < V; ++v)
-        for (int64_t c = 0; c < D; ++c) acc[c] += static_cast<float>(p[v]) * static_cast<float>(f16(e[v * D + c]));
-      for (int64_t c = 0; c < D; ++c)
-        ASSERT_EQ(ex.host_data(x)[r * D + c], acc[c] * 2.5f) << "t " << t << " row " << r << " col " << c;
+    for (int64_t r = 0; r < k.rows; ++r) {
+      // Every token's term, the zero ones included.
+      const std::vector<float> want = soft_embed_reference(
+          k.logits.data() + r * k.V, k.V, k.D, k.e, t, 2.5f,
+          [](const std::vector<double>& p) { return std::vector<bool>(p.size(), true); }, &zeros);
+      for (int64_t c = 0; c < k.D; ++c)
+        ASSERT_EQ(ex.host_data(x)[r * k.D + c], want[c]) << "t " << t << " row " << r << " col " << c;
     }
-    if (t < 0.1f) EXPECT_GT(zeros, rows * V / 2) << "the sharp temperature leaves most of the vocabulary at 0";
+    if (t < 0.1f) EXPECT_GT(zeros, k.rows * k.V / 2) << "the sharp temperature leaves most of the vocabulary at 0";
+  }
+}
+
+// soft_embed's opt-in top_k: each row's sum over its top_k largest F16 probabilities only (ties: the lower id),
+// in token order, bit for bit; a top_k at least the row's nonzero count is the exact sum's bits; and the
+// approximation's distance to the exact row is at most the dropped mass times the largest table row's norm.
+TEST(ReferenceExecutor, SoftEmbedTopKSumsEachRowsMostProbableTokens) {
+  SoftEmbedCase k;
+  for (int64_t v = 0; v < k.V; ++v) k.logits[2 * k.V + v] = std::round(k.logits[2 * k.V + v]);  // ties in row 2
+  ThreadPool pool(2);
+  OpenExecutor ex(pool);
+  const float t = 0.8f, scale = 2.5f;
+  const model::Act exact = ex.activation(50, k.rows, k.D);
+  ex.soft_embed(k.table, k.logits.data(), k.rows, t, 0, scale, exact);
+  std::vector<float> ex0(ex.host_data(exact), ex.host_data(exact) + k.rows * k.D);
+  double max_norm = 0;
+  for (int64_t v = 0; v < k.V; ++v) {
+    double n2 = 0;
+    for (int64_t c = 0; c < k.D; ++c) n2 += double(k.e[v * k.D + c]) * k.e[v * k.D + c];
+    max_norm = std::max(max_norm, std::sqrt(n2));
+  }
+  for (int64_t top_k : {int64_t{1}, int64_t{7}, int64_t{60}, k.V}) {
+    SCOPED_TRACE("top_k " + std::to_string(top_k));
+    const model::Act x = ex.activation(51, k.rows, k.D);
+    ex.soft_embed(k.table, k.logits.data(), k.rows, t, top_k, scale, x);
+    for (int64_t r = 0; r < k.rows; ++r) {
+      double dropped = 0;
+      const std::vector<float> want = soft_embed_reference(
+          k.logits.data() + r * k.V, k.V, k.D, k.e, t, scale, [&](const std::vector<double>& p) {
+            std::vector<int64_t> order;  // nonzero ids by probability, ties to the lower id
+            for (int64_t v = 0; v < k.V; ++v)
+              if (p[v] != 0) order.push_back(v);
+            std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return p[a] > p[b]; });
+            std::vector<bool> in(p.size(), false);
+            for (size_t i = 0; i < order.size(); ++i) {
+              if (static_cast<int64_t>(i) < top_k) in[order[i]] = true;
+              else dropped += p[order[i]];
+            }
+            return in;
+          });
+      double dist = 0;
+      for (int64_t c = 0; c < k.D; ++c) {
+        ASSERT_EQ(ex.host_data(x)[r * k.D + c], want[c]) << "row " << r << " col " << c;
+        const double d = double(want[c]) - ex0[r * k.D + c];
+        dist += d * d;
+      }
+      EXPECT_LE(std::sqrt(dist), dropped * max_norm * scale * 1.001 + 1e-5) << "row " << r;
+      if (top_k == k.V) EXPECT_EQ(dropped, 0.0);
+      if (top_k == 1) EXPECT_GT(dropped, 0.0) << "t 0.8 leaves more than one token";
+    }
   }
 }
 

@@ -904,16 +904,21 @@ TEST(ServeDiffusionGemma, StreamsEachFinishedBlockAndTakesItsSettings) {
   EXPECT_EQ(props.j()["canvas_length"], 16);
   const Http page = get(server, "/");
   EXPECT_NE(page.body.find("data-sampler=\"uniform\""), std::string::npos);
-  // An OpenAI client's habitual temperature is ignored (the sampler's schedule sets the temperatures).
-  const Http warm = post(server, "/v1/chat/completions", req + R"(, "temperature": 0.7})");
-  ASSERT_EQ(warm.status, 200) << warm.body;
-  EXPECT_EQ(warm.j()["choices"][0]["message"]["content"], answer);
-  const Http bad = post(server, "/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "steps": 4})");
-  EXPECT_EQ(bad.status, 400);
-  EXPECT_EQ(bad.j()["error"]["param"], "steps");
-  const Http bad2 = post(server, "/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "eb_t_min": 2})");
-  EXPECT_EQ(bad2.status, 400);
-  EXPECT_EQ(bad2.j()["error"]["param"], "eb_t_min");
+  // An OpenAI client's habitual temperature is ignored (the sampler's schedule sets the temperatures), and the
+  // opt-in approximate self-conditioning with K beyond the vocabulary is the exact path: both the same answer.
+  EXPECT_EQ(props.j()["defaults"]["self_cond_top_k"], 0) << props.body;
+  for (const char* extra : {R"(, "temperature": 0.7})", R"(, "self_cond_top_k": 100000})"}) {
+    const Http same = post(server, "/v1/chat/completions", req + extra);
+    ASSERT_EQ(same.status, 200) << same.body;
+    EXPECT_EQ(same.j()["choices"][0]["message"]["content"], answer) << extra;
+  }
+  // Other samplers' settings, and this one's out of range, are refused naming the field.
+  for (const auto& [field, body] : std::vector<std::pair<std::string, std::string>>{
+           {"steps", R"("steps": 4)"}, {"eb_t_min", R"("eb_t_min": 2)"}, {"self_cond_top_k", R"("self_cond_top_k": -1)"}}) {
+    const Http bad = post(server, "/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], )" + body + "}");
+    EXPECT_EQ(bad.status, 400) << body;
+    EXPECT_EQ(bad.j()["error"]["param"], field) << bad.body;
+  }
 }
 
 // The next turn of a chat reuses the first turn's encoded prompt (usage.prompt_tokens_details.cached_tokens)

@@ -12,6 +12,9 @@ LM head, self-conditioning, embedding, other, sampler). The first step of a bloc
 either program, so --steps should be 3 or more. Writes results.json, results.csv, machine.txt and
 dg_step.png into --out.
 
+With --self-cond-top-k K1,K2,...: dllm also runs with that opt-in approximate self-conditioning (each canvas
+row's K most probable tokens), alternating with the others, as rows[i]["dllm_top_k"][K].
+
 With --alone 30: that many layers for dllm alone (the fork's peak memory passes a 24 GiB machine at the full
 30 layers), written to alone.json. With --defaults N: one 256-token answer on the N-layer file at the file's
 own sampler settings (48 steps a block at most, the adaptive stop on), its tokens per second, to defaults.json.
@@ -34,10 +37,12 @@ SPLIT = ["attention_ms", "experts_ms", "mlp_ms", "lm_head_ms", "self_conditionin
          "sampler_ms"]
 
 
-def run_dllm(model, ids, steps, threads):
-    """steps = 0: the file's own sampler settings (the adaptive stop on)."""
+def run_dllm(model, ids, steps, threads, top_k=0):
+    """steps = 0: the file's own sampler settings (the adaptive stop on); top_k > 0: --self-cond-top-k."""
     cmd = [e2e.TIME, "-v", e2e.DLLM, "run", "--model", model, "--prompt-tokens", ",".join(map(str, ids)),
            "--max-tokens", "256", "--threads", str(threads), "--seed", "1", "--json"]
+    if top_k:
+        cmd += ["--self-cond-top-k", str(top_k)]
     if steps:
         cmd += ["--eb-max-steps", str(steps), "--eb-confidence", "0"]
     r = e2e.sh(cmd)
@@ -123,6 +128,7 @@ def main():
     p.add_argument("--plot-only", action="store_true")
     p.add_argument("--alone", type=int, default=0, help="layers of a file dllm runs alone (alone.json)")
     p.add_argument("--defaults", type=int, default=0, help="layers of the file for one run at the file's settings")
+    p.add_argument("--self-cond-top-k", default="", help="K1,K2,...: dllm also with --self-cond-top-k K")
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
     if a.plot_only:
@@ -130,18 +136,23 @@ def main():
         return 0
     with open(os.path.join(a.out, "machine.txt"), "w") as f:
         f.write(e2e.machine_description())
-    for layers, name, steps in ((a.alone, "alone.json", a.steps), (a.defaults, "defaults.json", 0)):
+    top_ks = [int(k) for k in a.self_cond_top_k.split(",") if k]
+    alone = [(a.alone, "alone.json", a.steps, 0)] + [(a.alone, f"alone-top-{k}.json", a.steps, k) for k in top_ks]
+    for layers, name, steps, top_k in alone + [(a.defaults, "defaults.json", 0, 0)]:
         if not layers:
             continue
         model = e2e.ensure_model(os.path.join(a.models, f"diffusion-gemma-{layers}L-Q4_K_M.gguf"), "diffusion-gemma",
                                  layers, "Q4_K_M")
         text, ids = e2e.prompt_for(model, 33)
-        res = run_dllm(model, ids, steps, a.threads)
+        res = run_dllm(model, ids, steps, a.threads, top_k)
         res.update({"layers": layers, "model": model, "file_bytes": os.path.getsize(model), "steps": steps,
-                    "peak_rss_over_file": res["peak_rss"] / os.path.getsize(model)})
+                    "self_cond_top_k": top_k, "peak_rss_over_file": res["peak_rss"] / os.path.getsize(model)})
+        res["outside_layers_share"] = (res["lm_head_ms"] + res["self_conditioning_ms"] + res["sampler_ms"] +
+                                       res["embed_ms"]) / res["step_ms"]
         with open(os.path.join(a.out, name), "w") as f:
             json.dump(res, f, indent=1)
-        print(json.dumps({k: res[k] for k in ("layers", "step_ms", "tokens_per_s", "peak_rss_over_file")}))
+        print(json.dumps({k: res[k] for k in ("layers", "self_cond_top_k", "step_ms", "tokens_per_s", "peak_rss_over_file",
+                                              "outside_layers_share", "self_conditioning_ms")}))
     if not a.layers:
         return 0
     rows = []
@@ -149,15 +160,16 @@ def main():
         model = e2e.ensure_model(os.path.join(a.models, f"diffusion-gemma-{layers}L-Q4_K_M.gguf"), "diffusion-gemma",
                                  layers, "Q4_K_M")
         text, ids = e2e.prompt_for(model, 33)
-        fns = [lambda: run_dllm(model, ids, a.steps, a.threads)]
+        fns = [("dllm", lambda: run_dllm(model, ids, a.steps, a.threads))]
         if a.llama_diffusion_cli:
-            fns.append(lambda: run_fork(a.llama_diffusion_cli, model, text, a.steps, a.threads))
+            fns.append(("fork", lambda: run_fork(a.llama_diffusion_cli, model, text, a.steps, a.threads)))
+        for k in top_ks:
+            fns.append((f"dllm top-{k}", lambda k=k: run_dllm(model, ids, a.steps, a.threads, k)))
         runs = [[] for _ in fns]
         for _ in range(a.repeat):
-            for i, fn in enumerate(fns):
+            for i, (name, fn) in enumerate(fns):
                 runs[i].append(fn())
-                print(f"{layers} layers, {'dllm' if i == 0 else 'fork'}: {runs[i][-1]['step_ms']:.0f} ms/step",
-                      file=sys.stderr)
+                print(f"{layers} layers, {name}: {runs[i][-1]['step_ms']:.0f} ms/step", file=sys.stderr)
         row = {"layers": layers, "model": model, "file_bytes": os.path.getsize(model), "prompt_tokens": len(ids),
                "steps": a.steps, "threads": a.threads, "dllm": median_runs(runs[0]),
                "dllm_runs": [r["step_ms"] for r in runs[0]]}
@@ -165,6 +177,17 @@ def main():
             row["fork"] = median_runs(runs[1])
             row["fork_runs"] = [r["step_ms"] for r in runs[1]]
             row["speedup"] = row["fork"]["step_ms"] / row["dllm"]["step_ms"]
+        if top_ks:
+            first = len(fns) - len(top_ks)
+            row["dllm_top_k"] = {}
+            for j, k in enumerate(top_ks):
+                d = median_runs(runs[first + j])
+                d["runs"] = [r["step_ms"] for r in runs[first + j]]
+                d["outside_layers_share"] = (d["lm_head_ms"] + d["self_conditioning_ms"] + d["sampler_ms"] +
+                                             d["embed_ms"]) / d["step_ms"]
+                if a.llama_diffusion_cli:
+                    d["speedup"] = row["fork"]["step_ms"] / d["step_ms"]
+                row["dllm_top_k"][str(k)] = d
         d = row["dllm"]
         row["outside_layers_share"] = (d["lm_head_ms"] + d["self_conditioning_ms"] + d["sampler_ms"] +
                                        d["embed_ms"]) / d["step_ms"]

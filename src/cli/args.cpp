@@ -82,6 +82,11 @@ const Flag kThreads{"threads", "N", "all logical CPUs",
 const Flag kDevice{"device", "D", "auto",
                    "auto (a usable GPU, else the CPU), cpu, or gpu for an NVIDIA GPU with compute capability 8.0+",
                    Kind::Choice, "cpu,gpu,auto"};
+const Flag kSelfCondTopK{
+    "self-cond-top-k", "K", "0 (every token)",
+    "DiffusionGemma, an opt-in approximation: self-conditioning takes only each canvas row's K most probable tokens "
+    "(faster when the distributions are broad; off by at most the dropped probability mass)",
+    Kind::UInt};
 const Flag kNoChat{"no-chat", "", "off", "skip the chat template (BOS/EOS still as the vocabulary says)", Kind::Bool};
 const Flag kJson{"json", "", "off", "print one JSON object", Kind::Bool};
 const Flag kVerbose{"verbose", "", "off", "timings and memory after the output", Kind::Bool};
@@ -119,6 +124,7 @@ const std::vector<Flag> kGenerationFlags = {
      "DiffusionGemma: a block stops once its argmax canvas held for N steps and the step is confident", Kind::UInt},
     {"eb-confidence", "C", "the file's (0.005)", "DiffusionGemma: confident = the mean entropy is below C",
      Kind::Float0},
+    kSelfCondTopK,
 };
 
 // base's flags, then more.
@@ -222,7 +228,7 @@ const std::vector<Command>& commands() {
        true},
       {"logits",
        "logits --model PATH --tokens IDS --rows POSITIONS --out FILE [--threads N] [--device D] "
-       "[--no-prompt-cache] [--self-cond FILE --self-cond-temperature T]",
+       "[--no-prompt-cache] [--self-cond FILE --self-cond-temperature T --self-cond-top-k K]",
        "one forward pass: the f32 logits of some canvas positions, into a file",
        "Runs one forward pass over the given ids and writes f32 logits [rows, vocab], row major, to a file. "
        "DiffusionGemma: --tokens is the prompt then the canvas (its last canvas_length ids), --rows are absolute "
@@ -238,6 +244,7 @@ const std::vector<Command>& commands() {
          Kind::String},
         {"self-cond-temperature", "T", "1", "DiffusionGemma: temperature of the self-conditioning probabilities",
          Kind::Float0},
+        kSelfCondTopK,
         kThreads,
         kDevice,
         kVerbose},
@@ -449,6 +456,13 @@ void apply_flag(Settings& s, const Flag& f, const std::string& v) {
       if (x < 0) throw usage_error("flag --" + name + " must be at least 0, got " + std::to_string(x));
       if (name == "seed") s.seed = static_cast<uint64_t>(x);
       else if (name == "eb-stability") s.eb_stability = x;
+      else if (name == "self-cond-top-k") {
+        if (x > model::kMaxSelfCondTopK) {
+          throw usage_error("flag --self-cond-top-k must be at most " + std::to_string(model::kMaxSelfCondTopK) + ", got " +
+                            std::to_string(x));
+        }
+        s.self_cond_top_k = x;
+      }
       else if (name == "max-queue") s.max_queue = x;
       else if (name == "prefix-cache-mib") s.prefix_cache_mib = x;
       else if (name == "top-logprobs") {

@@ -92,9 +92,11 @@ int cmd_logits(const Settings& s) {
     const std::string label = model::arch_spec(hp.arch).label;
     if (!hp.prompt_regions) {
       if (s.no_prompt_cache) throw usage_error("flag --no-prompt-cache is for DiffusionGemma models only (this model is " + label + ")");
-      if (!s.self_cond_file.empty() || s.has_self_cond_temperature)
-        throw usage_error("flag --self-cond" + std::string(s.self_cond_file.empty() ? "-temperature" : "") +
-                          " is for DiffusionGemma models only (this model is " + label + ")");
+      if (!s.self_cond_file.empty() || s.has_self_cond_temperature || s.self_cond_top_k) {
+        const char* flag = !s.self_cond_file.empty() ? "" : s.has_self_cond_temperature ? "-temperature" : "-top-k";
+        throw usage_error("flag --self-cond" + std::string(flag) + " is for DiffusionGemma models only (this model is " +
+                          label + ")");
+      }
       return;
     }
     const int64_t C = hp.canvas_length;
@@ -109,6 +111,7 @@ int cmd_logits(const Settings& s) {
     }
     if (s.has_self_cond_temperature && s.self_cond_file.empty())
       throw usage_error("flag --self-cond-temperature needs --self-cond FILE");
+    if (s.self_cond_top_k && s.self_cond_file.empty()) throw usage_error("flag --self-cond-top-k needs --self-cond FILE");
     if (!s.self_cond_file.empty()) {
       if (!(s.self_cond_temperature > 0)) throw usage_error("flag --self-cond-temperature must be above 0");
       FILE* f = std::fopen(s.self_cond_file.c_str(), "rb");
@@ -137,6 +140,7 @@ int cmd_logits(const Settings& s) {
     req.n_prompt = n_prompt;
     req.self_cond_logits = self_cond.empty() ? nullptr : self_cond.data();
     req.self_cond_temperature = static_cast<float>(s.self_cond_temperature);
+    req.self_cond_top_k = s.self_cond_top_k.value_or(0);
     if (!s.no_prompt_cache && n_prompt > 0) {  // the prompt encoded once, then the canvas against it
       const std::span<const int32_t> prompt(tokens.data(), static_cast<size_t>(n_prompt));
       model::ForwardRequest enc{prompt, {}, nullptr, &prompt_cache, model::CacheMode::Extend};

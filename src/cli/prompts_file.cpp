@@ -17,7 +17,7 @@ using json = nlohmann::ordered_json;
 constexpr const char* kKeys[] = {"prompt",  "prompt_tokens", "id",   "system",    "no_chat",   "max_tokens",
                                  "steps",   "block_length",  "remasking", "temperature", "seed", "threshold",
                                  "dual_cache", "eb_max_steps", "eb_t_min", "eb_t_max", "eb_entropy_bound",
-                                 "eb_stability", "eb_confidence"};
+                                 "eb_stability", "eb_confidence", "self_cond_top_k"};
 constexpr const char* kRemasking = "low_confidence|random|entropy|maskgit_plus|topk_margin";
 
 // A value as the message shows it (JSON text, cut short).
@@ -38,11 +38,12 @@ class LineParser {
     return error("key \"" + key + "\" " + msg);
   }
 
-  int64_t integer(const std::string& key, const json& v, int64_t min) const {
+  int64_t integer(const std::string& key, const json& v, int64_t min, int64_t max = INT64_MAX) const {
     if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)))
       throw key_error(key, "needs an integer, got " + shown(v));
     const int64_t x = v.get<int64_t>();
     if (x < min) throw key_error(key, "must be at least " + std::to_string(min) + ", got " + std::to_string(x));
+    if (x > max) throw key_error(key, "must be at most " + std::to_string(max) + ", got " + std::to_string(x));
     return x;
   }
   double number(const std::string& key, const json& v, double lo, double hi) const {
@@ -125,6 +126,8 @@ class LineParser {
         s.eb_max_steps = integer(key, v, 1);
       } else if (key == "eb_stability") {
         s.eb_stability = integer(key, v, 0);
+      } else if (key == "self_cond_top_k") {
+        s.self_cond_top_k = integer(key, v, 0, model::kMaxSelfCondTopK);
       } else if (key == "eb_t_min" || key == "eb_t_max" || key == "eb_entropy_bound" || key == "eb_confidence") {
         const double x = number(key, v, 0, std::numeric_limits<double>::infinity());
         (key == "eb_t_min" ? s.eb_t_min : key == "eb_t_max" ? s.eb_t_max : key == "eb_entropy_bound" ? s.eb_entropy_bound : s.eb_confidence) = x;

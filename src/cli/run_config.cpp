@@ -23,6 +23,7 @@ engine::Sampling sampling_of(const Settings& s) {
   g.eb.entropy_bound = s.eb_entropy_bound;
   g.eb.stability = s.eb_stability;
   g.eb.confidence = s.eb_confidence;
+  g.eb.self_cond_top_k = s.self_cond_top_k;
   return g;
 }
 

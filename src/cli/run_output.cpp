@@ -308,7 +308,7 @@ json run_json(const RunSummary& r, const Settings& s) {
       settings.erase(k);
     settings["eb"] = {{"max_steps", c.eb.max_steps}, {"t_min", c.eb.t_min},           {"t_max", c.eb.t_max},
                       {"entropy_bound", c.eb.entropy_bound}, {"stability", c.eb.stability}, {"confidence", c.eb.confidence},
-                      {"canvas_length", c.canvas_length}};
+                      {"self_cond_top_k", c.eb.self_cond_top_k}, {"canvas_length", c.canvas_length}};
   } else if (!block_sampler(c.arch)) {
     settings["block_length_ignored"] = s.block_length;
   }
@@ -407,6 +407,7 @@ std::string verbose_report(const RunSummary& r, const Settings& s) {
       << ", up to " << e.max_steps << " steps a block at temperatures " << e.t_max << " down to " << e.t_min
       << ", entropy bound " << e.entropy_bound << ", stop after " << e.stability << " stable step(s) with mean entropy below "
       << e.confidence;
+    if (e.self_cond_top_k > 0) o << ", self-conditioning on each row's " << e.self_cond_top_k << " most probable tokens";
   } else {
     o << "sampler: " << model::remasking_name(r.config.remasking) << ", temperature " << r.config.temperature
       << ", " << r.config.max_tokens << " tokens in " << r.config.effective_steps() << " steps";

@@ -47,7 +47,7 @@ struct Settings {
   bool full_logits = false;           // --full-logits
   bool no_early_stop = false;         // --no-early-stop
   // DiffusionGemma's entropy-bound sampler (--eb-*; unset: the file's diffusion.eb_* values)
-  std::optional<int64_t> eb_max_steps, eb_stability;
+  std::optional<int64_t> eb_max_steps, eb_stability, self_cond_top_k;
   std::optional<double> eb_t_min, eb_t_max, eb_entropy_bound, eb_confidence;
 
   // execution

@@ -62,6 +62,7 @@ model::GenerateConfig make_config(const Sampling& s, const model::HParams& hp, s
     if (s.eb.entropy_bound) c.eb.entropy_bound = *s.eb.entropy_bound;
     if (s.eb.stability) c.eb.stability = static_cast<double>(*s.eb.stability);
     if (s.eb.confidence) c.eb.confidence = *s.eb.confidence;
+    if (s.eb.self_cond_top_k) c.eb.self_cond_top_k = *s.eb.self_cond_top_k;
   } else if (const std::string key = s.eb.first_given(); !key.empty()) {
     throw RequestError(key, "{" + key + "} is for DiffusionGemma models only (this model is " + label + ")");
   }

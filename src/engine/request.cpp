@@ -23,6 +23,7 @@ std::string EbSettings::first_given() const {
   if (entropy_bound) return "eb_entropy_bound";
   if (stability) return "eb_stability";
   if (confidence) return "eb_confidence";
+  if (self_cond_top_k) return "self_cond_top_k";
   return {};
 }
 

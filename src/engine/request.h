@@ -20,7 +20,7 @@ inline constexpr int64_t kMaxCanvasTokens = int64_t{1} << 24;
 
 // DiffusionGemma's entropy-bound settings a request gives (unset: the file's diffusion.eb_* values).
 struct EbSettings {
-  std::optional<int64_t> max_steps, stability;
+  std::optional<int64_t> max_steps, stability, self_cond_top_k;
   std::optional<double> t_min, t_max, entropy_bound, confidence;
   // The first given setting's field name ("eb_max_steps", ...), or "" when none is given.
   std::string first_given() const;

@@ -31,9 +31,15 @@ struct LayerAttention {
 };
 
 // Sampler defaults a uniform-state (DiffusionGemma) file carries as diffusion.eb_* keys; these values when absent.
+// The largest self_cond_top_k a request may give (beyond any vocabulary: 16 Mi tokens).
+inline constexpr int64_t kMaxSelfCondTopK = int64_t{1} << 24;
+
 struct EntropyBoundDefaults {
   int64_t max_steps = 48;
   double t_min = 0.4, t_max = 0.8, entropy_bound = 0.1, stability = 1, confidence = 0.005;
+  // Not a file key: self-conditioning over each canvas row's self_cond_top_k most probable tokens only (an
+  // opt-in approximation, Executor::soft_embed); 0 = every token, exact.
+  int64_t self_cond_top_k = 0;
 };
 
 struct HParams {

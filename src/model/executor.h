@@ -236,8 +236,11 @@ class Executor {
   // embedding table [n_vocab rows of D] times `scale`, r < rows: the expected embedding of Gemma-4's
   // self-conditioning. As the reference (llama.cpp's CPU backend) does it, the probabilities and the table's
   // values are rounded to F16 first and the products summed in F32 (here in ascending token order).
+  // top_k > 0 (an opt-in approximation): each row keeps only its top_k largest F16 probabilities (ties: the
+  // lower id first), not renormalised; the row is off by at most the dropped probability mass times the
+  // table's largest row norm times `scale`.
   virtual void soft_embed(const gguf::TensorInfo& table, const float* logits, int64_t rows, float temperature,
-                          float scale, Act x);
+                          int64_t top_k, float scale, Act x);
   // dst[i] = src[rows[i]].
   virtual void gather(Act src, std::span<const int64_t> rows, Act dst);
   // dst[rows[i]] = src[i] (src and dst distinct).

@@ -423,7 +423,8 @@ class Program : public LayerProgram {
         const int64_t first = std::max(p.r0, p.n_prompt), rows = p.r1 - first;
         const float* lg = p.req->self_cond_logits + (first - p.n_prompt) * V;
         const Act part = ex_.activation(kTmp, rows, D);
-        ex_.soft_embed(*w_.token_embd, lg, rows, p.req->self_cond_temperature, hp_.embd_scale, part);
+        ex_.soft_embed(*w_.token_embd, lg, rows, p.req->self_cond_temperature, p.req->self_cond_top_k,
+                       hp_.embd_scale, part);
         std::vector<int64_t> dst(static_cast<size_t>(rows));
         std::iota(dst.begin(), dst.end(), at);
         ex_.scatter(part, dst, s);

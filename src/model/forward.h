@@ -105,6 +105,7 @@ struct ForwardRequest {
   // ([tokens.size() - n_prompt, n_vocab], host memory) at this temperature; null = none.
   const float* self_cond_logits = nullptr;
   float self_cond_temperature = 1;
+  int64_t self_cond_top_k = 0;  // > 0: each row's top_k most probable tokens only (Executor::soft_embed)
 };
 
 // The forward program of one pass as an architecture's layer builder (ArchSpec::build_layer) sees it: the

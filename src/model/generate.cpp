@@ -62,6 +62,9 @@ std::optional<SettingProblem> check_settings(const GenerateConfig& c, int64_t pr
       return problem("eb_stability", "{setting} {eb_stability} must be a whole number of steps, at least 0, got " + num(e.stability));
     if (!(e.confidence >= 0) || !std::isfinite(e.confidence))
       return problem("eb_confidence", "{setting} {eb_confidence} must be at least 0, got " + num(e.confidence));
+    if (e.self_cond_top_k < 0 || e.self_cond_top_k > kMaxSelfCondTopK)
+      return problem("self_cond_top_k", "{setting} {self_cond_top_k} must be between 0 (every token) and " +
+                                            std::to_string(kMaxSelfCondTopK) + ", got " + std::to_string(e.self_cond_top_k));
     if (c.top_logprobs >= 0)
       return problem("top_logprobs", "{top_logprobs} is not available for " + std::string(arch_spec(c.arch).label) + " models yet");
     if (prompt_length < 1) return problem("prompt", "the prompt is empty: " + std::string(arch_spec(c.arch).label) + " needs at least one prompt token");

@@ -388,6 +388,18 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void soft_tile(cons
     for (int64_t c = 0; c < kSoftCols; ++c) acc[r * stride + c] = a[r][c];
 }
 
+// Keeps the k largest probabilities of a row (ids ascending), ties to the lower id, in ascending id order.
+void keep_most_probable(std::vector<int32_t>& ids, std::vector<float>& p, size_t k) {
+  std::vector<uint32_t> at(ids.size());
+  std::iota(at.begin(), at.end(), 0u);
+  std::nth_element(at.begin(), at.begin() + static_cast<std::ptrdiff_t>(k) - 1, at.end(),
+                   [&](uint32_t a, uint32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+  at.resize(k);
+  std::sort(at.begin(), at.end());
+  for (size_t i = 0; i < k; ++i) ids[i] = ids[at[i]], p[i] = p[at[i]];
+  ids.resize(k), p.resize(k);
+}
+
 }  // namespace
 
 void Executor::table_row(const gguf::TensorInfo& tensor, int64_t row, float* out) const {
@@ -395,7 +407,7 @@ void Executor::table_row(const gguf::TensorInfo& tensor, int64_t row, float* out
 }
 
 void Executor::soft_embed(const gguf::TensorInfo& table, const float* logits, int64_t rows, float temperature,
-                          float scale, Act x) {
+                          int64_t top_k, float scale, Act x) {
   auto& h = host();
   const int64_t D = table.ne[0], V = table.ne[1];
   const auto sz = [](int64_t v) { return static_cast<size_t>(v); };
@@ -423,6 +435,7 @@ void Executor::soft_embed(const gguf::TensorInfo& table, const float* logits, in
     for (size_t k = 0; k < row.p.size(); ++k)
       if (row.p[k] != 0) row.ids[kept] = row.ids[k], row.p[kept++] = row.p[k];
     row.ids.resize(kept), row.p.resize(kept);
+    if (top_k > 0 && static_cast<int64_t>(kept) > top_k) keep_most_probable(row.ids, row.p, static_cast<size_t>(top_k));
   });
   // Only the tokens some row gives a nonzero probability contribute: their table rows alone are decoded (and
   // rounded to F16), kBlock at a time in ascending id order, and every row adds its terms in that order, in F32

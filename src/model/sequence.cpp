@@ -51,6 +51,7 @@ ForwardRequest step_request(std::span<const int32_t> canvas, const StepNeed& nee
       req.n_prompt = need.begin;
       req.self_cond_logits = need.self_cond;
       req.self_cond_temperature = need.self_cond_temperature;
+      req.self_cond_top_k = need.self_cond_top_k;
       break;
   }
   return req;
@@ -239,6 +240,7 @@ const StepNeed* Sequence::plan_entropy_bound() {
   need_.end = n();
   for (int64_t r = need_.begin; r < need_.end; ++r) need_.rows.push_back(r);
   if (!sc_.empty()) need_.self_cond = sc_.data(), need_.self_cond_temperature = static_cast<float>(sc_t_);
+  need_.self_cond_top_k = cfg_.eb.self_cond_top_k;
   pending_ = true;
   return &need_;
 }

@@ -34,6 +34,7 @@ struct StepNeed {
   int64_t begin = 0, end = 0;  // Cached, Encode, Canvas: the computed positions (rows lie inside)
   const float* self_cond = nullptr;  // Canvas: the previous step's raw canvas logits [end - begin, n_vocab]
   float self_cond_temperature = 1;   // and the temperature they are softmaxed at
+  int64_t self_cond_top_k = 0;       // and the tokens per row it takes (0: all; EntropyBoundDefaults)
 };
 
 // The forward request of a step's need over the sequence's canvas (tokens) with the sequence's cache (the dual

@@ -328,6 +328,8 @@ ApiRequest parse_request(const std::string& body, bool chat, const engine::Sampl
       s.eb.max_steps = integer(key, v, 1, limits.max_steps);
     } else if (key == "eb_stability") {
       s.eb.stability = integer(key, v, 0, 1000000);
+    } else if (key == "self_cond_top_k") {
+      s.eb.self_cond_top_k = integer(key, v, 0, model::kMaxSelfCondTopK);
     } else if (key == "eb_t_min" || key == "eb_t_max" || key == "eb_entropy_bound" || key == "eb_confidence") {
       const double x = number(key, v, 0, std::numeric_limits<double>::infinity());
       (key == "eb_t_min" ? s.eb.t_min : key == "eb_t_max" ? s.eb.t_max : key == "eb_entropy_bound" ? s.eb.entropy_bound : s.eb.confidence) = x;

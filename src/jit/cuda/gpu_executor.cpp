@@ -364,8 +364,8 @@ void GpuExecutor::scale_rows(model::Act x, std::span<const float> s) {
 }
 
 void GpuExecutor::soft_embed(const gguf::TensorInfo& table, const float* logits, int64_t rows, float temperature,
-                             float scale, model::Act x) {
-  if (rows > 0) on_host({x}, {x}, [&] { Executor::soft_embed(table, logits, rows, temperature, scale, x); });
+                             int64_t top_k, float scale, model::Act x) {
+  if (rows > 0) on_host({x}, {x}, [&] { Executor::soft_embed(table, logits, rows, temperature, top_k, scale, x); });
 }
 
 void GpuExecutor::head_norm(model::Act x, int64_t rows, int64_t n_heads, int64_t head_dim, model::VectorHandle w,

@@ -76,8 +76,8 @@ class GpuExecutor : public model::Executor {
   void norm_add(model::Act x, int64_t rows, model::VectorHandle norm, float eps, model::Act y) override;
   void add(model::Act x, int64_t rows, model::Act y) override;
   void scale_rows(model::Act x, std::span<const float> s) override;
-  void soft_embed(const gguf::TensorInfo& table, const float* logits, int64_t rows, float temperature, float scale,
-                  model::Act x) override;
+  void soft_embed(const gguf::TensorInfo& table, const float* logits, int64_t rows, float temperature, int64_t top_k,
+                  float scale, model::Act x) override;
   void gather(model::Act src, std::span<const int64_t> rows, model::Act dst) override;
   void scatter(model::Act src, std::span<const int64_t> rows, model::Act dst) override;
   // Mixture-of-experts layers: the rows go to the host for the per-head norms and the router (a few values
