@@ -635,8 +635,8 @@ TEST(DiffusionGemmaPrefixCache, NextTurnReusesTheEncodedPrefixExactly) {
   }
 }
 
-// Sequences at different blocks in one batch give each exactly its tokens alone; max_tokens not a multiple of the
-// canvas cuts the last block's tokens.
+// Sequences at different blocks in one batch, one with the approximate self-conditioning (self_cond_top_k), give
+// each exactly its tokens alone; max_tokens not a multiple of the canvas cuts the last block's tokens.
 TEST(DiffusionGemmaGenerate, BatchedSequencesEqualEachAlone) {
   auto m = load("tiny-diffusion-gemma-A-Q4_K_M", true);
   const int64_t C = m->hparams().canvas_length;
@@ -645,8 +645,9 @@ TEST(DiffusionGemmaGenerate, BatchedSequencesEqualEachAlone) {
     const Case c = load_case("tiny-diffusion-gemma-A-Q4_K_M", name, "pkv");
     prompts.emplace_back(c.ids.begin(), c.ids.begin() + c.n_prompt);
   }
-  const std::vector<model::GenerateConfig> cfgs{generation_config(*m, C + 5, 1), generation_config(*m, 2 * C, 2),
-                                                generation_config(*m, C, 3)};
+  std::vector<model::GenerateConfig> cfgs{generation_config(*m, C + 5, 1), generation_config(*m, 2 * C, 2),
+                                          generation_config(*m, C, 3)};
+  cfgs[1].eb.self_cond_top_k = 5;  // each sequence its own self-conditioning
   std::vector<model::GenerateResult> alone;
   for (size_t i = 0; i < prompts.size(); ++i) {
     CountingSource src(*m, false);
