@@ -112,14 +112,18 @@ TEST(DiffusionGemma, SelfCondTopKAgainstTheFork) {
     model::ForwardRequest r = request(c, out.data());
     r.self_cond_top_k = k;
     m->forward(r);
-    if (k == V) EXPECT_EQ(out, exact) << "K = the vocabulary";
+    if (k == V) {
+      EXPECT_EQ(out, exact) << "K = the vocabulary";
+    }
     const Deviation fork = compare(out, c, V, 0.05);
     Case ex = c;
     ex.want = exact;
     const Deviation self = compare(out, ex, V, 0.05);
     std::printf("  top-%lld of %lld: against the fork rel %.2e (argmax differs on %d rows), against exact rel %.2e\n",
                 static_cast<long long>(k), static_cast<long long>(V), fork.rel, fork.argmax_diff, self.rel);
-    if (k == V) EXPECT_LE(fork.rel, 1e-3);
+    if (k == V) {
+      EXPECT_LE(fork.rel, 1e-3);
+    }
   }
 }
 
@@ -518,7 +522,9 @@ TEST(DiffusionGemmaGenerate, BlocksChainThroughTheCachedPrefixAndEqualUnifiedFor
     EXPECT_GE(ev.scheduled, 1) << "the lowest-entropy position is always accepted";
     EXPECT_EQ(static_cast<int64_t>(ev.canvas.size()), a.n_prompt + (ev.block + 1) * C);
     // The open block is noise until its last step, which reports the block's tokens as answer.
-    if (ev.open_begin >= 0) EXPECT_EQ(ev.open_begin, a.n_prompt + ev.block * C);
+    if (ev.open_begin >= 0) {
+      EXPECT_EQ(ev.open_begin, a.n_prompt + ev.block * C);
+    }
     blocks_closed += ev.open_begin < 0;
   };
   CountingSource cached(*m, false), other_seed(*m, false), plain(*m, true);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <functional>
 #include <map>
 #include <numeric>
 
@@ -357,11 +358,21 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) float max_of(const 
   return mx;
 }
 
-// e[v] = exp(l[v] * inv_t - mx), v < n (exp_f64: vectorised, the same in every clone).
-__attribute__((target_clones("avx512f", "avx2", "default"))) void exp_row(const float* l, int64_t n, double inv_t,
-                                                                         double mx, double* e) {
+// e[v] = exp(l[v] * inv_t - mx), v < n (exp_f64: vectorised, the same in every clone), and their sum in 16
+// lanes (element v into lane v % 16) reduced in one fixed order, whichever clone runs.
+__attribute__((target_clones("avx512f", "avx2", "default"))) double exp_row(const float* l, int64_t n, double inv_t,
+                                                                           double mx, double* e) {
+  constexpr int L = 16;
+  double lane[L] = {};
+  int64_t v0 = 0;
+  for (; v0 + L <= n; v0 += L) {
 #pragma omp simd
-  for (int64_t v = 0; v < n; ++v) e[v] = exp_f64(static_cast<double>(l[v]) * inv_t - mx);
+    for (int i = 0; i < L; ++i) lane[i] += e[v0 + i] = exp_f64(static_cast<double>(l[v0 + i]) * inv_t - mx);
+  }
+  for (int i = 0; v0 + i < n; ++i) lane[i] += e[v0 + i] = exp_f64(static_cast<double>(l[v0 + i]) * inv_t - mx);
+  for (int w = L / 2; w > 0; w /= 2)
+    for (int i = 0; i < w; ++i) lane[i] += lane[i + w];
+  return lane[0];
 }
 
 // The soft embedding's product on one tile: kSoftRows output rows by kSoftCols columns, acc[r][c] +=
@@ -388,6 +399,19 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void soft_tile(cons
     for (int64_t c = 0; c < kSoftCols; ++c) acc[r * stride + c] = a[r][c];
 }
 
+// The k-th largest of x[0, n), 0 < k <= n (NaN never counts; -inf when fewer than k values are above -inf): a
+// min-heap of the k largest so far, which a value enters only when it beats the smallest.
+float kth_largest(const float* x, int64_t n, size_t k) {
+  std::vector<float> heap(k, -INFINITY);
+  for (int64_t i = 0; i < n; ++i) {
+    if (!(x[i] > heap.front())) continue;
+    std::pop_heap(heap.begin(), heap.end(), std::greater<float>());
+    heap.back() = x[i];
+    std::push_heap(heap.begin(), heap.end(), std::greater<float>());
+  }
+  return heap.front();
+}
+
 // Keeps the k largest probabilities of a row (ids ascending), ties to the lower id, in ascending id order.
 void keep_most_probable(std::vector<int32_t>& ids, std::vector<float>& p, size_t k) {
   std::vector<uint32_t> at(ids.size());
@@ -398,6 +422,13 @@ void keep_most_probable(std::vector<int32_t>& ids, std::vector<float>& p, size_t
   std::sort(at.begin(), at.end());
   for (size_t i = 0; i < k; ++i) ids[i] = ids[at[i]], p[i] = p[at[i]];
   ids.resize(k), p.resize(k);
+}
+
+// acc[c] += p * e[c], c < n: one F32 multiply and add per term, as soft_tile's (the same in every clone).
+__attribute__((target_clones("avx512f", "avx2", "default"))) void soft_axpy(float* acc, float p, const float* e,
+                                                                           int64_t n) {
+#pragma omp simd
+  for (int64_t c = 0; c < n; ++c) acc[c] += p * e[c];
 }
 
 }  // namespace
@@ -422,10 +453,15 @@ void Executor::soft_embed(const gguf::TensorInfo& table, const float* logits, in
     thread_local std::vector<double> ex;
     ex.resize(sz(V));
     const double mx = static_cast<double>(max_of(l, V)) * inv_t;  // the largest l * inv_t (inv_t > 0)
-    exp_row(l, V, inv_t, mx, ex.data());
-    double sum = 0;
-    for (int64_t v = 0; v < V; ++v) sum += ex[sz(v)];
-    const double floor = sum * 0x1p-26;
+    const double sum = exp_row(l, V, inv_t, mx, ex.data());
+    double floor = sum * 0x1p-26;
+    if (top_k > 0 && top_k < V) {
+      // Only the tokens that can be among the top_k by F16 probability are divided and rounded: those at least
+      // the top_k-th largest exponential less an F16 rounding step and a margin (below it a probability rounds
+      // strictly under the top_k-th's, so it is never kept).
+      const double ek = exp_f64(static_cast<double>(kth_largest(l, V, static_cast<size_t>(top_k))) * inv_t - mx);
+      floor = std::max(floor, ek * (1 - 0x1p-8) - sum * 0x1p-23);
+    }
     HostState::SoftRow& row = h.soft_rows[sz(r)];
     row.ids.clear(), row.p.clear();
     for (int64_t v = 0; v < V; ++v)
@@ -455,7 +491,16 @@ void Executor::soft_embed(const gguf::TensorInfo& table, const float* logits, in
   const int64_t n_live = static_cast<int64_t>(live.size());
   const int64_t Rp = (rows + kSoftRows - 1) / kSoftRows * kSoftRows, Dp = (D + kSoftCols - 1) / kSoftCols * kSoftCols;
   const int64_t groups = Rp / kSoftRows, slices = std::min<int64_t>(groups, host_pool_ ? host_pool_->size() : 1);
-  std::vector<float> acc(sz(Rp * Dp), 0.0f), pb(sz(Rp * kBlock), 0.0f);
+  // Sparse rows (under an eighth of the rows' live entries nonzero, as top_k makes them): each row adds its own
+  // entries' table rows (soft_axpy), the same terms in the same order, where the 4-row tiles would mostly pass
+  // over zeros; `at` maps a live token to its place in `live`.
+  size_t nnz = 0;
+  for (const auto& row : h.soft_rows) nnz += row.ids.size();
+  const bool sparse = nnz * 8 < sz(rows) * sz(n_live);
+  std::vector<int32_t> at(sparse ? sz(V) : 0);
+  if (sparse)
+    for (int64_t j = 0; j < n_live; ++j) at[sz(live[sz(j)])] = static_cast<int32_t>(j);
+  std::vector<float> acc(sz(Rp * Dp), 0.0f), pb(sparse ? 0 : sz(Rp * kBlock), 0.0f);
   h.soft_table.resize(sz(std::min(kBlock, std::max<int64_t>(n_live, 1)) * Dp));
   std::fill(h.soft_table.begin(), h.soft_table.end(), 0.0f);  // the padding columns stay 0
   float* block = h.soft_table.data();
@@ -469,6 +514,7 @@ void Executor::soft_embed(const gguf::TensorInfo& table, const float* logits, in
         table_row(table, static_cast<int64_t>(v), e);
         round_to_f16(e, D);
       }
+      if (sparse) return;
       for (int64_t r = rows * sl / slices; r < rows * (sl + 1) / slices; ++r) {  // row r's probabilities, laid out
         float* pr = pb.data() + r * kBlock;
         std::fill_n(pr, nv, 0.0f);
@@ -478,6 +524,16 @@ void Executor::soft_embed(const gguf::TensorInfo& table, const float* logits, in
           if (row.ids[k] == live[sz(b0 + i)]) pr[i] = row.p[k++];
       }
     });
+    if (sparse) {
+      for_rows(host_pool_, slices, [&](int64_t sl) {
+        for (int64_t r = rows * sl / slices; r < rows * (sl + 1) / slices; ++r) {
+          const HostState::SoftRow& row = h.soft_rows[sz(r)];
+          for (size_t& k = next[sz(r)]; k < row.ids.size() && at[sz(row.ids[k])] < b0 + nv; ++k)
+            soft_axpy(acc.data() + r * Dp, row.p[k], block + (at[sz(row.ids[k])] - b0) * Dp, Dp);
+        }
+      });
+      continue;
+    }
     for_rows(host_pool_, slices, [&](int64_t sl) {
       const int64_t g0 = groups * sl / slices, g1 = groups * (sl + 1) / slices;
       for (int64_t s0 = 0; s0 < nv; s0 += kRun)
