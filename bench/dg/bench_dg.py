@@ -116,6 +116,41 @@ def plot(rows, out):
     fig.savefig(os.path.join(out, "dg_step.png"), dpi=120)
 
 
+def plot_alone(out):
+    """The step split of every *alone*.json in `out` (runs of --alone, with and without --self-cond-top-k; files
+    of repeated runs may carry a prefix), the median of each setting's runs, as stacked bars: alone_split.png."""
+    import glob
+    import statistics
+    runs = {}
+    for f in sorted(glob.glob(os.path.join(out, "*alone*.json"))):
+        j = json.load(open(f))
+        runs.setdefault(j.get("self_cond_top_k", 0), []).append(j)
+    if not runs:
+        return
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib missing: no plot (build/venv/bin/python has it)", file=sys.stderr)
+        return
+    keys = sorted(runs)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    bottom = [0.0] * len(keys)
+    colours = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive"]
+    for k, c in zip(SPLIT, colours):
+        vals = [statistics.median(r[k] for r in runs[key]) / 1000 for key in keys]
+        ax.bar(range(len(keys)), vals, 0.6, bottom=bottom, color=c, label=k[:-3].replace("_", " "))
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.set_xticks(range(len(keys)), ["exact" if k == 0 else f"--self-cond-top-k {k}" for k in keys])
+    ax.set_ylabel("seconds per denoising step (median of runs)")
+    layers = runs[keys[0]][0]["layers"]
+    ax.set_title(f"DiffusionGemma {layers} layers, canvas 256, 2 threads: self-conditioning exact or top-K", fontsize=8)
+    ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "alone_split.png"), dpi=120)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
@@ -132,7 +167,9 @@ def main():
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
     if a.plot_only:
-        plot(json.load(open(os.path.join(a.out, "results.json")))["rows"], a.out)
+        if os.path.exists(os.path.join(a.out, "results.json")):
+            plot(json.load(open(os.path.join(a.out, "results.json")))["rows"], a.out)
+        plot_alone(a.out)
         return 0
     with open(os.path.join(a.out, "machine.txt"), "w") as f:
         f.write(e2e.machine_description())
@@ -153,6 +190,7 @@ def main():
             json.dump(res, f, indent=1)
         print(json.dumps({k: res[k] for k in ("layers", "self_cond_top_k", "step_ms", "tokens_per_s", "peak_rss_over_file",
                                               "outside_layers_share", "self_conditioning_ms")}))
+    plot_alone(a.out)
     if not a.layers:
         return 0
     rows = []
