@@ -31,6 +31,7 @@
 #include "model/batch.h"
 #include "model/generate.h"
 #include "model/prefix_cache.h"
+#include "model/quant.h"
 #include "model/reference_executor.h"
 #include "model/sequence.h"
 #include "dg_cases.h"
@@ -171,6 +172,40 @@ TEST(DiffusionGemma, GeluTableMatchesGgmlsRule) {
     const double exact = 0.5 * x * (1 + std::tanh(0.7978845608 * x * (1 + 0.044715 * x * x)));
     EXPECT_NEAR(model::gelu_tanh_f16_table(x), exact, 2e-3 * (1 + std::abs(exact))) << x;
   }
+}
+
+// The GeGLU row (vectorised with F16C where the CPU has it) gives the scalar rule's bits: every F16 value, the
+// floats around the +-10 cut and around F16 rounding ties, random ones, infinities, odd lengths (the tail).
+TEST(DiffusionGemma, GegluRowEqualsTheScalarRuleBitForBit) {
+  std::vector<float> x;
+  for (uint32_t i = 0; i < 65536; ++i) x.push_back(quant::fp16_to_f32(static_cast<uint16_t>(i)));
+  for (float c : {-10.0f, 10.0f, 9.9951f, -9.9951f, 0.0f})
+    for (int d = -40; d <= 40; ++d) x.push_back(std::nextafter(c, d < 0 ? -INFINITY : INFINITY) + d * 1e-4f * (c != 0));
+  for (uint32_t i = 0; i < 65536; i += 7) {  // halfway between neighbouring F16 values: the rounding ties
+    const float a = quant::fp16_to_f32(static_cast<uint16_t>(i)), b = quant::fp16_to_f32(static_cast<uint16_t>(i + 1));
+    if (std::isfinite(a) && std::isfinite(b)) x.push_back(a + (b - a) / 2);
+  }
+  std::mt19937 rng(4);
+  std::normal_distribution<float> n(0.0f, 4.0f);
+  for (int i = 0; i < 100000; ++i) x.push_back(n(rng));
+  x.push_back(INFINITY), x.push_back(-INFINITY), x.push_back(3.0f);
+  std::vector<float> up(x.size());
+  for (float& u : up) u = n(rng);
+  std::vector<float> got = x;
+  model::geglu_row(got.data(), up.data(), static_cast<int64_t>(got.size()));
+  int nan_pairs = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float want = model::gelu_tanh_f16_table(x[i]) * up[i];
+    if (want != want) {
+      EXPECT_NE(got[i], got[i]) << "x " << x[i];
+      ++nan_pairs;
+      continue;
+    }
+    uint32_t a, b;
+    std::memcpy(&a, &want, 4), std::memcpy(&b, &got[i], 4);
+    ASSERT_EQ(a, b) << "x " << x[i] << " up " << up[i];
+  }
+  EXPECT_GT(nan_pairs, 0) << "the F16 NaNs stay NaN";
 }
 
 // ---------------------------------------------------------------- quantised files: router flips

@@ -339,6 +339,8 @@ void moe_ffn_on_host(Executor& ex, ThreadPool* pool, const MoeLayer& m, std::spa
 // gelu_tanh(x) as ggml's CPU backend computes it (Glu::GeluTanh): 0 for x <= -10, x for x >= 10, else the
 // F16 table entry of x rounded to F16.
 float gelu_tanh_f16_table(float x);
+// gate[i] = gelu_tanh_f16_table(gate[i]) * up[i], i < n (vectorised where the CPU has F16C: the same values).
+void geglu_row(float* gate, const float* up, int64_t n);
 
 // Executor::head_norm on host rows x [rows, n_heads * head_dim] (in place).
 void head_norm_on_host(ThreadPool* pool, float* x, int64_t rows, int64_t n_heads, int64_t head_dim, const float* w,
