@@ -19,11 +19,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -255,6 +257,46 @@ TEST(MoeRoute, SoftmaxTopKAndRenormalisation) {
     // Row 2 is all zeros: a four-way tie, broken towards the lower index.
     EXPECT_EQ(ids[4], 0);
     EXPECT_EQ(ids[5], 1);
+  }
+}
+
+// The router's logits are dot_f64 of each expert's row, bit for bit, whether it takes experts four at a time or
+// one (an expert count that is not a multiple of 4, a width that is not one of 8): the probabilities it writes
+// equal the softmax of the dot_f64 logits as moe_route defines it.
+TEST(MoeRoute, LogitsAreDotF64BitForBit) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  for (int64_t len : {1, 7, 8, 9, 37, 2816}) {  // dot4_f64 against dot_f64 in double
+    std::vector<float> a(static_cast<size_t>(len)), b(static_cast<size_t>(4 * (len + 3)));
+    for (float& v : a) v = n(rng);
+    for (float& v : b) v = n(rng) * 1e3f;
+    double d[4];
+    model::dot4_f64(a.data(), b.data(), len + 3, len, d);
+    for (int j = 0; j < 4; ++j) {
+      const double want = model::dot_f64(a.data(), b.data() + j * (len + 3), len);
+      ASSERT_EQ(std::memcmp(&d[j], &want, sizeof want), 0) << "n " << len << " row " << j << ": " << d[j] << " " << want;
+    }
+  }
+  for (auto [E, D] : {std::pair<int64_t, int64_t>{7, 37}, {128, 2816}, {4, 8}}) {
+    const int64_t rows = 5;
+    std::vector<float> router(static_cast<size_t>(E * D)), h(static_cast<size_t>(rows * D));
+    for (float& v : router) v = n(rng);
+    for (float& v : h) v = n(rng);
+    std::vector<int32_t> ids(static_cast<size_t>(rows * 2));
+    std::vector<float> w(ids.size()), p(static_cast<size_t>(rows * E));
+    model::moe_route(router, h.data(), rows, D, E, 2, false, ids.data(), w.data(), p.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      std::vector<float> l(static_cast<size_t>(E));
+      float mx = -INFINITY;
+      for (int64_t e = 0; e < E; ++e) {
+        l[e] = static_cast<float>(model::dot_f64(h.data() + r * D, router.data() + e * D, D));
+        mx = std::max(mx, l[e]);
+      }
+      double sum = 0;
+      for (float& v : l) sum += (v = std::exp(v - mx));
+      for (int64_t e = 0; e < E; ++e)
+        ASSERT_EQ(p[r * E + e], static_cast<float>(l[e] / sum)) << "E " << E << " D " << D << " row " << r << " expert " << e;
+    }
   }
 }
 

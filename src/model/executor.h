@@ -317,6 +317,8 @@ class Executor {
 // sum a[i]*b[i] over i < n in double, in eight interleaved partial sums (element i into sum i % 8) combined
 // in a fixed order, so that the clone that runs (AVX-512, AVX2, baseline) never changes the result.
 double dot_f64(const float* a, const float* b, int64_t n);
+// out[j] = dot_f64(a, b + j * stride, n) for j < 4, bit for bit, at about four times the rate.
+void dot4_f64(const float* a, const float* b, int64_t stride, int64_t n, double* out);
 
 // Router of `rows` rows h [rows, D]: logits l[r][e] = h[r] . router[e] (dot_f64, rounded to f32), softmax
 // over the experts (f32 probabilities), the k most probable experts (ties: lower index) most probable first
