@@ -566,9 +566,12 @@ TEST(JitDesc, RowTilePlans) {
   EXPECT_EQ(plan(Isa::Avx512Vnni, GgmlType::Q4_K, 20), "0:8avx512vnni 8:8avx512vnni 16:4avx512vnni ");
   EXPECT_EQ(plan(Isa::Avx2, GgmlType::Q8_0, 7), "0:5avx2 5:2avx2 ");
   EXPECT_EQ(plan(Isa::Amx, GgmlType::Q8_0, 23), "0:16amx 16:7amx ");
-  // AMX Q4_K: remainders go to the avx512-vnni kernels (same weight layout, faster than partial tiles).
-  EXPECT_EQ(plan(Isa::Amx, GgmlType::Q4_K, 29), "0:16amx 16:8avx512vnni 24:5avx512vnni ");
+  // AMX Q4_K: remainders of up to 8 rows go to one avx512-vnni kernel (the same weight layout); larger ones to a
+  // partial AMX tile, faster than two vnni tiles (bench/results/gemm-amx-20261207).
+  EXPECT_EQ(plan(Isa::Amx, GgmlType::Q4_K, 29), "0:16amx 16:13amx ");
+  EXPECT_EQ(plan(Isa::Amx, GgmlType::Q4_K, 24), "0:16amx 16:8avx512vnni ");
   EXPECT_EQ(plan(Isa::Amx, GgmlType::Q4_K, 3), "0:3avx512vnni ");
+  EXPECT_EQ(plan(Isa::Amx, GgmlType::Q4_K, 9), "0:9amx ");
   EXPECT_EQ(plan(Isa::Portable, GgmlType::Q4_K, 3), "");
   // Q5_K has no AMX body: its matrices are prepared for avx512-vnni (prepare_matrix) and never planned on AMX.
   ThreadPool pool(1);

@@ -54,12 +54,10 @@ std::vector<RowTile> plan_row_tiles(Isa isa, GgmlType t, int64_t n, int64_t k, i
   int64_t r = 0;
   for (; r + mmax <= rows; r += mmax) add(isa, r, mmax);
   if (r < rows) {
-    if (isa == Isa::Amx && t == GgmlType::Q4_K) {
-      const int vmax = max_row_tile(Isa::Avx512Vnni, t, k);
-      for (; r < rows; r += vmax) add(Isa::Avx512Vnni, r, std::min<int64_t>(vmax, rows - r));
-    } else {
-      add(isa, r, rows - r);
-    }
+    // AMX Q4_K shares avx512-vnni's weight layout: a remainder that one vnni tile holds (8 rows) runs there,
+    // a larger one as a partial AMX tile, faster than two vnni tiles (bench/results/gemm-amx-20261207).
+    const bool vnni = isa == Isa::Amx && t == GgmlType::Q4_K && rows - r <= max_row_tile(Isa::Avx512Vnni, t, k);
+    add(vnni ? Isa::Avx512Vnni : isa, r, rows - r);
   }
   if (!tiles.empty() && first_tile_prefetches(tiles[0].desc.isa, tiles[0].desc.m)) tiles[0].desc.prefetch = true;
   return tiles;
