@@ -7,8 +7,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <chrono>
-#include <cstdio>
 #include <cmath>
 #include <deque>
 #include <functional>
@@ -856,9 +854,6 @@ void moe_ffn_on_host(Executor& ex, ThreadPool* pool, const MoeLayer& m, std::spa
                      std::span<const float> norm, float eps, float* x, int64_t rows, int64_t D, float* out,
                      std::span<const float> router_scale) {
   if (rows <= 0) return;
-  static double T[8] = {}; static int calls = 0;
-  auto now = [] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count(); };
-  double t0 = now();
   const int64_t E = m.n_expert, k = m.n_used, F = m.n_ff;
   if (static_cast<int64_t>(m.gate.size()) != E || static_cast<int64_t>(m.up.size()) != E ||
       static_cast<int64_t>(m.down.size()) != E || static_cast<int64_t>(norm.size()) != D) {
@@ -899,7 +894,6 @@ void moe_ffn_on_host(Executor& ex, ThreadPool* pool, const MoeLayer& m, std::spa
     s.order[sz(at)] = i;
     s.slot[sz(i)] = at;
   }
-  double t1 = now(); T[0] += t1 - t0;
   s.xin.resize(sz(R * D));
   s.gate.resize(sz(R * F));
   s.up.resize(sz(R * F));
@@ -914,17 +908,12 @@ void moe_ffn_on_host(Executor& ex, ThreadPool* pool, const MoeLayer& m, std::spa
     s.ys[sz(2 * e)] = gate + s.row0[sz(e)] * F, s.ys[sz(2 * e + 1)] = up + s.row0[sz(e)] * F;
   }
   const int groups = static_cast<int>(E);
-  double t2 = now(); T[1] += t2 - t1;
   ex.matmul_grouped(s.ws.data(), s.ys.data(), 2, s.row0.data(), s.n.data(), groups, xin, D);
-  double t3 = now(); T[2] += t3 - t2;
   glu_rows(pool, m.glu, gate, up, R, F);
-  double t4 = now(); T[3] += t4 - t3;
   for (int64_t e = 0; e < E; ++e) {
     s.ws[sz(e)] = m.down[sz(e)], s.ys[sz(e)] = xin + s.row0[sz(e)] * D;  // xin is free again: [R, D]
   }
   ex.matmul_grouped(s.ws.data(), s.ys.data(), 1, s.row0.data(), s.n.data(), groups, gate, F);
-  double t5 = now(); T[4] += t5 - t4;
-  struct Fin { double* T; double t5; int* calls; ~Fin() { }} ;
   // Per row: the expert outputs times their weights (each product rounded to f32), summed in top-k order,
   // then added to the residual. The sum builds up in the row's first pair's output, which only this row reads.
   const float* wts = s.wts.data();
@@ -944,8 +933,6 @@ void moe_ffn_on_host(Executor& ex, ThreadPool* pool, const MoeLayer& m, std::spa
     float* xr = x + r * D;
     for (int64_t c = 0; c < D; ++c) xr[c] += acc[c];
   });
-  T[5] += now() - t5;
-  if (++calls % 8 == 0) fprintf(stderr, "MOE route %.1f gather %.1f gateup %.1f glu %.1f down %.1f combine %.1f (ms per call)\n", T[0]/calls, T[1]/calls, T[2]/calls, T[3]/calls, T[4]/calls, T[5]/calls);
 }
 
 void Executor::final_logits(WeightHandle output, Act x, int64_t rows, VectorHandle norm, float eps, float* logits) {
