@@ -26,7 +26,7 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DLLM = os.path.join(ROOT, "build", "dllm")
+DLLM = os.environ.get("DLLM_BIN", os.path.join(ROOT, "build", "dllm"))  # DLLM_BIN: another build to measure
 TIME = "/usr/bin/time"
 
 
