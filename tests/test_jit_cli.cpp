@@ -71,17 +71,18 @@ TEST_P(JitCliFamily, BenchGemmJsonReportsEveryRowCount) {
     EXPECT_GT(res["gops"].get<double>(), 0);
     EXPECT_GT(res["median_s"].get<double>(), 0);
     EXPECT_EQ(res["gguf_bytes"], 40 * 2 * 144);
-    if (best != dllm::jit::Isa::Portable) {
-      // An AMX tile holds 16 rows: the amx family runs these 1- and 9-row GEMMs on avx512-vnni kernels
-      // (seen on a Sapphire Rapids host, bench/results/gpu-h200-20261204).
-      const dllm::jit::Isa kisa = best == dllm::jit::Isa::Amx ? dllm::jit::Isa::Avx512Vnni : best;
-      const int mmax = dllm::jit::max_row_tile(kisa, dllm::GgmlType::Q4_K, 512);
+    if (best == dllm::jit::Isa::Amx) {
+      // An AMX tile holds 16 rows: the amx family runs the 1-row GEMM on an avx512-vnni kernel (a remainder of up
+      // to 8 rows, the same panels) and the 9-row one as a partial AMX tile.
+      EXPECT_EQ(res["kernel"], i == 0 ? "q4k_q8k_gemm_1x16__avx512vnni_k512_n40" : "q4k_q8k_gemm_9x16__amx_k512_n40");
+    } else if (best != dllm::jit::Isa::Portable) {
+      const int mmax = dllm::jit::max_row_tile(best, dllm::GgmlType::Q4_K, 512);
       const std::string tile = std::to_string(i == 0 ? 1 : std::min(9, mmax)) + "x" +
-                               std::to_string(dllm::jit::panel_rows(kisa, dllm::GgmlType::Q4_K, 512));
+                               std::to_string(dllm::jit::panel_rows(best, dllm::GgmlType::Q4_K, 512));
       // The first tile's kernel: on avx2 (tiles of at most 3 rows) the prefetching one (first_tile_prefetches).
       const int m = i == 0 ? 1 : std::min(9, mmax);
-      const std::string pf = dllm::jit::first_tile_prefetches(kisa, m) ? "_pf" : "";
-      EXPECT_EQ(res["kernel"], "q4k_q8k_gemm_" + tile + "__" + dllm::jit::isa_short_name(kisa) + "_k512_n40" + pf);
+      const std::string pf = dllm::jit::first_tile_prefetches(best, m) ? "_pf" : "";
+      EXPECT_EQ(res["kernel"], "q4k_q8k_gemm_" + tile + "__" + dllm::jit::isa_short_name(best) + "_k512_n40" + pf);
     }
   }
 }

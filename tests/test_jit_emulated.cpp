@@ -193,6 +193,7 @@ TEST(JitEmulated, EveryFamilyMatchesThePortableBits) {
       {GgmlType::Q4_K, 35, 5, 512},   {GgmlType::Q4_K, 17, 40, 1024},  // amx: first, middle and last super-blocks
       {GgmlType::Q4_K, 12, 40, 512},  {GgmlType::Q4_K, 29, 33, 1024},  // amx: partial tiles (remainders over 8 rows)
       {GgmlType::Q5_K, 1, 16, 256},  {GgmlType::Q5_K, 7, 33, 512},
+      {GgmlType::Q5_K, 12, 40, 1024}, {GgmlType::Q5_K, 29, 33, 768},  // amx: a partial tile, 16 + 13 rows
       {GgmlType::Q5_K, 17, 40, 256},  {GgmlType::Q5_K, 35, 5, 512},  {GgmlType::Q6_K, 1, 16, 256},
       {GgmlType::Q6_K, 7, 33, 512},   {GgmlType::Q6_K, 17, 40, 256}, {GgmlType::Q6_K, 35, 5, 512},
       {GgmlType::Q6_K, 5, 37, 8448},  // past kTwoVectorMaxK: one-vector panels on avx512-vnni

@@ -221,18 +221,19 @@ void for_each_panel_block(const QuantMatrix& m, F f) {
   }
 }
 
-// Under amx, the avx512-vnni kernels run the types without an AMX body; the tiles run Q4_K, Q6_K and Q8_0.
-// Other families run their own kernels for every type. prepare_matrix packs each matrix for the family
+// Under amx, the avx512-vnni kernels run the types without an AMX body (Q5_0); the tiles run Q4_K, Q5_K, Q6_K and
+// Q8_0. Other families run their own kernels for every type. prepare_matrix packs each matrix for the family
 // matrix_family names.
 TEST(JitRepack, AmxRunsTheTypesWithAnAmxBody) {
-  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0}) EXPECT_EQ(matrix_family(Isa::Amx, t), Isa::Amx);
-  for (GgmlType t : {GgmlType::Q5_K, GgmlType::Q5_0}) EXPECT_EQ(matrix_family(Isa::Amx, t), Isa::Avx512Vnni);
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0})
+    EXPECT_EQ(matrix_family(Isa::Amx, t), Isa::Amx);
+  EXPECT_EQ(matrix_family(Isa::Amx, GgmlType::Q5_0), Isa::Avx512Vnni);
   for (Isa isa : {Isa::Portable, Isa::Avx2, Isa::AvxVnni, Isa::Avx512Vnni})
     for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::Q5_0})
       EXPECT_EQ(matrix_family(isa, t), isa);
   std::mt19937 rng(31);
   ThreadPool pool(2);
-  for (GgmlType t : {GgmlType::Q6_K, GgmlType::Q5_K}) {
+  for (GgmlType t : {GgmlType::Q6_K, GgmlType::Q5_K, GgmlType::Q5_0}) {
     const std::vector<uint8_t> w = dllm::jit::test::random_weights(t, 16, 512, rng);
     EXPECT_EQ(prepare_matrix(t, 512, 16, w.data(), Isa::Amx, pool).isa, matrix_family(Isa::Amx, t));
   }
@@ -573,10 +574,14 @@ TEST(JitDesc, RowTilePlans) {
   EXPECT_EQ(plan(Isa::Amx, GgmlType::Q4_K, 3), "0:3avx512vnni ");
   EXPECT_EQ(plan(Isa::Amx, GgmlType::Q4_K, 9), "0:9amx ");
   EXPECT_EQ(plan(Isa::Portable, GgmlType::Q4_K, 3), "");
-  // Q5_K has no AMX body: its matrices are prepared for avx512-vnni (prepare_matrix) and never planned on AMX.
+  EXPECT_EQ(plan(Isa::Amx, GgmlType::Q5_K, 29), "0:16amx 16:13amx ");  // Q5_K: Q4_K's rule (the same panels)
+  EXPECT_EQ(plan(Isa::Amx, GgmlType::Q5_K, 21), "0:16amx 16:5avx512vnni ");
+  // Q5_0 has no AMX body: its matrices are prepared for avx512-vnni (prepare_matrix) and never planned on AMX.
   ThreadPool pool(1);
-  std::vector<uint8_t> q5(2 * 176 * 16);
-  EXPECT_EQ(prepare_matrix(GgmlType::Q5_K, 512, 16, q5.data(), Isa::Amx, pool).isa, Isa::Avx512Vnni);
+  std::vector<uint8_t> q5(16 * 16 * 22);
+  EXPECT_EQ(prepare_matrix(GgmlType::Q5_0, 512, 16, q5.data(), Isa::Amx, pool).isa, Isa::Avx512Vnni);
+  std::vector<uint8_t> q5k(2 * 176 * 16);
+  EXPECT_EQ(prepare_matrix(GgmlType::Q5_K, 512, 16, q5k.data(), Isa::Amx, pool).isa, Isa::Amx);
 }
 
 TEST(JitKernelCache, GeneratesOncePerDescriptor) {

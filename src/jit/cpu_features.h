@@ -28,8 +28,8 @@ inline constexpr bool isa_has_avx512(Isa isa) { return isa == Isa::Avx512Vnni ||
 
 // What the amx family runs where (matrix_family in gemm_desc.h), for doctor and --verbose.
 inline constexpr const char* kAmxRule =
-    "AMX tiles for Q4_K, Q6_K and Q8_0 (Q4_K's rows past the last full 16 on avx512-vnni kernels); avx512-vnni "
-    "kernels for Q5_K and Q5_0";
+    "AMX tiles for Q4_K, Q5_K, Q6_K and Q8_0 (Q4_K's and Q5_K's remainders of up to 8 rows past the last full 16 "
+    "on avx512-vnni kernels); avx512-vnni kernels for Q5_0";
 
 const char* isa_name(Isa isa);                    // "portable", "avx2", "avx-vnni", "avx512-vnni", "amx"
 const char* isa_short_name(Isa isa);              // as kernel names spell it: "ref", "avx2", "avxvnni", "avx512vnni", "amx"

@@ -54,9 +54,10 @@ std::vector<RowTile> plan_row_tiles(Isa isa, GgmlType t, int64_t n, int64_t k, i
   int64_t r = 0;
   for (; r + mmax <= rows; r += mmax) add(isa, r, mmax);
   if (r < rows) {
-    // AMX Q4_K shares avx512-vnni's weight layout: a remainder that one vnni tile holds (8 rows) runs there,
-    // a larger one as a partial AMX tile, faster than two vnni tiles (bench/results/gemm-amx-20261207).
-    const bool vnni = isa == Isa::Amx && t == GgmlType::Q4_K && rows - r <= max_row_tile(Isa::Avx512Vnni, t, k);
+    // AMX Q4_K and Q5_K share avx512-vnni's weight layout: a remainder that one vnni tile holds (8 rows) runs
+    // there, a larger one as a partial AMX tile, faster than two vnni tiles (bench/results/gemm-amx-20261207).
+    const bool shared = t == GgmlType::Q4_K || t == GgmlType::Q5_K;
+    const bool vnni = isa == Isa::Amx && shared && rows - r <= max_row_tile(Isa::Avx512Vnni, t, k);
     add(vnni ? Isa::Avx512Vnni : isa, r, rows - r);
   }
   if (!tiles.empty() && first_tile_prefetches(tiles[0].desc.isa, tiles[0].desc.m)) tiles[0].desc.prefetch = true;

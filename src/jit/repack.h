@@ -34,7 +34,8 @@
 //       meta    (2P): d fp16 [P]
 // The AMX family uses the avx512-vnni layout (a vector is also a row of an AMX B tile: 16 weight rows x 4
 // k), except that its Q6_K bytes are ggml's signed q (q - 32 in -32..31) and its Q8_0 bytes unbiased
-// (Q5_K and Q5_0 have no AMX body: their matrices run the avx512-vnni kernels, matrix_family).
+// (Q5_0 has no AMX body: its matrices run the avx512-vnni kernels, matrix_family; Q4_K's and Q5_K's remainders of
+// up to 8 rows run avx512-vnni kernels on the same panels).
 #pragma once
 #include <cstdint>
 #include <string>

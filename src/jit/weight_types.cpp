@@ -34,7 +34,7 @@ const WeightTypeTraits kTable[] = {
     {GgmlType::Q4_K, "Q4_K", "q4_k", "q4k_q8k", 256, 144, ActFormat::Q8_K, 128, 20, 6, 5 + 1, 4, true, false, 4096, true,
      portable<BlockQ4_K, BlockQ8_K, kernel_order_dot_q4_K>, ref_q4_k,
      /*gpu*/ true, /*tiled*/ true},
-    {GgmlType::Q5_K, "Q5_K", "q5_k", "q5k_q8k", 256, 176, ActFormat::Q8_K, 160, 20, 5, 5 + 1, 4, true, false, 4096, false,
+    {GgmlType::Q5_K, "Q5_K", "q5_k", "q5k_q8k", 256, 176, ActFormat::Q8_K, 160, 20, 5, 5 + 1, 4, true, false, 4096, true,
      portable<BlockQ5_K, BlockQ8_K, kernel_order_dot_q5_K>, ref_q5_k,
      /*gpu*/ true, /*tiled*/ true},
     {GgmlType::Q6_K, "Q6_K", "q6_k", "q6k_q8k", 256, 210, ActFormat::Q8_K, 256, 18, 4, 4 + 2, 4, false, true, 4096, true,

@@ -17,7 +17,7 @@ namespace {
 constexpr size_t kMaxCodeBytes = 128 * 1024;
 constexpr int kLag = 3;
 // zmm register names: rows 0..m-1 hold per-row sums (K-quants) or accumulators (Q8_0).
-const Zmm vS(16), vT(17), vDw(18), vDw16(19), vMi(24), vDmin(25), vRaw(26), vLo(27), vHi(28);
+const Zmm vS(16), vT(17), vDw(18), vDw16(19), vMi(24), vDmin(25), vRaw(26), vLo(27), vHi(28), vHb(29), vBit(30);
 Zmm vMp(int t) { return Zmm(20 + t); }
 }  // namespace
 
@@ -100,28 +100,42 @@ void AmxGemmGenerator::bodies(int64_t count, bool distinct_last, Body body) {
 // acc), and widens super-block b + 1 into the other buffer ([rsp + (rax ^ 4096)]). So the tile unit never
 // waits for a just-written B tile or for a drained pipeline at a super-block boundary (the layout reads
 // "previous" metadata at negative offsets: the pointers move on at the end of each body).
-void AmxGemmGenerator::q4k_widen(int q) {  // q = 0..31: one 64-byte vector of super-block b + 1
+// Vector q = 8t + j of the super-block at src (its quant stream) into the wide buffer at dst: the low nibbles
+// (sub-block 2t) and the high ones (2t + 1, Q4_K in place as 16*q). Q5_K (repack.h: the high-bit vector H[j]
+// after the 32 nibble vectors; bits 2t and 2t + 1 are the fifth bits of the low and the high quants) shifts the
+// high nibbles down and puts each fifth bit on bit 4: q in 0..31 in a byte, its scales take d.
+void AmxGemmGenerator::q4k_widen_vector(int q, const Xbyak::RegExp& src, const Xbyak::RegExp& dst) {
   const int t = q / 8, j = q % 8;
+  vmovdqu32(vRaw, ptr[src + (8 * t + j) * 64]);
+  vpandd(vLo, vRaw, ptr_b[rip + l_mask0f_]);
+  if (desc_.wtype == GgmlType::Q5_K) {
+    vpsrlw(vHi, vRaw, 4);
+    vpandd(vHi, vHi, ptr_b[rip + l_mask0f_]);
+    vmovdqu32(vHb, ptr[src + (32 + j) * 64]);  // within a 16-bit lane a shift by at most 4 keeps a byte's bit 4 its own
+    if (t < 2) vpsllw(vHb, vHb, 4 - 2 * t);
+    else if (t == 3) vpsrlw(vHb, vHb, 2);
+    vpandd(vBit, vHb, ptr_b[rip + l_mask10_]);
+    vpord(vLo, vLo, vBit);
+    vpsrlw(vHb, vHb, 1);
+    vpandd(vBit, vHb, ptr_b[rip + l_mask10_]);
+    vpord(vHi, vHi, vBit);
+  } else {
+    vpandd(vHi, vRaw, ptr_b[rip + l_mask_f0_]);
+  }
+  vmovdqa32(ptr[dst + (2 * t) * 512 + j * 64], vLo);
+  vmovdqa32(ptr[dst + (2 * t + 1) * 512 + j * 64], vHi);
+}
+
+void AmxGemmGenerator::q4k_widen(int q) {  // q = 0..31: one 64-byte vector of super-block b + 1
   if (q % 4 == 0) {  // the first of a group of four (tile_product clobbered reg_addr_ in between)
     mov(reg_addr_, rax);
     xor_(reg_addr_, kWideBytes);
   }
-  vmovdqu32(vRaw, ptr[reg_wq_ + layout_.quant_bytes + (8 * t + j) * 64]);
-  vpandd(vLo, vRaw, ptr_b[rip + l_mask0f_]);
-  vpandd(vHi, vRaw, ptr_b[rip + l_mask_f0_]);
-  vmovdqa32(ptr[rsp + reg_addr_ + kWideOff + (2 * t) * 512 + j * 64], vLo);
-  vmovdqa32(ptr[rsp + reg_addr_ + kWideOff + (2 * t + 1) * 512 + j * 64], vHi);
+  q4k_widen_vector(q, reg_wq_ + layout_.quant_bytes, rsp + reg_addr_ + kWideOff);
 }
 
 void AmxGemmGenerator::q4k_widen_first() {
-  for (int q = 0; q < 32; ++q) {
-    const int t = q / 8, j = q % 8;
-    vmovdqu32(vRaw, ptr[reg_wq_ + (8 * t + j) * 64]);
-    vpandd(vLo, vRaw, ptr_b[rip + l_mask0f_]);
-    vpandd(vHi, vRaw, ptr_b[rip + l_mask_f0_]);
-    vmovdqa32(ptr[rsp + rax + kWideOff + (2 * t) * 512 + j * 64], vLo);
-    vmovdqa32(ptr[rsp + rax + kWideOff + (2 * t + 1) * 512 + j * 64], vHi);
-  }
+  for (int q = 0; q < 32; ++q) q4k_widen_vector(q, reg_wq_, rsp + rax + kWideOff);
 }
 
 // Scales product u of the current super-block (prev: of the one before, whose metadata lies meta_bytes back).
@@ -129,7 +143,8 @@ void AmxGemmGenerator::q4k_process(int u, bool prev) {
   const int64_t back = prev ? -layout_.meta_bytes : 0;
   vpmovzxbd(vS, ptr[reg_wm_ + back + meta::q4k_scales(16) + u * 16]);
   vcvtdq2ps(vS, vS);
-  vmulps(vS, vS, u % 2 ? vDw16 : vDw);  // odd sub-blocks are the high nibbles: 16*q
+  // Q4_K's odd sub-blocks are the high nibbles in place, 16*q (Q5_K's are shifted down).
+  vmulps(vS, vS, u % 2 && desc_.wtype == GgmlType::Q4_K ? vDw16 : vDw);
   for (int r = 0; r < m_; ++r) {
     vcvtdq2ps(vT, cbuf(u, r));
     if (u == 0) vmulps(Zmm(r), vT, vS);
@@ -168,6 +183,8 @@ void AmxGemmGenerator::q4k_body(bool has_prev, bool widen_next) {
     // Super-block b + 2's bytes are requested now (a prefetch past the panel is harmless): spread over the
     // body, the widening's loads alone keep too few misses in flight when the weights stream from memory.
     for (int q = 4 * s; q < 4 * s + 4; ++q) prefetcht0(ptr[reg_wq_ + 2 * layout_.quant_bytes + q * 64]);
+    if (desc_.wtype == GgmlType::Q5_K && s < 2)  // and Q5_K's 8 high-bit vectors
+      for (int q = 32 + 4 * s; q < 36 + 4 * s; ++q) prefetcht0(ptr[reg_wq_ + 2 * layout_.quant_bytes + q * 64]);
     if (widen_next)
       for (int q = 4 * s; q < 4 * s + 4; ++q) q4k_widen(q);
   }
@@ -324,7 +341,8 @@ void AmxGemmGenerator::generate() {
     mov(reg_xd_, ptr[reg_args_ + offsetof(GemmKernelArgs, xd)]);
     mov(reg_xs_, ptr[reg_args_ + offsetof(GemmKernelArgs, xs)]);
     switch (desc_.wtype) {
-      case GgmlType::Q4_K: q4k_panel(); break;
+      case GgmlType::Q4_K:
+      case GgmlType::Q5_K: q4k_panel(); break;
       case GgmlType::Q6_K: q6k_panel(); break;
       case GgmlType::Q8_0: q8_0_panel(); break;
       default: throw Error("cannot generate kernel " + desc_.name() + ": no AMX body for " + ggml_type_name(desc_.wtype));
@@ -367,6 +385,8 @@ void AmxGemmGenerator::generate() {
   dd(0x0F0F0F0Fu);
   L(l_mask_f0_);
   dd(0xF0F0F0F0u);
+  L(l_mask10_);
+  dd(0x10101010u);
   L(l_sixteenth_);
   dd(0x3D800000u);  // 1/16 as f32
   align(2);

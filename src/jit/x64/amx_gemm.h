@@ -28,6 +28,7 @@ class AmxGemmGenerator : public JitGenerator {
   void q4k_body(bool has_prev, bool widen_next);
   void q4k_widen(int q);
   void q4k_widen_first();
+  void q4k_widen_vector(int q, const Xbyak::RegExp& src, const Xbyak::RegExp& dst);
   void q4k_process(int u, bool prev);
   void q4k_finish_prev();
   void q4k_advance();
@@ -76,7 +77,7 @@ class AmxGemmGenerator : public JitGenerator {
   const Xbyak::Reg64 reg_y_ = r11, reg_np_ = r12, reg_blk_ = r13, reg_panel_ = r14;
   const Xbyak::Reg64 reg_stride_64_ = rbx, reg_addr_ = r10, reg_tmp_ = r15;
 
-  Xbyak::Label l_cfg_, l_mask0f_, l_mask_f0_, l_sixteenth_, l_tail_;
+  Xbyak::Label l_cfg_, l_mask0f_, l_mask_f0_, l_mask10_, l_sixteenth_, l_tail_;
 };
 
 }  // namespace dllm::jit
