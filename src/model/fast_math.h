@@ -6,6 +6,12 @@
 
 namespace dllm::model {
 
+// The sum of eight partial sums (element i of a row into lane i % 8) in one fixed order, so that the vector width
+// a clone runs with never changes a result: dot_f64, dot4_f64 and the sampler's exponential sums.
+inline double sum_lanes8(const double* s) {
+  return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+}
+
 // Cephes' single-precision exponential: e^x = 2^n * e^r with n = round(x log2 e), r = x - n ln2 (ln2 split
 // in two so that n * kLn2Hi is exact), e^r = 1 + r + r^2 * P(r) with P of degree 5. Shared by exp_f32 below
 // and the vector exponentials of the CPU flash attention (src/jit/attention).

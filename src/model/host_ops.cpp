@@ -78,25 +78,16 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void swiglu_row(flo
   }
 }
 
-// ggml's GELU table: every F16 input's gelu_tanh computed in f32 (tanhf) and rounded to F16, indexed by the
-// input's F16 bits; and the same values as floats.
-const std::vector<uint16_t>& gelu_f16_table() {
-  static const std::vector<uint16_t> t = [] {
-    std::vector<uint16_t> v(65536);
+// ggml's GELU table, indexed by the input's F16 bits: every F16 input's gelu_tanh computed in f32 (tanhf) and
+// rounded to F16, kept as the float it is.
+const float* gelu_f16_table() {
+  static const std::vector<float> t = [] {
+    std::vector<float> v(65536);
     for (uint32_t i = 0; i < 65536; ++i) {
       const float f = quant::fp16_to_f32(static_cast<uint16_t>(i));
       const float g = 0.5f * f * (1.0f + std::tanh(0.79788456080286535587989211986876f * f * (1.0f + 0.044715f * f * f)));
-      v[i] = quant::f32_to_fp16(g);
+      v[i] = quant::fp16_to_f32(quant::f32_to_fp16(g));
     }
-    return v;
-  }();
-  return t;
-}
-
-const float* gelu_f16_table_f32() {
-  static const std::vector<float> t = [] {
-    std::vector<float> v(65536);
-    for (uint32_t i = 0; i < 65536; ++i) v[i] = quant::fp16_to_f32(gelu_f16_table()[i]);
     return v;
   }();
   return t.data();
@@ -105,7 +96,7 @@ const float* gelu_f16_table_f32() {
 // geglu_row with F16C's conversion (round to nearest even, as quant::f32_to_fp16) and a gather from the float
 // table, 8 at a time: the same values as the scalar lookup.
 __attribute__((target("avx2,f16c"))) void geglu_row_f16c(float* gate, const float* up, int64_t n) {
-  const float* tab = gelu_f16_table_f32();
+  const float* tab = gelu_f16_table();
   const __m256 lo = _mm256_set1_ps(-10.0f), hi = _mm256_set1_ps(10.0f);
   int64_t c = 0;
   for (; c + 8 <= n; c += 8) {
@@ -767,7 +758,7 @@ void Executor::moe_ffn_to(const MoeLayer& m, Act x, int64_t rows, VectorHandle n
 float gelu_tanh_f16_table(float x) {
   if (x <= -10.0f) return 0.0f;
   if (x >= 10.0f) return x;
-  return quant::fp16_to_f32(gelu_f16_table()[quant::f32_to_fp16(x)]);
+  return gelu_f16_table()[quant::f32_to_fp16(x)];
 }
 
 void Executor::route(const MoeLayer& m, std::span<const float> router, const float* h, int64_t rows, int64_t D,
@@ -791,7 +782,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) double dot_f64(cons
     for (int l = 0; l < L; ++l) lane[l] += static_cast<double>(a[i + l]) * b[i + l];
   }
   for (int l = 0; i + l < n; ++l) lane[l] += static_cast<double>(a[i + l]) * b[i + l];
-  return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+  return sum_lanes8(lane);
 }
 
 // out[j] = dot_f64(a, b + j * stride, n), j < 4: four rows against one at once, each in its own 8 lanes (element i
@@ -810,8 +801,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void dot4_f64(const
   }
   for (int j = 0; j < 4; ++j) {
     for (int l = 0; i + l < n; ++l) lane[j][l] += static_cast<double>(a[i + l]) * b[j * stride + i + l];
-    const double* s = lane[j];
-    out[j] = ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+    out[j] = sum_lanes8(lane[j]);
   }
 }
 

@@ -98,7 +98,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) double sum_exp(cons
     for (int l = 0; l < L; ++l) lane[l] += exp_f64(static_cast<double>(logits[v0 + l]) * inv_t - mx);
   }
   for (int l = 0; v0 + l < n; ++l) lane[l] += exp_f64(static_cast<double>(logits[v0 + l]) * inv_t - mx);
-  return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+  return sum_lanes8(lane);
 }
 
 // The first i with x[i] == v (n when there is none): 64 elements at a time, each chunk tested vectorised.
@@ -141,8 +141,8 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) bool exp_sums(const
     for (int l = 0; l < L; ++l) exp_term(logits[v0 + l], inv_t, mx, e + v0 + l, ls[l], lz[l], nan);
   }
   for (int l = 0; v0 + l < n; ++l) exp_term(logits[v0 + l], inv_t, mx, e + v0 + l, ls[l], lz[l], nan);
-  sum = ((ls[0] + ls[4]) + (ls[2] + ls[6])) + ((ls[1] + ls[5]) + (ls[3] + ls[7]));
-  ez = ((lz[0] + lz[4]) + (lz[2] + lz[6])) + ((lz[1] + lz[5]) + (lz[3] + lz[7]));
+  sum = sum_lanes8(ls);
+  ez = sum_lanes8(lz);
   return nan == 0;
 }
 
