@@ -227,15 +227,18 @@ int64_t ServeProcess::rss_bytes() const {
   return -1;
 }
 
-ScopedIsa::ScopedIsa(jit::Isa isa) {
-  if (const char* old = std::getenv("DLLM_ISA")) saved_ = old;
-  setenv("DLLM_ISA", jit::isa_name(isa), 1);
+ScopedEnv::ScopedEnv(const char* name, const char* value) : name_(name) {
+  if (const char* old = std::getenv(name)) saved_ = old;
+  if (value) setenv(name, value, 1);
+  else unsetenv(name);
 }
 
-ScopedIsa::~ScopedIsa() {
-  if (saved_) setenv("DLLM_ISA", saved_->c_str(), 1);
-  else unsetenv("DLLM_ISA");
+ScopedEnv::~ScopedEnv() {
+  if (saved_) setenv(name_.c_str(), saved_->c_str(), 1);
+  else unsetenv(name_.c_str());
 }
+
+ScopedIsa::ScopedIsa(jit::Isa isa) : env_("DLLM_ISA", jit::isa_name(isa)) {}
 
 std::vector<std::string> generation_case_files() {
   std::vector<std::string> out;

@@ -57,18 +57,29 @@ class ServeProcess {
   std::string err_path_, out_path_;
 };
 
+// Sets an environment variable (value null: unsets it) for this process and the processes it starts, and restores
+// the old value on destruction.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value);
+  ~ScopedEnv();
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_;
+  std::optional<std::string> saved_;
+};
+
 // Tests whose result depends on the kernel family run once per family (value-parameterised over
 // jit::kAllIsas, skipping the families this CPU lacks), so that one machine covers every family it can.
 // Sets DLLM_ISA for this process and the dllm processes it starts, and restores it on destruction.
 class ScopedIsa {
  public:
   explicit ScopedIsa(jit::Isa isa);
-  ~ScopedIsa();
-  ScopedIsa(const ScopedIsa&) = delete;
-  ScopedIsa& operator=(const ScopedIsa&) = delete;
 
  private:
-  std::optional<std::string> saved_;
+  ScopedEnv env_;
 };
 // The greedy generations of tests/data/generations (the authors' samplers over llama.cpp's forward pass):
 // the file names, sorted, and one case read into a generation config (early stop off, as the traces).

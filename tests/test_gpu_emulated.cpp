@@ -1135,6 +1135,8 @@ TEST(GpuEmulated, HeadDimensionsBeyondTheKernelNameTheLayer) {
 // activation quantisers, one GEMM per matrix, three head packers, attention) and 3 around the layers. A guard
 // against launches creeping in; the target of 8 per layer needs Q/K/V and gate/up fused into single GEMMs
 // and the packers into their epilogue, not done yet.
+// Kernels per layer of a whole forward pass, and with graphs on (the default) the pass is one graph launch: no kernel
+// is launched on its own.
 TEST(GpuEmulated, LaunchesPerLayer) {
   for (const char* name : {"tiny-llada-Q4_K_M", "tiny-dream-Q4_K_M"}) {
     SCOPED_TRACE(name);
@@ -1151,7 +1153,7 @@ TEST(GpuEmulated, LaunchesPerLayer) {
     const LogitsCase lc = logits_case(name, "c2_canvas_midgen_len37");
     std::vector<float> got(lc.rows.size() * static_cast<size_t>(cpu->n_vocab()));
     model::forward(hp, fw, gpu, model::ForwardRequest{lc.ids, lc.rows, got.data()});  // compiles, sizes buffers
-    const size_t before = dev.launches();
+    const size_t before = dev.launches(), eager0 = dev.eager_launches(), graphs0 = dev.graph_launches();
     const std::map<std::string, size_t> counts0 = dev.launch_counts();
     model::forward(hp, fw, gpu, model::ForwardRequest{lc.ids, lc.rows, got.data()});
     const size_t step = dev.launches() - before;
@@ -1159,9 +1161,89 @@ TEST(GpuEmulated, LaunchesPerLayer) {
       const size_t d = n - (counts0.count(kernel) ? counts0.at(kernel) : 0);
       if (d) std::printf("[ launches ]   %-40s %zu\n", kernel.c_str(), d);
     }
-    std::printf("[ launches ] %s: %zu per forward, %lld layers\n", name, step, static_cast<long long>(hp.n_layer));
+    std::printf("[ launches ] %s: %zu kernels per forward, %lld layers, %zu graph launch(es), %zu on their own\n", name,
+                step, static_cast<long long>(hp.n_layer), dev.graph_launches() - graphs0, dev.eager_launches() - eager0);
     EXPECT_EQ(step, static_cast<size_t>(15 * hp.n_layer + 3));
+    EXPECT_EQ(dev.graph_launches() - graphs0, 1u) << "the step is one graph";
+    EXPECT_EQ(dev.eager_launches() - eager0, 0u);
+    EXPECT_EQ(dev.graph_stats().broken, 0u);
   }
+}
+
+// A step run as one graph gives the bits of the same step launched kernel by kernel. The executor's first pass runs
+// launch by launch (it compiles and uploads tables once); from the second on every pass is one graph. A step of the
+// same shape, or with fewer logit rows, updates the cached graph instead of building one (the same topology; a step
+// whose attention reads key ranges has more operations and may get a graph of its own).
+// DLLM_GPU_GRAPHS=0 and --verbose's line say what happened.
+TEST(GpuEmulated, StepAsOneGraphEqualsPlainLaunches) {
+  for (const char* name : {"tiny-llada-Q4_K_M", "tiny-dream-Q8_0"}) {
+    SCOPED_TRACE(name);
+    model::LoadOptions opt;
+    opt.threads = 2;
+    const auto cpu = model::Model::load(data_path(std::string("models/") + name + ".gguf"), opt);
+    EmulatedGpuModel graph(*cpu), plain(*cpu);
+    plain.dev->graphs = false;
+    std::vector<LogitsCase> cases;
+    for (const char* c : {"c2_canvas_midgen_len37", "c2_canvas_midgen_len37", "c1_short_len8", "c4_random_ids_len13"}) {
+      cases.push_back(logits_case(name, c));
+    }
+    cases.push_back(cases[0]);
+    cases.back().rows.resize(cases.back().rows.size() / 2);  // fewer logit rows
+    std::vector<size_t> built;
+    size_t first_pass = 0;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const std::vector<float> a = graph.forward(cases[i].ids, cases[i].rows);
+      EXPECT_EQ(a, plain.forward(cases[i].ids, cases[i].rows)) << "case " << i;
+      EXPECT_EQ(graph.dev->graph_stats().captured, i) << "the first pass runs launch by launch";
+      built.push_back(graph.dev->graph_stats().instantiated);
+      if (i == 0) first_pass = graph.dev->eager_launches();
+    }
+    EXPECT_EQ(built[1], 1u);
+    EXPECT_EQ(built[4], built[3]) << "fewer logit rows: the cached graph updated";
+    const jc::GraphStats g = graph.dev->graph_stats();
+    EXPECT_EQ(g.instantiated + g.updated, cases.size() - 1);
+    EXPECT_LE(g.instantiated, 2u);
+    EXPECT_EQ(g.broken, 0u);
+    EXPECT_EQ(g.graph_kernels + first_pass, graph.dev->launches());
+    EXPECT_EQ(graph.dev->eager_launches(), first_pass);
+    EXPECT_EQ(plain.dev->graph_launches(), 0u);
+    EXPECT_EQ(plain.dev->launches(), graph.dev->launches());
+    EXPECT_EQ(graph.dev->live_overruns(), 0u);
+    EXPECT_EQ(graph.dev->bad_frees(), 0u);
+    const std::string line = graph.gpu.graphs_line();
+    EXPECT_EQ(line.rfind("gpu graphs: on, 4 step(s) as one graph each (", 0), 0u) << line;
+    EXPECT_NE(plain.gpu.graphs_line().find("gpu graphs: off (the driver has no stream capture"), std::string::npos)
+        << plain.gpu.graphs_line();
+  }
+  {
+    ScopedEnv off("DLLM_GPU_GRAPHS", "0");
+    const auto cpu = model::Model::load(data_path("models/tiny-llada-Q8_0.gguf"), model::LoadOptions{});
+    EmulatedGpuModel g(*cpu);
+    const LogitsCase lc = logits_case("tiny-llada-Q8_0", "c1_short_len8");
+    g.forward(lc.ids, lc.rows);
+    EXPECT_EQ(g.dev->graph_launches(), 0u);
+    EXPECT_GT(g.dev->eager_launches(), 0u);
+    EXPECT_NE(g.gpu.graphs_line().find("off (DLLM_GPU_GRAPHS=0)"), std::string::npos) << g.gpu.graphs_line();
+  }
+}
+
+// A pass that needs the host in the middle (the mixture-of-experts router runs there) cuts its capture short at the
+// first download: what was recorded runs, the rest runs launch by launch with the same bits, and the executor stops
+// capturing for the next steps.
+TEST(GpuEmulated, HostOperationsEndGraphCapture) {
+  model::LoadOptions opt;
+  opt.threads = 2;
+  const auto cpu = model::Model::load(data_path("moe/gguf/tiny-llada-moe-Q8_0.gguf"), opt);
+  EmulatedGpuModel graph(*cpu), plain(*cpu);
+  plain.dev->graphs = false;
+  const std::vector<int32_t> ids = {5, 17, 300, 42, 9, 77, 81, 120};
+  const std::vector<int64_t> rows = {0, 3, 7};
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(graph.forward(ids, rows), plain.forward(ids, rows)) << "step " << i;
+  const jc::GraphStats g = graph.dev->graph_stats();
+  EXPECT_EQ(g.broken, 1u) << "only the second step tried (the first runs launch by launch)";
+  EXPECT_EQ(g.captured, 0u);
+  EXPECT_NE(graph.gpu.graphs_line().find("off (the forward pass reads activations back on the host)"), std::string::npos)
+      << graph.gpu.graphs_line();
 }
 
 }  // namespace

@@ -2,11 +2,18 @@
 // bytes when allocated, so anything a kernel reads without it having been written shows up as NaN or
 // garbage, and guarded by a canary zone checked on free to catch writes past the end), and each kernel
 // name maps to a host instantiation of the kernel template. Only the instantiations registered here
-// exist: the shapes of the tiny fixture models and of the kernel unit tests.
+// exist: the shapes of the tiny fixture models and of the kernel unit tests. Graph capture is emulated with the
+// device's contract (device.h): recorded work runs only at end_capture() (or when a download or synchronize()
+// cuts the capture short), uploads are read at the call, frees wait for the recorded work, and the cache of
+// executable graphs is the runtime's GraphCache, whose update succeeds when the topology (the sequence of
+// operations and kernels) is the same, as CUDA's does.
 #pragma once
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <memory>
+#include <span>
+#include <vector>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -171,6 +178,10 @@ class EmulatorDevice : public jit::cuda::Device {
     return a;
   }
   void free(jit::cuda::DevAddr a) noexcept override {
+    if (capturing_) {
+      deferred_free_.push_back(a);
+      return;
+    }
     auto it = allocs_.find(a);
     if (it == allocs_.end()) {
       ++bad_frees_;
@@ -183,9 +194,18 @@ class EmulatorDevice : public jit::cuda::Device {
   }
   void upload(jit::cuda::DevAddr dst, const void* src, size_t bytes) override {
     check_range(dst, bytes);
+    if (capturing_) {
+      auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src), static_cast<const char*>(src) + bytes);
+      record("upload", [this, dst, staged] {
+        check_range(dst, staged->size());
+        std::memcpy(reinterpret_cast<void*>(dst), staged->data(), staged->size());
+      });
+      return;
+    }
     std::memcpy(reinterpret_cast<void*>(dst), src, bytes);
   }
   void download(void* dst, jit::cuda::DevAddr src, size_t bytes) override {
+    if (capturing_) end_capture({});
     check_range(src, bytes);
     ++downloads_;
     download_bytes_ += bytes;
@@ -193,14 +213,29 @@ class EmulatorDevice : public jit::cuda::Device {
   }
   void zero(jit::cuda::DevAddr dst, size_t bytes) override {
     check_range(dst, bytes);
+    if (capturing_) {
+      record("zero", [this, dst, bytes] { zero(dst, bytes); });
+      return;
+    }
     std::memset(reinterpret_cast<void*>(dst), 0, bytes);
   }
   void copy(jit::cuda::DevAddr dst, jit::cuda::DevAddr src, size_t bytes) override {
     check_range(dst, bytes);
     check_range(src, bytes);
+    ++copies_;
+    if (capturing_) {
+      record("copy", [this, dst, src, bytes] {
+        check_range(dst, bytes);
+        check_range(src, bytes);
+        std::memcpy(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
+      });
+      return;
+    }
     std::memcpy(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
   }
-  void synchronize() override {}
+  void synchronize() override {
+    if (capturing_) end_capture({});
+  }
 
   void load_kernels(const jit::cuda::KernelSet& set) override {
     bool added = false;
@@ -211,19 +246,73 @@ class EmulatorDevice : public jit::cuda::Device {
     if (added) ++stats_.units_compiled;
   }
   bool has_kernel(const std::string& name) const override { return loaded_.count(name) != 0; }
-  void launch(const std::string& name, const Launch& dims, const void* params, size_t) override {
+  void launch(const std::string& name, const Launch& dims, const void* params, size_t bytes) override {
     if (!loaded_.count(name)) throw std::runtime_error("kernel " + name + " launched before load_kernels()");
-    ++launches_;
-    ++launch_counts_[name];
-    emulated_kernels().at(name)(dims, params);
+    if (capturing_) {  // the parameters are read at the call, as cuLaunchKernel does
+      auto p = std::make_shared<std::vector<char>>(static_cast<const char*>(params), static_cast<const char*>(params) + bytes);
+      ++captured_kernels_;
+      record(name, [this, name, dims, p] { run_kernel(name, dims, p->data()); });
+      return;
+    }
+    ++eager_launches_;
+    run_kernel(name, dims, params);
   }
   const jit::cuda::KernelLoadStats& load_stats() const override { return stats_; }
+
+  bool supports_graphs() const override { return graphs; }
+  bool graphs = true;  // tests turn graph capture off to compare
+  void begin_capture() override {
+    if (!graphs || capturing_) return;
+    capturing_ = true;
+    recorded_.clear();
+    captured_kernels_ = 0;
+  }
+  bool end_capture(std::span<const int64_t> key) override {
+    if (!capturing_) return false;
+    capturing_ = false;
+    std::vector<std::string> topology;
+    for (const auto& [kind, run] : recorded_) topology.push_back(kind);
+    const bool kept = !key.empty();
+    if (!kept) {
+      ++stats_g_.broken;
+    } else {
+      ++stats_g_.captured;
+      bool updated = false;
+      for (auto* e : cache_.candidates(key)) {
+        if (e->exec == topology) {  // CUDA updates a graph of the same nodes and edges
+          ++stats_g_.updated;
+          cache_.touch(*e, key);
+          updated = true;
+          break;
+        }
+      }
+      if (!updated) {
+        ++stats_g_.instantiated;
+        cache_.add(key, topology);
+      }
+    }
+    ++graph_launches_;
+    stats_g_.graph_kernels += captured_kernels_;
+    std::vector<std::pair<std::string, std::function<void()>>> work;
+    work.swap(recorded_);
+    for (auto& [kind, run] : work) run();
+    std::vector<jit::cuda::DevAddr> frees;
+    frees.swap(deferred_free_);
+    for (jit::cuda::DevAddr a : frees) free(a);
+    return kept;
+  }
+  bool capturing() const override { return capturing_; }
+  jit::cuda::GraphStats graph_stats() const override { return stats_g_; }
+  size_t graph_launches() const { return graph_launches_; }  // graphs run, kept or not
+  size_t eager_launches() const { return eager_launches_; }  // kernels launched one by one
+  size_t copies() const { return copies_; }                  // device-to-device copies
+  size_t cached_graphs() const { return cache_.size(); }
 
   // Checks for tests: writes past an allocation (seen when it is freed) and frees of unknown addresses.
   size_t overruns() const { return overruns_; }
   size_t bad_frees() const { return bad_frees_; }
   size_t live_allocations() const { return allocs_.size(); }
-  size_t launches() const { return launches_; }
+  size_t launches() const { return launches_; }  // kernels run, in graphs or not
   const std::map<std::string, size_t>& launch_counts() const { return launch_counts_; }  // by kernel name
   size_t downloads() const { return downloads_; }  // device-to-host copies, and their bytes
   size_t download_bytes() const { return download_bytes_; }
@@ -238,6 +327,13 @@ class EmulatorDevice : public jit::cuda::Device {
   }
 
  private:
+  void run_kernel(const std::string& name, const Launch& dims, const void* params) {
+    ++launches_;
+    ++launch_counts_[name];
+    emulated_kernels().at(name)(dims, params);
+  }
+  void record(std::string kind, std::function<void()> run) { recorded_.emplace_back(std::move(kind), std::move(run)); }
+
   static constexpr size_t kRedZone = 256;
   static constexpr unsigned char kCanary = 0xa5;
   void check_range(jit::cuda::DevAddr a, size_t bytes) const {
@@ -252,6 +348,12 @@ class EmulatorDevice : public jit::cuda::Device {
   std::map<std::string, size_t> launch_counts_;
   jit::cuda::KernelLoadStats stats_;
   size_t overruns_ = 0, bad_frees_ = 0, launches_ = 0, downloads_ = 0, download_bytes_ = 0;
+  size_t eager_launches_ = 0, copies_ = 0, graph_launches_ = 0, captured_kernels_ = 0;
+  bool capturing_ = false;
+  std::vector<std::pair<std::string, std::function<void()>>> recorded_;
+  std::vector<jit::cuda::DevAddr> deferred_free_;
+  jit::cuda::GraphCache<std::vector<std::string>> cache_;
+  jit::cuda::GraphStats stats_g_;
 };
 
 }  // namespace dllm::test

@@ -1,9 +1,11 @@
 // The Driver API implementation of Device (cuda_device.h).
 #include "jit/cuda/cuda_device.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "jit/cuda/disk_cache.h"
 #include "jit/cuda/nvrtc.h"
@@ -80,6 +82,9 @@ std::unique_ptr<CudaDevice> CudaDevice::open(int ordinal) {
   }
   const char* dbg = std::getenv("DLLM_GPU_DEBUG");
   cd->debug_sync_ = dbg && *dbg && std::string(dbg) != "0";
+  CU_CHECK(*d, cuStreamCreate, &cd->stream_, CU_STREAM_NON_BLOCKING);
+  CU_CHECK(*d, cuEventCreate, &cd->done_, CU_EVENT_DISABLE_TIMING);
+  cd->graphs_ = d->graphs() && !cd->debug_sync_;  // a graph's kernels cannot be synchronised one by one
   return cd;
 }
 
@@ -88,7 +93,17 @@ CudaDevice::CudaDevice(Driver& d, DeviceInfo info) : d_(d), info_(std::move(info
 CudaDevice::~CudaDevice() {
   if (!ctx_) return;
   d_.cuCtxSetCurrent(ctx_);
+  if (capturing_) {  // an exception left a capture open: end it and drop its graph
+    CUgraph g = nullptr;
+    if (d_.cuStreamEndCapture(stream_, &g) == CUDA_SUCCESS && g) d_.cuGraphDestroy(g);
+  }
   d_.cuCtxSynchronize();
+  for (auto& e : graphs_cache_.entries()) d_.cuGraphExecDestroy(e.exec);
+  for (DevAddr p : deferred_free_) d_.cuMemFree(p);
+  for (const Pinned& p : staging_) d_.cuMemFreeHost(p.p);
+  if (down_.p) d_.cuMemFreeHost(down_.p);
+  if (done_) d_.cuEventDestroy(done_);
+  if (stream_) d_.cuStreamDestroy(stream_);
   for (CUmodule m : modules_) d_.cuModuleUnload(m);
   d_.cuDevicePrimaryCtxRelease(dev_);
 }
@@ -115,37 +130,173 @@ DevAddr CudaDevice::alloc(size_t bytes) {
 
 void CudaDevice::free(DevAddr p) noexcept {
   if (!p) return;
+  if (capturing_) {  // the recorded graph may still use it
+    deferred_free_.push_back(p);
+    return;
+  }
   d_.cuCtxSetCurrent(ctx_);
   d_.cuMemFree(p);
+}
+
+namespace {
+constexpr size_t kStageAlign = 256;
+constexpr size_t kStagePiece = size_t{16} << 20;  // an eager upload or download goes through at most this at once
+constexpr size_t kStageMin = size_t{4} << 20;
+}  // namespace
+
+void* CudaDevice::stage(size_t bytes) {
+  const size_t need = (bytes + kStageAlign - 1) / kStageAlign * kStageAlign;
+  if (!staging_.empty() && staged_ + need <= staging_.back().bytes) {
+    void* p = static_cast<char*>(staging_.back().p) + staged_;
+    staged_ += need;
+    return p;
+  }
+  if (!capturing_ && !staging_.empty()) {
+    idle();  // every earlier upload has been read: start again at the first chunk
+    if (need <= staging_.back().bytes) {
+      staged_ = need;
+      return staging_.back().p;
+    }
+  }
+  // A new chunk (while capturing the old ones stay: the graph reads them when it runs).
+  const size_t last = staging_.empty() ? 0 : staging_.back().bytes;
+  Pinned c;
+  c.bytes = std::max({need, 2 * last, kStageMin});
+  CU_CHECK(d_, cuMemHostAlloc, &c.p, c.bytes, 0);
+  staging_.push_back(c);
+  staged_ = need;
+  return c.p;
+}
+
+void CudaDevice::idle() {
+  CU_CHECK(d_, cuStreamSynchronize, stream_);
+  for (DevAddr p : deferred_free_) d_.cuMemFree(p);
+  deferred_free_.clear();
+  if (staging_.size() > 1) {  // one chunk as large as all of them, from now on
+    size_t total = 0;
+    for (const Pinned& c : staging_) total += c.bytes, d_.cuMemFreeHost(c.p);
+    staging_.clear();
+    Pinned c;
+    c.bytes = total;
+    CU_CHECK(d_, cuMemHostAlloc, &c.p, c.bytes, 0);
+    staging_.push_back(c);
+  }
+  staged_ = 0;
 }
 
 void CudaDevice::upload(DevAddr dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
   bind();
-  CU_CHECK(d_, cuMemcpyHtoD, dst, src, bytes);
+  // Captured: one piece, read by the graph when it runs. Otherwise in pieces, so staging stays bounded.
+  const size_t piece = capturing_ ? bytes : kStagePiece;
+  for (size_t at = 0; at < bytes; at += piece) {
+    const size_t n = std::min(piece, bytes - at);
+    void* h = stage(n);
+    std::memcpy(h, static_cast<const char*>(src) + at, n);
+    CU_CHECK(d_, cuMemcpyHtoDAsync, dst + at, h, n, stream_);
+  }
 }
 
 void CudaDevice::download(void* dst, DevAddr src, size_t bytes) {
   if (bytes == 0) return;
   bind();
-  CU_CHECK(d_, cuMemcpyDtoH, dst, src, bytes);
+  if (capturing_) end_capture({});  // launches what was recorded (not kept)
+  const size_t piece = std::min(bytes, kStagePiece);
+  if (down_.bytes < piece) {
+    if (down_.p) d_.cuMemFreeHost(down_.p);
+    down_ = Pinned{};
+    CU_CHECK(d_, cuMemHostAlloc, &down_.p, piece, 0);
+    down_.bytes = piece;
+  }
+  for (size_t at = 0; at < bytes; at += piece) {
+    const size_t n = std::min(piece, bytes - at);
+    CU_CHECK(d_, cuMemcpyDtoHAsync, down_.p, src + at, n, stream_);
+    CU_CHECK(d_, cuEventRecord, done_, stream_);
+    CU_CHECK(d_, cuEventSynchronize, done_);  // this stream's work only, not the whole device
+    std::memcpy(static_cast<char*>(dst) + at, down_.p, n);
+  }
+  idle();  // the stream is idle now: staging reusable, deferred frees done
 }
 
 void CudaDevice::zero(DevAddr dst, size_t bytes) {
   if (bytes == 0) return;
   bind();
-  CU_CHECK(d_, cuMemsetD8Async, dst, 0, bytes, nullptr);
+  CU_CHECK(d_, cuMemsetD8Async, dst, 0, bytes, stream_);
 }
 
 void CudaDevice::copy(DevAddr dst, DevAddr src, size_t bytes) {
   if (bytes == 0) return;
   bind();
-  CU_CHECK(d_, cuMemcpyDtoDAsync, dst, src, bytes, nullptr);
+  CU_CHECK(d_, cuMemcpyDtoDAsync, dst, src, bytes, stream_);
 }
 
 void CudaDevice::synchronize() {
   bind();
-  CU_CHECK(d_, cuCtxSynchronize);
+  if (capturing_) end_capture({});
+  idle();
+}
+
+void CudaDevice::begin_capture() {
+  if (!graphs_ || capturing_) return;
+  bind();
+  CU_CHECK(d_, cuStreamBeginCapture, stream_, CU_STREAM_CAPTURE_MODE_RELAXED);
+  capturing_ = true;
+  graph_kernels_ = 0;
+}
+
+CUgraph CudaDevice::finish_capture() {
+  capturing_ = false;
+  CUgraph g = nullptr;
+  const CUresult r = d_.cuStreamEndCapture(stream_, &g);
+  if (r != CUDA_SUCCESS || !g) {
+    graphs_ = false;  // the next steps run as plain launches
+    throw Error("CUDA graph capture of a forward step failed: " + d_.describe(r) +
+                " (set DLLM_GPU_GRAPHS=0 to run without graphs)");
+  }
+  return g;
+}
+
+bool CudaDevice::end_capture(std::span<const int64_t> key) {
+  if (!capturing_) return false;
+  bind();
+  const bool kept = !key.empty();
+  CUgraph g = finish_capture();
+  CUgraphExec exec = nullptr;
+  const auto launch_graph = [&](CUgraphExec e) {
+    const CUresult r = d_.cuGraphLaunch(e, stream_);
+    if (r != CUDA_SUCCESS) {
+      d_.cuGraphDestroy(g);
+      throw Error("CUDA driver call cuGraphLaunch failed: " + d_.describe(r) +
+                  " (set DLLM_GPU_GRAPHS=0 to run without graphs)");
+    }
+  };
+  graph_stats_.graph_kernels += graph_kernels_;
+  if (!kept) {  // a capture cut short: run it once
+    ++graph_stats_.broken;
+    CU_CHECK(d_, cuGraphInstantiateWithFlags, &exec, g, 0);
+    launch_graph(exec);
+    d_.cuGraphExecDestroy(exec);  // freed by the driver once it has run
+    d_.cuGraphDestroy(g);
+    return false;
+  }
+  ++graph_stats_.captured;
+  for (auto* e : graphs_cache_.candidates(key)) {
+    CUgraphExecUpdateResultInfo info;
+    if (d_.cuGraphExecUpdate(e->exec, g, &info) == CUDA_SUCCESS) {
+      ++graph_stats_.updated;
+      graphs_cache_.touch(*e, key);
+      exec = e->exec;
+      break;
+    }
+  }
+  if (!exec) {
+    ++graph_stats_.instantiated;
+    CU_CHECK(d_, cuGraphInstantiateWithFlags, &exec, g, 0);
+    for (CUgraphExec old : graphs_cache_.add(key, exec)) d_.cuGraphExecDestroy(old);
+  }
+  launch_graph(exec);
+  d_.cuGraphDestroy(g);
+  return true;
 }
 
 void CudaDevice::load_kernels(const KernelSet& set) {
@@ -209,10 +360,11 @@ void CudaDevice::launch(const std::string& name, const Launch& dims, const void*
   }
   void* args[] = {const_cast<void*>(params)};
   const CUresult r = d_.cuLaunchKernel(it->second, dims.grid_x, dims.grid_y, 1, dims.block_x, 1, 1, dims.shared_bytes,
-                                       nullptr, args, nullptr);
+                                       stream_, args, nullptr);
+  if (capturing_) ++graph_kernels_;
   if (r != CUDA_SUCCESS) throw Error("CUDA driver call cuLaunchKernel failed for kernel " + name + ": " + d_.describe(r));
   if (debug_sync_) {
-    const CUresult rs = d_.cuCtxSynchronize();
+    const CUresult rs = d_.cuStreamSynchronize(stream_);
     if (rs != CUDA_SUCCESS) throw Error("GPU kernel " + name + " failed: " + d_.describe(rs));
   }
 }

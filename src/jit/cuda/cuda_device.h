@@ -1,10 +1,13 @@
 // Device (device.h) on a real NVIDIA GPU through the Driver API: the device's primary context, memory
-// through cuMemAlloc, copies and launches ordered on the legacy default stream, and kernel units compiled
-// by NVRTC for the device's exact architecture (the on-disk cache first) and loaded as modules.
-// DLLM_GPU_DEBUG=1 synchronises after every launch so that a failing kernel is named in the error.
+// through cuMemAlloc, copies and launches ordered on one created (non-blocking) stream, uploads and downloads
+// through pinned staging buffers (asynchronous copies; a download waits on an event, not on the whole device),
+// kernel units compiled by NVRTC for the device's exact architecture (the on-disk cache first) and loaded as
+// modules, and stream capture into CUDA Graphs cached by step key (device.h). DLLM_GPU_DEBUG=1 synchronises
+// after every launch so that a failing kernel is named in the error, and turns graphs off.
 #pragma once
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -33,6 +36,11 @@ class CudaDevice : public Device {
   bool has_kernel(const std::string& name) const override { return fns_.count(name) != 0; }
   void launch(const std::string& name, const Launch& dims, const void* params, size_t bytes) override;
   const KernelLoadStats& load_stats() const override { return stats_; }
+  bool supports_graphs() const override { return graphs_; }
+  void begin_capture() override;
+  bool end_capture(std::span<const int64_t> key) override;
+  bool capturing() const override { return capturing_; }
+  GraphStats graph_stats() const override { return graph_stats_; }
 
   const DeviceInfo& info() const { return info_; }
   // The NVRTC target used for this device: "sm_90", or "compute_YY" when NVRTC does not know the
@@ -44,6 +52,17 @@ class CudaDevice : public Device {
  private:
   CudaDevice(Driver& d, DeviceInfo info);
   void bind() const;
+  // Pinned host memory holding `bytes` for an upload, valid until the stream next idles (idle()); while capturing,
+  // until the captured graph has run.
+  void* stage(size_t bytes);
+  // Waits for the stream, then frees what waited for it and lets the staging memory be reused.
+  void idle();
+  // Ends the capture and returns its graph (throws, naming DLLM_GPU_GRAPHS=0, when the capture failed).
+  CUgraph finish_capture();
+  struct Pinned {
+    void* p = nullptr;
+    size_t bytes = 0;
+  };
 
   Driver& d_;
   DeviceInfo info_;
@@ -57,6 +76,16 @@ class CudaDevice : public Device {
   std::map<CUfunction, unsigned> shared_set_;  // the dynamic shared memory each function is allowed
   KernelLoadStats stats_;
   std::vector<std::string> notes_;
+  CUstream stream_ = nullptr;
+  CUevent done_ = nullptr;
+  std::vector<Pinned> staging_;  // upload staging: chunks filled in order, the last one open
+  size_t staged_ = 0;            // bytes used of the last chunk
+  Pinned down_;                  // download staging
+  std::vector<DevAddr> deferred_free_;
+  bool graphs_ = false, capturing_ = false;
+  GraphCache<CUgraphExec> graphs_cache_;
+  GraphStats graph_stats_;
+  size_t graph_kernels_ = 0;  // launches recorded by the open capture
 };
 
 }  // namespace dllm::jit::cuda

@@ -7,6 +7,7 @@
 
 #include <initializer_list>
 #include <mutex>
+#include <type_traits>
 
 #include "common/error.h"
 
@@ -64,6 +65,17 @@ struct DriverLoader {
         resolve(d.cuEventRecord, {"cuEventRecord"}) && resolve(d.cuEventSynchronize, {"cuEventSynchronize"}) &&
         resolve(d.cuEventElapsedTime, {"cuEventElapsedTime_v2", "cuEventElapsedTime"});
     if (!ok) return;
+    // Optional entry points (CUDA 12 drivers have them all): found or left null.
+    const auto optional = [&](auto& fn, const char* name) {
+      if (void* p = dlsym(driver.handle_, name)) fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(p);
+    };
+    optional(d.cuStreamBeginCapture, "cuStreamBeginCapture_v2");
+    optional(d.cuStreamEndCapture, "cuStreamEndCapture");
+    optional(d.cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags");
+    optional(d.cuGraphExecUpdate, "cuGraphExecUpdate_v2");
+    optional(d.cuGraphLaunch, "cuGraphLaunch");
+    optional(d.cuGraphDestroy, "cuGraphDestroy");
+    optional(d.cuGraphExecDestroy, "cuGraphExecDestroy");
     const CUresult r = d.cuInit(0);
     if (r != CUDA_SUCCESS) {
       error = "cuInit failed: " + d.describe(r);

@@ -18,6 +18,14 @@ using CUmodule = struct CUmod_st*;
 using CUfunction = struct CUfunc_st*;
 using CUstream = struct CUstream_st*;
 using CUevent = struct CUevent_st*;
+using CUgraph = struct CUgraph_st*;
+using CUgraphExec = struct CUgraphExec_st*;
+using CUgraphNode = struct CUgraphNode_st*;
+// cuGraphExecUpdate's report (only its result is read).
+struct CUgraphExecUpdateResultInfo {
+  int result = 0;
+  CUgraphNode error_node = nullptr, error_from_node = nullptr;
+};
 
 inline constexpr CUresult CUDA_SUCCESS = 0;
 inline constexpr CUresult CUDA_ERROR_NO_DEVICE = 100;
@@ -27,6 +35,8 @@ inline constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76;
 inline constexpr int CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97;
 inline constexpr int CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
 inline constexpr unsigned CU_STREAM_NON_BLOCKING = 1;
+inline constexpr int CU_STREAM_CAPTURE_MODE_RELAXED = 2;
+inline constexpr unsigned CU_EVENT_DISABLE_TIMING = 2;
 
 // The loaded library: one process-wide instance, resolved once.
 class Driver {
@@ -80,6 +90,18 @@ class Driver {
   CUresult (*cuEventRecord)(CUevent, CUstream) = nullptr;
   CUresult (*cuEventSynchronize)(CUevent) = nullptr;
   CUresult (*cuEventElapsedTime)(float*, CUevent, CUevent) = nullptr;
+  // CUDA Graphs (stream capture). Optional: a driver without them leaves these null and graphs() false.
+  CUresult (*cuStreamBeginCapture)(CUstream, int) = nullptr;  // cuStreamBeginCapture_v2 (with a mode)
+  CUresult (*cuStreamEndCapture)(CUstream, CUgraph*) = nullptr;
+  CUresult (*cuGraphInstantiateWithFlags)(CUgraphExec*, CUgraph, unsigned long long) = nullptr;
+  CUresult (*cuGraphExecUpdate)(CUgraphExec, CUgraph, CUgraphExecUpdateResultInfo*) = nullptr;  // _v2
+  CUresult (*cuGraphLaunch)(CUgraphExec, CUstream) = nullptr;
+  CUresult (*cuGraphDestroy)(CUgraph) = nullptr;
+  CUresult (*cuGraphExecDestroy)(CUgraphExec) = nullptr;
+  bool graphs() const {
+    return cuStreamBeginCapture && cuStreamEndCapture && cuGraphInstantiateWithFlags && cuGraphExecUpdate &&
+           cuGraphLaunch && cuGraphDestroy && cuGraphExecDestroy;
+  }
 
  private:
   Driver() = default;

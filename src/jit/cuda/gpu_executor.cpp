@@ -59,6 +59,8 @@ GpuExecutor::GpuExecutor(std::unique_ptr<Device> device, ThreadPool& pool)
     : Executor(&pool), dev_(std::move(device)), pool_(pool) {
   const char* prof = std::getenv("DLLM_GPU_PROFILE");
   profiling_ = prof && *prof && std::string(prof) != "0";
+  const char* graphs = std::getenv("DLLM_GPU_GRAPHS");
+  graphs_wanted_ = !(graphs && std::string(graphs) == "0");
 }
 
 GpuExecutor::~GpuExecutor() = default;
@@ -255,10 +257,28 @@ model::Act GpuExecutor::activation(int32_t slot, int64_t rows, int64_t cols) {
   return model::Act{slot};
 }
 
+void GpuExecutor::end_step_graph(bool logits) {
+  if (!in_capture_) return;
+  in_capture_ = false;
+  if (!dev_->capturing()) {  // a download cut the capture short: this model's steps need the host
+    graphs_off_ = "the forward pass reads activations back on the host";
+    return;
+  }
+  step_key_.push_back(logits ? 1 : 0);
+  dev_->end_capture(step_key_);
+}
+
 void GpuExecutor::embed(const gguf::TensorInfo& table, std::span<const int32_t> ids, model::Act x) {
   ++profile_.steps;  // every pass of the forward program starts here
   const int64_t n = static_cast<int64_t>(ids.size()), D = table.ne[0];
+  end_step_graph(false);  // a pass without logits (keys and values only) ends where the next one starts
   if (n == 0) return;
+  // The first pass runs launch by launch: it compiles the kernels and uploads tables once, which later passes skip.
+  if (profile_.steps > 1 && graphs_wanted_ && !profiling_ && graphs_off_.empty() && dev_->supports_graphs()) {
+    dev_->begin_capture();
+    in_capture_ = dev_->capturing();
+    step_key_.assign({n});
+  }
   if (act(x).cols != D) throw Error(internal("embedding width differs from the activation's"));
   host_x_.resize(static_cast<size_t>(n * D));
   pool_.parallel_for(n, [&](int64_t i, int) {
@@ -653,6 +673,7 @@ void GpuExecutor::attend(model::KvHandle h, int64_t layer, int64_t n_kv, model::
     max_pos = std::max(max_pos, p + 1);
   }
   const RopeTable& tab = ensure_rope(rope, max_pos);
+  if (in_capture_) step_key_.insert(step_key_.end(), {rows, n_kv, static_cast<int64_t>(bounds.size())});
   const size_t l = static_cast<size_t>(layer);
   const int64_t width = s.width[l];
   timed(profile_.attention_s, [&] {
@@ -686,6 +707,8 @@ void GpuExecutor::final_logits(model::WeightHandle output, model::Act x, int64_t
                   eps, act_);
     gpu_gemm(*dev_, *w, act_, rows, ld, V, false);
   });
+  if (in_capture_) step_key_.push_back(rows);
+  end_step_graph(true);
   timed(profile_.transfer_s, [&] { dev_->download(logits, ld, bytes); });
 }
 
@@ -702,8 +725,22 @@ std::vector<std::string> GpuExecutor::describe() const {
   if (const auto* cd = dynamic_cast<const CudaDevice*>(dev_.get())) {
     for (const std::string& n : cd->notes()) lines.push_back("gpu " + n);
   }
+  lines.push_back(graphs_line());
   if (profiling_) lines.push_back(profile_.report());
   return lines;
+}
+
+std::string GpuExecutor::graphs_line() const {
+  std::string off;
+  if (!graphs_wanted_) off = "DLLM_GPU_GRAPHS=0";
+  else if (profiling_) off = "DLLM_GPU_PROFILE times each operation";
+  else if (!dev_->supports_graphs()) off = "the driver has no stream capture, or DLLM_GPU_DEBUG is set";
+  else off = graphs_off_;
+  const GraphStats g = dev_->graph_stats();
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%zu step(s) as one graph each (%zu built, %zu updated), %zu cut short", g.captured,
+                g.instantiated, g.updated, g.broken);
+  return off.empty() ? std::string("gpu graphs: on, ") + buf : "gpu graphs: off (" + off + "); " + buf;
 }
 
 ExecutorReport executor_report(const model::Executor& executor) {

@@ -112,8 +112,10 @@ class GpuExecutor : public model::Executor {
   // Profiling of the forward program's operations (DLLM_GPU_PROFILE=1 enables it at construction).
   bool profiling() const { return profiling_; }
   const GpuProfile* profile() const { return &profile_; }
-  // Lines for --verbose: device, kernel compile/load time, weight memory, cache notes, the profile.
+  // Lines for --verbose: device, kernel compile/load time, weight memory, cache notes, graphs, the profile.
   std::vector<std::string> describe() const;
+  // "gpu graphs: on, 12 step(s) as one graph each (1 built, 11 updated), 0 cut short", or off and why.
+  std::string graphs_line() const;
 
  private:
   // An activation slot: f32 [rows, cols] row-major.
@@ -151,6 +153,9 @@ class GpuExecutor : public model::Executor {
   DevAddr positions_addr(std::span<const int64_t> positions);
   template <class F>
   void timed(double& slot, F&& f);
+  // Ends the step's graph capture (if one is open) and launches it, keyed by the step's shape; `logits`: the step
+  // ended with final_logits().
+  void end_step_graph(bool logits);
   // Runs f (a default host operation of model::Executor) on host mirrors: every slot of `acts` downloaded
   // into the host buffer of the same slot first, those of `outs` (a subset) uploaded after.
   template <class F>
@@ -167,6 +172,12 @@ class GpuExecutor : public model::Executor {
   bool attn_checked_valid_ = false;
   bool profiling_ = false;
   GpuProfile profile_;
+  // One graph per step (device.h): each forward pass is captured from embed() to final_logits() and launched as
+  // one graph, unless DLLM_GPU_GRAPHS=0, profiling, a device without graphs, or a pass that needed the host.
+  bool graphs_wanted_ = true;
+  std::string graphs_off_;  // why this executor stopped capturing ("" while it captures)
+  bool in_capture_ = false;
+  std::vector<int64_t> step_key_;  // the captured step's shape: rows, each attention's (rows, keys, ranges), logit rows
   // the forward program's state
   std::vector<DeviceBuffer> vectors_;  // by VectorHandle (empty buffer: an empty vector)
   std::map<int32_t, DevAct> acts_;
