@@ -703,6 +703,46 @@ void check_pack(jc::PackStyle style) {
 TEST(GpuEmulated, PackRopeNorm) { check_pack(jc::PackStyle::Norm); }
 TEST(GpuEmulated, PackRopeNeox) { check_pack(jc::PackStyle::Neox); }
 
+// dllm_copy_rows: listed rows in any order (repeats included for a gather) in one launch, rows of an odd width.
+TEST(GpuEmulated, CopyRowsGathersAndScatters) {
+  EmulatorDevice dev;
+  jc::KernelSet set;
+  set.add_row_copy();
+  dev.load_kernels(set);
+  const int64_t cols = 37, n_src = 9;
+  std::vector<float> src(static_cast<size_t>(n_src * cols));
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i) * 0.5f - 3.f;
+  const std::vector<int> list = {7, 0, 3, 3, 8};
+  jc::DeviceBuffer s(dev, src.size() * 4), d(dev, src.size() * 4), r(dev, list.size() * 4);
+  dev.upload(s.addr(), src.data(), src.size() * 4);
+  dev.upload(r.addr(), list.data(), list.size() * 4);
+  const int64_t n = static_cast<int64_t>(list.size());
+  jc::gpu_copy_rows(dev, d.addr(), s.addr(), r.addr(), n, cols, false);
+  std::vector<float> got(static_cast<size_t>(n * cols));
+  dev.download(got.data(), d.addr(), got.size() * 4);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t c = 0; c < cols; ++c) {
+      ASSERT_EQ(got[static_cast<size_t>(i * cols + c)], src[static_cast<size_t>(list[static_cast<size_t>(i)] * cols + c)]);
+    }
+  }
+  const std::vector<int> targets = {4, 1, 6};  // scatter: the first three rows of src to rows 4, 1, 6
+  std::vector<float> base(src.size(), -1.f);
+  dev.upload(d.addr(), base.data(), base.size() * 4);
+  dev.upload(r.addr(), targets.data(), targets.size() * 4);
+  jc::gpu_copy_rows(dev, d.addr(), s.addr(), r.addr(), 3, cols, true);
+  std::vector<float> out(src.size());
+  dev.download(out.data(), d.addr(), out.size() * 4);
+  for (int64_t row = 0; row < n_src; ++row) {
+    const auto it = std::find(targets.begin(), targets.end(), static_cast<int>(row));
+    for (int64_t c = 0; c < cols; ++c) {
+      const float want = it == targets.end() ? -1.f : src[static_cast<size_t>((it - targets.begin()) * cols + c)];
+      ASSERT_EQ(out[static_cast<size_t>(row * cols + c)], want) << "row " << row;
+    }
+  }
+  EXPECT_EQ(dev.launch_counts().at(jc::kRowCopyKernel), 2u);
+  EXPECT_EQ(dev.copies(), 0u);
+}
+
 // ---------------------------------------------------------------- the whole forward pass
 
 class GpuEmulatedForward : public ::testing::TestWithParam<std::string> {};
@@ -1135,8 +1175,9 @@ TEST(GpuEmulated, HeadDimensionsBeyondTheKernelNameTheLayer) {
 // activation quantisers, one GEMM per matrix, three head packers, attention) and 3 around the layers. A guard
 // against launches creeping in; the target of 8 per layer needs Q/K/V and gate/up fused into single GEMMs
 // and the packers into their epilogue, not done yet.
-// Kernels per layer of a whole forward pass, and with graphs on (the default) the pass is one graph launch: no kernel
-// is launched on its own.
+// Kernels per layer of a whole forward pass (and one dllm_copy_rows for the logit rows, which were a copy per run of
+// rows), device copies only for the keys and values, and with graphs on (the default) the pass is one graph launch:
+// no kernel is launched on its own.
 TEST(GpuEmulated, LaunchesPerLayer) {
   for (const char* name : {"tiny-llada-Q4_K_M", "tiny-dream-Q4_K_M"}) {
     SCOPED_TRACE(name);
@@ -1154,6 +1195,7 @@ TEST(GpuEmulated, LaunchesPerLayer) {
     std::vector<float> got(lc.rows.size() * static_cast<size_t>(cpu->n_vocab()));
     model::forward(hp, fw, gpu, model::ForwardRequest{lc.ids, lc.rows, got.data()});  // compiles, sizes buffers
     const size_t before = dev.launches(), eager0 = dev.eager_launches(), graphs0 = dev.graph_launches();
+    const size_t copies0 = dev.copies();
     const std::map<std::string, size_t> counts0 = dev.launch_counts();
     model::forward(hp, fw, gpu, model::ForwardRequest{lc.ids, lc.rows, got.data()});
     const size_t step = dev.launches() - before;
@@ -1163,7 +1205,9 @@ TEST(GpuEmulated, LaunchesPerLayer) {
     }
     std::printf("[ launches ] %s: %zu kernels per forward, %lld layers, %zu graph launch(es), %zu on their own\n", name,
                 step, static_cast<long long>(hp.n_layer), dev.graph_launches() - graphs0, dev.eager_launches() - eager0);
-    EXPECT_EQ(step, static_cast<size_t>(15 * hp.n_layer + 3));
+    EXPECT_EQ(step, static_cast<size_t>(15 * hp.n_layer + 4));
+    EXPECT_EQ(dev.launch_counts().at("dllm_copy_rows") - counts0.at("dllm_copy_rows"), 1u);
+    EXPECT_EQ(dev.copies() - copies0, static_cast<size_t>(2 * hp.n_layer)) << "the keys and values of each layer";
     EXPECT_EQ(dev.graph_launches() - graphs0, 1u) << "the step is one graph";
     EXPECT_EQ(dev.eager_launches() - eager0, 0u);
     EXPECT_EQ(dev.graph_stats().broken, 0u);

@@ -152,6 +152,7 @@ inline const std::map<std::string, Launcher>& emulated_kernels() {
     add_pack<1, 512, 512, PK_NONE, 1>(m);
     add_attn<2, 1, 256>(m);
     add_attn<2, 1, 512>(m);
+    m[jit::cuda::kRowCopyKernel] = make_launcher<RowCopyParams>([](const RowCopyParams& p) { copy_rows_body(p); });
     return m;
   }();
   return r;

@@ -30,19 +30,6 @@ constexpr size_t kMaxSpareBuffers = 4;  // buffers of closed key/value stores ke
 
 std::string internal(const std::string& what) { return "internal error: " + what; }
 
-// Row i of the listed rows between two device buffers, one copy per run of consecutive rows: gather (dst row i
-// = src row rows[i]) or scatter (dst row rows[i] = src row i).
-void copy_rows(Device& dev, DevAddr dst, DevAddr src, std::span<const int64_t> rows, size_t row_bytes, bool scatter) {
-  const int64_t n = static_cast<int64_t>(rows.size());
-  for (int64_t i = 0; i < n;) {
-    int64_t j = i + 1;
-    while (j < n && rows[static_cast<size_t>(j)] == rows[static_cast<size_t>(j - 1)] + 1) ++j;
-    const size_t listed = static_cast<size_t>(rows[static_cast<size_t>(i)]) * row_bytes, own = static_cast<size_t>(i) * row_bytes;
-    dev.copy(dst + (scatter ? listed : own), src + (scatter ? own : listed), static_cast<size_t>(j - i) * row_bytes);
-    i = j;
-  }
-}
-
 }  // namespace
 
 std::string GpuProfile::report() const {
@@ -75,6 +62,7 @@ void GpuExecutor::prepare_model(const model::HParams& hp) {
   if (const std::string err = attention_geometry_error(hp); !err.empty()) throw Error(err);
   model_d_ = hp.n_embd, model_f_ = hp.n_ff, model_ctx_ = hp.n_ctx;
   add_attention_kernels(kernels_, hp);  // every layer's geometry (Gemma-4: two)
+  kernels_.add_row_copy();
   kernels_loaded_ = false;
 }
 
@@ -416,11 +404,12 @@ void GpuExecutor::gather(model::Act src, std::span<const int64_t> rows, model::A
   for (int64_t r : rows) {
     if (r < 0 || r >= std::max(s.rows, int64_t{1})) throw Error(internal("gathered row out of range"));
   }
+  load_model_kernels();
   timed(profile_.transfer_s, [&] {
     // In place through a scratch buffer that then becomes dst's (no second copy).
     const bool same = src.slot == dst.slot;
     const DevAddr out = same ? gather_.get(*dev_, static_cast<size_t>(std::max(d.rows, n)) * row_bytes) : d.buf.buf.addr();
-    copy_rows(*dev_, out, s.buf.buf.addr(), rows, row_bytes, false);
+    gpu_copy_rows(*dev_, out, s.buf.buf.addr(), row_list(rows), n, cols, false);
     if (same) std::swap(d.buf.buf, gather_.buf);
   });
 }
@@ -435,8 +424,9 @@ void GpuExecutor::scatter(model::Act src, std::span<const int64_t> rows, model::
   for (int64_t r : rows) {
     if (r < 0 || r >= d.rows) throw Error(internal("scattered row out of range"));
   }
+  load_model_kernels();
   timed(profile_.transfer_s, [&] {
-    copy_rows(*dev_, d.buf.buf.addr(), s.buf.buf.addr(), rows, static_cast<size_t>(s.cols) * kF32, true);
+    gpu_copy_rows(*dev_, d.buf.buf.addr(), s.buf.buf.addr(), row_list(rows), n, s.cols, true);
   });
 }
 
@@ -619,6 +609,13 @@ const GpuExecutor::RopeTable& GpuExecutor::ensure_rope(const model::RopeSpec& ro
   dev_->upload(t->sin.addr(), s.data(), s.size() * sizeof(double));
   t->spec = rope, t->cap = cap;
   return *t;
+}
+
+DevAddr GpuExecutor::row_list(std::span<const int64_t> rows) {
+  const std::vector<int> r(rows.begin(), rows.end());
+  const DevAddr a = row_list_.get(*dev_, r.size() * sizeof(int));
+  dev_->upload(a, r.data(), r.size() * sizeof(int));
+  return a;
 }
 
 DevAddr GpuExecutor::positions_addr(std::span<const int64_t> positions) {

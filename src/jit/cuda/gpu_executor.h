@@ -10,7 +10,9 @@
 // self-conditioning soft embedding, the experts' routing) run as the default host operations on a host
 // mirror of the activations they touch (on_host), their products still on the device through the
 // per-call primitives; attention takes each row's key range (a causal prompt, the canvas, sliding windows)
-// in the flash kernel, and every layer its own head geometry and RoPE table.
+// in the flash kernel, and every layer its own head geometry and RoPE table. Row gathers and scatters are one
+// dllm_copy_rows launch each. From the second pass on, each forward pass (embed() to final_logits()) is recorded
+// and launched as one CUDA Graph (device.h); a pass that needs the host on the way turns that off for the executor.
 #pragma once
 #include <initializer_list>
 #include <map>
@@ -151,6 +153,7 @@ class GpuExecutor : public model::Executor {
   void load_model_kernels();
   const RopeTable& ensure_rope(const model::RopeSpec& rope, int64_t n_pos);
   DevAddr positions_addr(std::span<const int64_t> positions);
+  DevAddr row_list(std::span<const int64_t> rows);  // the rows uploaded as device ints (for dllm_copy_rows)
   template <class F>
   void timed(double& slot, F&& f);
   // Ends the step's graph capture (if one is open) and launches it, keyed by the step's shape; `logits`: the step
@@ -184,7 +187,7 @@ class GpuExecutor : public model::Executor {
   std::vector<std::unique_ptr<DevKv>> kv_;  // null = closed (index reused)
   std::vector<DeviceBuffer> spare_;         // buffers of closed stores, reused by kv_open
   ActPair act_;
-  Scratch qh_, kh_, vt_, logits_, gather_, pos_list_, ranges_;
+  Scratch qh_, kh_, vt_, logits_, gather_, pos_list_, ranges_, row_list_;
   std::vector<float> host_x_;
   std::vector<RopeTable> ropes_;  // one per RoPE flavour in use (Gemma-4: sliding and global layers)
   int64_t pos_cap_ = 0;

@@ -110,4 +110,16 @@ void gpu_attention(Device& dev, const AttnDesc& d, DevAddr q, int64_t n_q, DevAd
   dev.launch(d.name(), attn_launch(d, n_q), &p, sizeof p);
 }
 
+void gpu_copy_rows(Device& dev, DevAddr dst, DevAddr src, DevAddr rows, int64_t n, int64_t cols, bool scatter) {
+  if (n <= 0) return;
+  RowCopyParams p{};
+  p.dst = dev_ptr<float>(dst);
+  p.src = dev_ptr<const float>(src);
+  p.rows = dev_ptr<const int>(rows);
+  p.n = static_cast<int>(n);
+  p.cols = static_cast<int>(cols);
+  p.scatter = scatter ? 1 : 0;
+  dev.launch(kRowCopyKernel, row_copy_launch(n), &p, sizeof p);
+}
+
 }  // namespace dllm::jit::cuda

@@ -71,6 +71,10 @@ void gpu_pack(Device& dev, const PackDesc& d, DevAddr x, int64_t rows, int64_t l
 void gpu_attention(Device& dev, const AttnDesc& d, DevAddr q, int64_t n_q, DevAddr k, DevAddr vt, int64_t n_kv,
                    float scale, DevAddr out, DevAddr ranges = 0);
 
+// Gather (dst row i = src row rows[i]) or scatter (dst row rows[i] = src row i) of n listed rows (device ints) of
+// `cols` floats, in one launch of dllm_copy_rows.
+void gpu_copy_rows(Device& dev, DevAddr dst, DevAddr src, DevAddr rows, int64_t n, int64_t cols, bool scatter);
+
 // Bytes of the packed split-f16 operand of one projection (pack_heads output: hi and lo planes).
 inline size_t packed_heads_bytes(int64_t n_head, int64_t head_dim, int64_t rows) {
   return static_cast<size_t>(n_head * head_dim * pad_rows(rows)) * 2 * 2;

@@ -15,7 +15,7 @@ namespace dllm::jit::cuda {
 namespace {
 
 // Threads per block of each family; must match kernels/*.cuh (kGemmThreads, kQuantThreads, ...).
-constexpr unsigned kGemmThreads = 128, kQuantThreads = 128, kPackThreads = 256, kAttnThreads = 128;
+constexpr unsigned kGemmThreads = 128, kQuantThreads = 128, kPackThreads = 256, kAttnThreads = 128, kCopyThreads = 256;
 constexpr int64_t kGemmBlockRows = 32, kGemmBlockTiles = 16, kAttnQRows = 64;
 
 const char* quant_mode_name(QuantMode m) {
@@ -100,6 +100,7 @@ Launch gemm_launch(const GemmDesc& d, int64_t rows, int arch, int sms) {
   return {to_unsigned(padded_ntiles(d.n) / kGemmBlockTiles, "grid"),
           to_unsigned((pad_rows(rows) + kGemmBlockRows - 1) / kGemmBlockRows, "grid"), kGemmThreads};
 }
+Launch row_copy_launch(int64_t rows) { return {to_unsigned(rows, "grid"), 1, kCopyThreads}; }
 Launch quant_launch(int64_t rows) { return {to_unsigned(pad_rows(rows), "grid"), 1, kQuantThreads}; }
 Launch pack_launch(const PackDesc& d, int64_t rows) {
   const int64_t threads = pad_rows(rows) * d.n_head * (d.head_dim / 2);
@@ -124,6 +125,7 @@ void KernelSet::add(const KernelSet& o) {
   quant_.insert(o.quant_.begin(), o.quant_.end());
   pack_.insert(o.pack_.begin(), o.pack_.end());
   attn_.insert(o.attn_.begin(), o.attn_.end());
+  row_copy_ = row_copy_ || o.row_copy_;
 }
 
 std::vector<std::string> KernelSet::names() const {
@@ -135,6 +137,7 @@ std::vector<std::string> KernelSet::names() const {
   }
   for (const auto& d : pack_) out.push_back(d.name());
   for (const auto& d : attn_) out.push_back(d.name());
+  if (row_copy_) out.push_back(kRowCopyKernel);
   return out;
 }
 
@@ -177,6 +180,10 @@ std::string KernelSet::source() const {
     s << "extern \"C\" __global__ void __launch_bounds__(" << kAttnThreads << ") " << d.name()
       << "(const AttnParams p) { attention_body<" << d.n_head << ", " << d.n_head_kv << ", " << d.head_dim
       << ">(p); }\n";
+  }
+  if (row_copy_) {
+    s << "extern \"C\" __global__ void __launch_bounds__(" << kCopyThreads << ") " << kRowCopyKernel
+      << "(const RowCopyParams p) { copy_rows_body(p); }\n";
   }
   return s.str();
 }
@@ -312,6 +319,7 @@ KernelSet kernels_for_model(const model::HParams& hp, const model::ModelTensors&
   }
   quant(QuantMode::RmsNorm, tensors.output);  // final norm -> LM head
   add_attention_kernels(set, hp);
+  set.add_row_copy();
   return set;
 }
 
@@ -334,6 +342,7 @@ KernelSet kernels_for_hparams(const model::HParams& hp, const std::vector<Weight
   set.add(PackDesc{hp.n_head_kv, hp.head_dim, hp.head_dim, PackStyle::None, false});
   set.add(PackDesc{hp.n_head_kv, hp.head_dim, hp.head_dim, PackStyle::None, true});
   set.add(attn_desc(hp));
+  set.add_row_copy();
   return set;
 }
 

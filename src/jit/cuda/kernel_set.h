@@ -92,8 +92,9 @@ class KernelSet {
   void add(const PackDesc& d) { pack_.insert(d); }
   void add(const AttnDesc& d) { attn_.insert(d); }
   void add(const KernelSet& other);
+  void add_row_copy() { row_copy_ = true; }  // dllm_copy_rows (kRowCopyKernel): the executor's gathers and scatters
   bool contains(const std::string& kernel_name) const;
-  bool empty() const { return gemm_.empty() && quant_.empty() && pack_.empty() && attn_.empty(); }
+  bool empty() const { return gemm_.empty() && quant_.empty() && pack_.empty() && attn_.empty() && !row_copy_; }
 
   // Every entry point, in source order.
   std::vector<std::string> names() const;
@@ -110,7 +111,11 @@ class KernelSet {
   std::set<QuantDesc> quant_;
   std::set<PackDesc> pack_;
   std::set<AttnDesc> attn_;
+  bool row_copy_ = false;
 };
+
+inline constexpr const char* kRowCopyKernel = "dllm_copy_rows";
+Launch row_copy_launch(int64_t rows);
 
 // The head packers and the attention kernel of one attention geometry: queries and keys with its RoPE,
 // values transposed.

@@ -61,6 +61,17 @@ constexpr int gemm_tc_smem_bytes(int wt, int arch, bool split) {
   return gemm_tc_stages(arch) * tc_stage_bytes(wt, split) + tc_decoded_bytes(wt, split) + tc_partial_bytes(split);
 }
 
+// Rows between two f32 activations (kernel dllm_copy_rows, one block per listed row): gather, dst row i = src row
+// rows[i]; scatter, dst row rows[i] = src row i.
+struct RowCopyParams {
+  float* dst;
+  const float* src;
+  const int* rows;  // the listed rows
+  int n;            // how many
+  int cols;         // floats per row (both activations)
+  int scatter;      // 0: gather, 1: scatter
+};
+
 // Bias, RoPE and conversion to split f16 of one projection's output, rearranged per head for attention.
 struct PackParams {
   const float* x;      // [rows][ld] f32 projection output (heads concatenated)

@@ -1,7 +1,8 @@
 // Element-wise kernels around the matrix products: quant_rows turns f32 activation rows into the int8
 // fragments the GEMM reads (optionally fusing the RMSNorm before a projection, or the SwiGLU between the
-// feed-forward projections), and pack_heads adds a bias, applies RoPE and converts one projection's
-// output to the per-head split-f16 (hi + lo) layouts the attention kernel reads.
+// feed-forward projections), pack_heads adds a bias, applies RoPE and converts one projection's
+// output to the per-head split-f16 (hi + lo) layouts the attention kernel reads, and copy_rows gathers or
+// scatters listed rows in one launch.
 #ifndef DLLM_CUDA_QUANT_CUH
 #define DLLM_CUDA_QUANT_CUH
 
@@ -22,6 +23,17 @@
 enum { QR_PLAIN = 0, QR_RMSNORM = 1, QR_SWIGLU = 2 };
 enum { ACT_Q8_0 = 0, ACT_Q8_K = 1 };
 constexpr int kQuantThreads = 128;
+
+// --- listed rows: one block per row, its threads along the row -------------------------------------
+constexpr int kCopyThreads = 256;
+DEV void copy_rows_body(const RowCopyParams& p) {
+  const int i = blockIdx.x;
+  if (i >= p.n) return;
+  const long long listed = p.rows[i];
+  const float* s = p.src + (p.scatter ? i : listed) * p.cols;
+  float* d = p.dst + (p.scatter ? listed : i) * p.cols;
+  for (int c = threadIdx.x; c < p.cols; c += blockDim.x) d[c] = s[c];
+}
 
 // Byte offset of activation (row r, column k) in the fragment array.
 DEV long long a_frag_offset(int r, int k, int kbp) {
