@@ -118,7 +118,8 @@ TEST(GpuKernelSet, NamesSourceAndShapesOfTheRealModels) {
   const std::vector<std::string> names = set.names();
   for (const char* n : {"dllm_gemm_q4_k_n4096_k4096", "dllm_gemm_q4_k_n12288_k4096", "dllm_gemm_q4_k_n4096_k12288",
                         "dllm_gemm_q4_k_n126464_k4096", "dllm_quant_rmsnorm_q8_k_k4096", "dllm_quant_swiglu_q8_k_k12288",
-                        "dllm_pack_h32_d128_r128_norm", "dllm_pack_h32_d128_r128_none_t", "dllm_attn_h32_kv32_d128"}) {
+                        "dllm_pack_h32_d128_r128_norm", "dllm_pack_h32_d128_r128_none_t", "dllm_attn_h32_kv32_d128",
+                        "dllm_packqkv_h32_kv32_d128_r128_norm"}) {
     EXPECT_TRUE(set.contains(n)) << n;
     EXPECT_NE(set.source().find(std::string("void __launch_bounds__(")), std::string::npos);
     EXPECT_NE(set.source().find(std::string(n) + "("), std::string::npos) << n;

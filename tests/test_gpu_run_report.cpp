@@ -89,6 +89,7 @@ TEST(GpuRunReport, ProfiledRunSplitsEveryStepInJsonAndVerbose) {
   EXPECT_TRUE(has_line_starting(lines, "gpu kernels: ")) << lines.dump();
   EXPECT_TRUE(has_line_starting(lines, "gpu weights: ")) << lines.dump();
   EXPECT_TRUE(has_line_starting(lines, "gpu profile (synchronised")) << lines.dump();
+  EXPECT_TRUE(has_line_starting(lines, "gpu graphs: off (DLLM_GPU_PROFILE times each operation)")) << lines.dump();
   EXPECT_GT(j["device"]["gpu_weight_bytes"].get<uint64_t>(), 0u);
 
   const auto& p = j["gpu_profile"];
@@ -117,6 +118,15 @@ TEST(GpuRunReport, UnprofiledRunDescribesTheDeviceWithoutASplit) {
   ASSERT_EQ(o.status, 0) << o.err;
   const auto j = nlohmann::json::parse(o.out);
   EXPECT_TRUE(has_line_starting(j["device"]["description"], "gpu: CPU emulator")) << j["device"].dump();
+  // Every pass after the first is one graph (a plain run's passes all end with logits).
+  EXPECT_TRUE(has_line_starting(j["device"]["description"], "gpu graphs: on, ")) << j["device"].dump();
+  for (const auto& l : j["device"]["description"]) {
+    const std::string line = l.get<std::string>();
+    if (line.rfind("gpu graphs: on, ", 0) != 0) continue;
+    const int passes = j["forward_passes"].get<int>();
+    EXPECT_NE(line.find(std::to_string(passes - 1) + " step(s) as one graph each"), std::string::npos) << line;
+    EXPECT_NE(line.find(", 0 cut short"), std::string::npos) << line;
+  }
   EXPECT_TRUE(j["gpu_profile"].is_null()) << j["gpu_profile"].dump();
   EXPECT_NE(o.err.find("\ngpu: CPU emulator"), std::string::npos) << o.err;
   EXPECT_EQ(o.err.find("gpu profile"), std::string::npos) << o.err;

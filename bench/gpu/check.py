@@ -19,7 +19,8 @@ reference compares with the reference executor instead, whose f32 activations pu
 than the int8 paths do, so some runs differ by design.
 speed: `dllm run --device D --json --dump-step-stats` on synthetic full-size files, at canvas 64 and 288
 and with --dual-cache (its block steps timed apart), each once more with DLLM_GPU_PROFILE=1 for the
-split; the raw outputs go to speed-runs/, the table to speed.{csv,json}.
+split and once with DLLM_GPU_GRAPHS=0 (every kernel launched on its own, against one graph per step); the
+raw outputs go to speed-runs/, the table to speed.{csv,json}.
 
 Every mode exits 1 when a check fails or a run errs, 0 otherwise; runs past the deadline are not started
 (recorded as "skipped: budget"), so partial results are always written.
@@ -44,6 +45,7 @@ LOGITS_TOLERANCE = 5e-2
 HBM_BYTES_PER_S = 4.8e12
 INT8_DENSE_OPS_PER_S = 1979e12
 DLLM_PROFILE = "DLLM_GPU_PROFILE"
+DLLM_GRAPHS = "DLLM_GPU_GRAPHS"
 
 
 class Deadline:
@@ -352,10 +354,11 @@ def speed(a):
         if not model or not os.path.exists(model):
             print(f"{arch} {name}: no model file")
             continue
-        for profile in (False, True):
+        for variant in ("", "profile", "nographs"):
+            profile = variant == "profile"
             if dual and profile:
                 continue  # a dual-cache run's profile would average its full and block steps together
-            tag = f"{arch}-{name}{'-profile' if profile else ''}"
+            tag = f"{arch}-{name}{'-' + variant if variant else ''}"
             if dl.passed(30):
                 dump_json(os.path.join(runs_dir, tag + ".json"), {"skipped": "budget"})
                 print(f"{tag}: skipped (budget)")
@@ -366,10 +369,13 @@ def speed(a):
                    "--dump-step-stats", "--device", a.device]
             if dual:
                 cmd.append("--dual-cache")
-            rc, out, err, secs = run(cmd, env_extra={DLLM_PROFILE: "1"} if profile else None,
-                                     env_drop=["DLLM_EXECUTOR"] + ([] if profile else [DLLM_PROFILE]),
+            env = {DLLM_PROFILE: "1"} if profile else {DLLM_GRAPHS: "0"} if variant == "nographs" else {}
+            rc, out, err, secs = run(cmd, env_extra=env or None,
+                                     env_drop=["DLLM_EXECUTOR"] + ([] if profile else [DLLM_PROFILE]) +
+                                     ([] if variant == "nographs" else [DLLM_GRAPHS]),
                                      timeout=max(10, dl.left()))
-            rec = {"config": name, "arch": arch, "model": model, "profile": profile, "prompt": PROMPT_LEN,
+            rec = {"config": name, "arch": arch, "model": model, "profile": profile, "variant": variant or "graphs",
+                   "prompt": PROMPT_LEN,
                    "generated": gen, "steps": steps, "block_length": block, "dual_cache": dual, "command": cmd,
                    "exit_status": rc, "seconds": round(secs, 2)}
             if rc:
@@ -398,7 +404,7 @@ def speed_report(out_dir, dllm=None):
     params = {}
     rows = []
     for tag, r in runs.items():
-        if r["profile"]:
+        if r["profile"] or r.get("variant") == "nographs":
             continue
         res = r["result"]
         model = r["model"]
@@ -413,6 +419,7 @@ def speed_report(out_dir, dllm=None):
         if r["dual_cache"]:
             kinds.append(("block", r["cached_step_ms"], r["block_length"]))
         prof = runs.get(tag + "-profile", {}).get("result", {}).get("gpu_profile")
+        plain = runs.get(tag + "-nographs", {})
         for kind, times, rows_per_step in kinds:
             if not times:
                 continue
@@ -424,7 +431,11 @@ def speed_report(out_dir, dllm=None):
                    "weight_bytes": weight_bytes, "int8_ops_per_step": ops,
                    "hbm_fraction": sig3(weight_bytes / (ms / 1e3) / HBM_BYTES_PER_S) if weight_bytes else "",
                    "int8_peak_fraction": sig3(ops / (ms / 1e3) / INT8_DENSE_OPS_PER_S),
-                   "load_ms": round(res["timings"]["load_ms"], 1)}
+                   "load_ms": round(res["timings"]["load_ms"], 1),
+                   "graphs": next((l for l in res["device"].get("description", []) if l.startswith("gpu graphs:")), "")}
+            plain_times = plain.get("step_ms" if kind == "full" else "cached_step_ms")
+            if plain_times:
+                row["step_ms_no_graphs"] = round(statistics.median(plain_times), 3)
             if prof and kind == "full":
                 row.update(profile_steps=prof["steps"], gemm_ms=round(prof["gemm_ms_per_step"], 3),
                            attention_ms=round(prof["attention_ms_per_step"], 3),
@@ -433,7 +444,7 @@ def speed_report(out_dir, dllm=None):
             rows.append(row)
     fields = ["arch", "config", "step_kind", "canvas", "rows_per_step", "steps_timed", "step_ms_median", "step_ms_min",
               "device", "weight_bytes", "int8_ops_per_step", "hbm_fraction", "int8_peak_fraction", "profile_steps",
-              "gemm_ms", "attention_ms", "lm_head_ms", "transfer_ms", "load_ms"]
+              "gemm_ms", "attention_ms", "lm_head_ms", "transfer_ms", "load_ms", "step_ms_no_graphs", "graphs"]
     write_table(out_dir, "speed", rows, fields)
     dump_json(os.path.join(out_dir, "speed.json"),
               {"hbm_bytes_per_s": HBM_BYTES_PER_S, "int8_dense_ops_per_s": INT8_DENSE_OPS_PER_S,

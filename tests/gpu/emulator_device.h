@@ -75,6 +75,11 @@ void add_pack(std::map<std::string, Launcher>& r) {
   const jit::cuda::PackDesc d{NH, D, NROT, static_cast<jit::cuda::PackStyle>(STYLE), T != 0};
   r[d.name()] = make_launcher<PackParams>([](const PackParams& p) { pack_heads_body<NH, D, NROT, STYLE, T>(p); });
 }
+template <int NH, int NHKV, int D, int NROT, int STYLE>
+void add_pack_qkv(std::map<std::string, Launcher>& r) {
+  const jit::cuda::PackQkvDesc d{NH, NHKV, D, NROT, static_cast<jit::cuda::PackStyle>(STYLE)};
+  r[d.name()] = make_launcher<PackQkvParams>([](const PackQkvParams& p) { pack_qkv_body<NH, NHKV, D, NROT, STYLE>(p); });
+}
 template <int H, int HKV, int D>
 void add_attn(std::map<std::string, Launcher>& r) {
   const jit::cuda::AttnDesc d{H, HKV, D};
@@ -152,6 +157,11 @@ inline const std::map<std::string, Launcher>& emulated_kernels() {
     add_pack<1, 512, 512, PK_NONE, 1>(m);
     add_attn<2, 1, 256>(m);
     add_attn<2, 1, 512>(m);
+    // The fused packs of the forward program's attention, per fixture geometry.
+    add_pack_qkv<4, 4, 64, 64, PK_NORM>(m);   // llada
+    add_pack_qkv<4, 2, 64, 64, PK_NEOX>(m);   // dream, diffusion-gemma's sliding layers
+    add_pack_qkv<4, 4, 64, 64, PK_NEOX>(m);   // llada-moe, rnd1
+    add_pack_qkv<4, 1, 128, 128, PK_NEOX>(m); // diffusion-gemma's global layers
     m[jit::cuda::kRowCopyKernel] = make_launcher<RowCopyParams>([](const RowCopyParams& p) { copy_rows_body(p); });
     return m;
   }();

@@ -651,11 +651,9 @@ void GpuExecutor::attend(model::KvHandle h, int64_t layer, int64_t n_kv, model::
   const AttentionKernels ak = attention_kernels(rope, shape);
   if (!attn_checked_valid_ || !(attn_checked_ == ak)) {
     if (const std::string err = head_dim_error(d, rope.n_rot); !err.empty()) throw Error(err);
-    for (const std::string& name : {ak.q.name(), ak.k.name(), ak.v.name(), ak.attn.name()}) {
+    for (const std::string& name : {ak.qkv.name(), ak.attn.name()}) {
       if (!kernels_.contains(name)) {  // not announced by prepare_model(): the unit is built again with them
-        kernels_.add(ak.q);
-        kernels_.add(ak.k);
-        kernels_.add(ak.v);
+        kernels_.add(ak.qkv);
         kernels_.add(ak.attn);
         kernels_loaded_ = false;
         break;
@@ -682,11 +680,9 @@ void GpuExecutor::attend(model::KvHandle h, int64_t layer, int64_t n_kv, model::
       rd = ranges_.get(*dev_, bounds.size() * sizeof(int));
       dev_->upload(rd, bounds.data(), bounds.size() * sizeof(int));
     }
-    gpu_pack(*dev_, ak.q, at(q, row0), rows, H * d, vector_addr(bq), tab.cos.addr(), tab.sin.addr(),
-             positions_addr(positions), qh);
-    gpu_pack(*dev_, ak.k, s.k_at(layer, 0), n_kv, width, vector_addr(s.bk[l]), tab.cos.addr(), tab.sin.addr(),
-             pos_.addr(), kh);
-    gpu_pack(*dev_, ak.v, s.v_at(layer, 0), n_kv, width, vector_addr(s.bv[l]), 0, 0, 0, vt);
+    gpu_pack_qkv(*dev_, ak, PackArgs{at(q, row0), rows, H * d, vector_addr(bq), positions_addr(positions), qh},
+                 PackArgs{s.k_at(layer, 0), n_kv, width, vector_addr(s.bk[l]), pos_.addr(), kh},
+                 PackArgs{s.v_at(layer, 0), n_kv, width, vector_addr(s.bv[l]), 0, vt}, tab.cos.addr(), tab.sin.addr());
     gpu_attention(*dev_, ak.attn, qh, rows, kh, vt, n_kv, shape.scale, at(out, row0), rd);
   });
 }

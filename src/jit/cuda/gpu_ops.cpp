@@ -79,8 +79,9 @@ void gpu_gemm(Device& dev, const GpuWeight& w, const ActBuffers& act, int64_t ro
   dev.launch(gemm_kernel_name(d, rows, dev.sm_count()), gemm_launch(d, rows, dev.arch(), dev.sm_count()), &p, sizeof p);
 }
 
-void gpu_pack(Device& dev, const PackDesc& d, DevAddr x, int64_t rows, int64_t ld, DevAddr bias, DevAddr cos_t,
-              DevAddr sin_t, DevAddr pos, DevAddr out) {
+namespace {
+PackParams pack_params(DevAddr x, int64_t rows, int64_t ld, DevAddr bias, DevAddr cos_t, DevAddr sin_t, DevAddr pos,
+                       DevAddr out) {
   PackParams p{};
   p.x = dev_ptr<const float>(x);
   p.bias = dev_ptr<const float>(bias);
@@ -91,7 +92,28 @@ void gpu_pack(Device& dev, const PackDesc& d, DevAddr x, int64_t rows, int64_t l
   p.rows = static_cast<int>(rows);
   p.rows_pad = static_cast<int>(pad_rows(rows));
   p.ld = static_cast<int>(ld);
+  return p;
+}
+}  // namespace
+
+void gpu_pack(Device& dev, const PackDesc& d, DevAddr x, int64_t rows, int64_t ld, DevAddr bias, DevAddr cos_t,
+              DevAddr sin_t, DevAddr pos, DevAddr out) {
+  const PackParams p = pack_params(x, rows, ld, bias, cos_t, sin_t, pos, out);
   dev.launch(d.name(), pack_launch(d, rows), &p, sizeof p);
+}
+
+void gpu_pack_qkv(Device& dev, const AttentionKernels& a, const PackArgs& q, const PackArgs& k, const PackArgs& v,
+                  DevAddr cos_t, DevAddr sin_t) {
+  PackQkvParams p{};
+  p.q = pack_params(q.x, q.rows, q.ld, q.bias, cos_t, sin_t, q.pos, q.out);
+  p.k = pack_params(k.x, k.rows, k.ld, k.bias, cos_t, sin_t, k.pos, k.out);
+  p.v = pack_params(v.x, v.rows, v.ld, v.bias, 0, 0, 0, v.out);
+  const unsigned bq = pack_blocks(a.q, q.rows), bk = pack_blocks(a.k, k.rows), bv = pack_blocks(a.v, v.rows);
+  p.blocks_q = static_cast<int>(bq);
+  p.blocks_k = static_cast<int>(bk);
+  Launch l = pack_launch(a.q, q.rows);
+  l.grid_x = bq + bk + bv;
+  dev.launch(a.qkv.name(), l, &p, sizeof p);
 }
 
 void gpu_attention(Device& dev, const AttnDesc& d, DevAddr q, int64_t n_q, DevAddr k, DevAddr vt, int64_t n_kv,

@@ -66,6 +66,16 @@ inline void gpu_gemm(Device& dev, const GpuWeight& w, const ActPair& act, int64_
 void gpu_pack(Device& dev, const PackDesc& d, DevAddr x, int64_t rows, int64_t ld, DevAddr bias, DevAddr cos_t,
               DevAddr sin_t, DevAddr pos, DevAddr out);
 
+// One head pack's operands (see gpu_pack).
+struct PackArgs {
+  DevAddr x = 0;
+  int64_t rows = 0, ld = 0;
+  DevAddr bias = 0, pos = 0, out = 0;
+};
+// gpu_pack of the queries (a.q), keys (a.k, a's RoPE tables) and values (a.v) of one attention in one launch.
+void gpu_pack_qkv(Device& dev, const AttentionKernels& a, const PackArgs& q, const PackArgs& k, const PackArgs& v,
+                  DevAddr cos_t, DevAddr sin_t);
+
 // out[n_q][H*d] <- attention of packed queries over n_kv packed keys/values; with ranges (device ints
 // [n_q][2]) query row i over keys [ranges[2i], ranges[2i+1]) only.
 void gpu_attention(Device& dev, const AttnDesc& d, DevAddr q, int64_t n_q, DevAddr k, DevAddr vt, int64_t n_kv,

@@ -70,6 +70,10 @@ std::string PackDesc::name() const {
   return "dllm_pack_h" + std::to_string(n_head) + "_d" + std::to_string(head_dim) + "_r" + std::to_string(n_rot) +
          "_" + pack_style_name(style) + (transpose ? "_t" : "");
 }
+std::string PackQkvDesc::name() const {
+  return "dllm_packqkv_h" + std::to_string(n_head) + "_kv" + std::to_string(n_head_kv) + "_d" + std::to_string(head_dim) +
+         "_r" + std::to_string(n_rot) + "_" + pack_style_name(style);
+}
 std::string AttnDesc::name() const {
   return "dllm_attn_h" + std::to_string(n_head) + "_kv" + std::to_string(n_head_kv) + "_d" + std::to_string(head_dim);
 }
@@ -102,10 +106,11 @@ Launch gemm_launch(const GemmDesc& d, int64_t rows, int arch, int sms) {
 }
 Launch row_copy_launch(int64_t rows) { return {to_unsigned(rows, "grid"), 1, kCopyThreads}; }
 Launch quant_launch(int64_t rows) { return {to_unsigned(pad_rows(rows), "grid"), 1, kQuantThreads}; }
-Launch pack_launch(const PackDesc& d, int64_t rows) {
+unsigned pack_blocks(const PackDesc& d, int64_t rows) {
   const int64_t threads = pad_rows(rows) * d.n_head * (d.head_dim / 2);
-  return {to_unsigned((threads + kPackThreads - 1) / kPackThreads, "grid"), 1, kPackThreads};
+  return to_unsigned((threads + kPackThreads - 1) / kPackThreads, "grid");
 }
+Launch pack_launch(const PackDesc& d, int64_t rows) { return {pack_blocks(d, rows), 1, kPackThreads}; }
 Launch attn_launch(const AttnDesc& d, int64_t n_q) {
   // One block per 64 query rows, head and 128-wide output slice (heads wider than 128: attention.cuh).
   const int64_t slices = d.head_dim > 128 ? d.head_dim / 128 : 1;
@@ -124,6 +129,7 @@ void KernelSet::add(const KernelSet& o) {
   gemm_.insert(o.gemm_.begin(), o.gemm_.end());
   quant_.insert(o.quant_.begin(), o.quant_.end());
   pack_.insert(o.pack_.begin(), o.pack_.end());
+  pack_qkv_.insert(o.pack_qkv_.begin(), o.pack_qkv_.end());
   attn_.insert(o.attn_.begin(), o.attn_.end());
   row_copy_ = row_copy_ || o.row_copy_;
 }
@@ -136,6 +142,7 @@ std::vector<std::string> KernelSet::names() const {
     if (tiled_gemm(d.format)) out.push_back(d.name() + "_split");
   }
   for (const auto& d : pack_) out.push_back(d.name());
+  for (const auto& d : pack_qkv_) out.push_back(d.name());
   for (const auto& d : attn_) out.push_back(d.name());
   if (row_copy_) out.push_back(kRowCopyKernel);
   return out;
@@ -175,6 +182,11 @@ std::string KernelSet::source() const {
     s << "extern \"C\" __global__ void __launch_bounds__(" << kPackThreads << ") " << d.name()
       << "(const PackParams p) { pack_heads_body<" << d.n_head << ", " << d.head_dim << ", " << d.n_rot << ", "
       << static_cast<int>(d.style) << ", " << (d.transpose ? 1 : 0) << ">(p); }\n";
+  }
+  for (const auto& d : pack_qkv_) {
+    s << "extern \"C\" __global__ void __launch_bounds__(" << kPackThreads << ") " << d.name()
+      << "(const PackQkvParams p) { pack_qkv_body<" << d.n_head << ", " << d.n_head_kv << ", " << d.head_dim << ", "
+      << d.n_rot << ", " << static_cast<int>(d.style) << ">(p); }\n";
   }
   for (const auto& d : attn_) {
     s << "extern \"C\" __global__ void __launch_bounds__(" << kAttnThreads << ") " << d.name()
@@ -218,6 +230,7 @@ AttentionKernels attention_kernels(const model::RopeSpec& rope, const model::Att
   return {PackDesc{sh.n_head, sh.head_dim, rope.n_rot, style, false},
           PackDesc{sh.n_head_kv, sh.head_dim, rope.n_rot, style, false},
           PackDesc{sh.n_head_kv, sh.head_dim, rope.n_rot, PackStyle::None, true},
+          PackQkvDesc{sh.n_head, sh.n_head_kv, sh.head_dim, rope.n_rot, style},
           AttnDesc{sh.n_head, sh.n_head_kv, sh.head_dim}};
 }
 
@@ -226,9 +239,7 @@ void add_attention_kernels(KernelSet& set, const model::HParams& hp) {
     const model::LayerAttention g = hp.attn(l);
     const AttentionKernels a = attention_kernels(model::RopeSpec{hp.rope_style, g.n_rot, g.rope_base},
                                                  model::AttentionShape{hp.n_head, g.n_head_kv, g.head_dim, 0.f});
-    set.add(a.q);
-    set.add(a.k);
-    set.add(a.v);
+    set.add(a.qkv);
     set.add(a.attn);
   }
 }
@@ -342,6 +353,7 @@ KernelSet kernels_for_hparams(const model::HParams& hp, const std::vector<Weight
   set.add(PackDesc{hp.n_head_kv, hp.head_dim, hp.head_dim, PackStyle::None, false});
   set.add(PackDesc{hp.n_head_kv, hp.head_dim, hp.head_dim, PackStyle::None, true});
   set.add(attn_desc(hp));
+  add_attention_kernels(set, hp);  // the fused packs the forward program runs
   set.add_row_copy();
   return set;
 }

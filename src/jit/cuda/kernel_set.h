@@ -50,6 +50,13 @@ struct PackDesc {
   auto operator<=>(const PackDesc&) const = default;
   std::string name() const;  // dllm_pack_h32_d128_r128_norm, ..._none_t
 };
+// The packs of one attention geometry in one launch: queries and keys with the RoPE style, values transposed.
+struct PackQkvDesc {
+  int64_t n_head, n_head_kv, head_dim, n_rot;
+  PackStyle style;
+  auto operator<=>(const PackQkvDesc&) const = default;
+  std::string name() const;  // dllm_packqkv_h32_kv8_d128_r128_norm
+};
 struct AttnDesc {
   int64_t n_head, n_head_kv, head_dim;
   auto operator<=>(const AttnDesc&) const = default;
@@ -78,6 +85,8 @@ std::string gemm_kernel_name(const GemmDesc& d, int64_t rows, int sms);  // d.na
 bool tiled_gemm(WeightFormat f);
 Launch quant_launch(int64_t rows);
 Launch pack_launch(const PackDesc& d, int64_t rows);
+// Blocks of a pack_launch (for PackQkvParams::blocks_q / blocks_k); the fused launch has the three counts' sum.
+unsigned pack_blocks(const PackDesc& d, int64_t rows);
 Launch attn_launch(const AttnDesc& d, int64_t n_q);
 
 // Bytes of the int8 activation fragments, of each f32 scale array and of the int16 sums for `rows` rows of k values.
@@ -91,10 +100,13 @@ class KernelSet {
   void add(const QuantDesc& d) { quant_.insert(d); }
   void add(const PackDesc& d) { pack_.insert(d); }
   void add(const AttnDesc& d) { attn_.insert(d); }
+  void add(const PackQkvDesc& d) { pack_qkv_.insert(d); }
   void add(const KernelSet& other);
   void add_row_copy() { row_copy_ = true; }  // dllm_copy_rows (kRowCopyKernel): the executor's gathers and scatters
   bool contains(const std::string& kernel_name) const;
-  bool empty() const { return gemm_.empty() && quant_.empty() && pack_.empty() && attn_.empty() && !row_copy_; }
+  bool empty() const {
+    return gemm_.empty() && quant_.empty() && pack_.empty() && pack_qkv_.empty() && attn_.empty() && !row_copy_;
+  }
 
   // Every entry point, in source order.
   std::vector<std::string> names() const;
@@ -110,6 +122,7 @@ class KernelSet {
   std::set<GemmDesc> gemm_;
   std::set<QuantDesc> quant_;
   std::set<PackDesc> pack_;
+  std::set<PackQkvDesc> pack_qkv_;
   std::set<AttnDesc> attn_;
   bool row_copy_ = false;
 };
@@ -121,11 +134,12 @@ Launch row_copy_launch(int64_t rows);
 // values transposed.
 struct AttentionKernels {
   PackDesc q, k, v;
+  PackQkvDesc qkv;  // q, k and v in one launch (what the forward program runs)
   AttnDesc attn;
   bool operator==(const AttentionKernels&) const = default;
 };
 AttentionKernels attention_kernels(const model::RopeSpec& rope, const model::AttentionShape& shape);
-// Those of every layer's geometry (Gemma-4: sliding and global layers) added to `set`.
+// The fused packs and attention of every layer's geometry (Gemma-4: sliding and global layers) added to `set`.
 void add_attention_kernels(KernelSet& set, const model::HParams& hp);
 
 // The pack descriptors of the forward pass (the model's scalar geometry): queries/keys with the model's RoPE, values transposed.

@@ -85,6 +85,13 @@ struct PackParams {
   int ld;              // row stride of x, in floats
 };
 
+// The queries', keys' and values' packs of one attention in one launch (pack_qkv_body): blocks [0, blocks_q) run q,
+// the next blocks_k run k, the rest v.
+struct PackQkvParams {
+  PackParams q, k, v;
+  int blocks_q, blocks_k;
+};
+
 // Flash attention over split-f16 operands packed by PackParams kernels (hi plane, then lo plane).
 struct AttnParams {
   const unsigned short* q;   // 2 x [H][q_pad][D]

@@ -155,11 +155,11 @@ DEV void quant_rows_body(const QuantRowsParams& p) {
 enum { PK_NONE = 0, PK_NORM = 1, PK_NEOX = 2 };
 constexpr int kPackThreads = 256;
 
+// Element idx of the pack (one thread each): row idx / (NH * D/2), head, pair.
 template <int NH, int D, int NROT, int STYLE, int TRANSPOSE>
-DEV void pack_heads_body(const PackParams& p) {
+DEV void pack_heads_at(const PackParams& p, long long idx) {
   static_assert(D % 2 == 0 && NROT % 2 == 0 && NROT <= D, "bad head geometry");
   constexpr int HALF = D / 2, RH = NROT / 2;
-  const long long idx = static_cast<long long>(blockIdx.x) * kPackThreads + threadIdx.x;
   if (idx >= static_cast<long long>(p.rows_pad) * NH * HALF) return;
   const int i = static_cast<int>(idx % HALF);
   const int h = static_cast<int>((idx / HALF) % NH);
@@ -209,6 +209,25 @@ DEV void pack_heads_body(const PackParams& p) {
     o[c1] = hb;
     o[plane + c0] = la;
     o[plane + c1] = lb;
+  }
+}
+
+template <int NH, int D, int NROT, int STYLE, int TRANSPOSE>
+DEV void pack_heads_body(const PackParams& p) {
+  pack_heads_at<NH, D, NROT, STYLE, TRANSPOSE>(p, static_cast<long long>(blockIdx.x) * kPackThreads + threadIdx.x);
+}
+
+// The three packs of one attention in one launch: the first blocks_q blocks pack the queries (NH heads), the next
+// blocks_k the keys (NHKV heads, the same RoPE), the rest the values (transposed, not rotated).
+template <int NH, int NHKV, int D, int NROT, int STYLE>
+DEV void pack_qkv_body(const PackQkvParams& p) {
+  const long long b = blockIdx.x, t = threadIdx.x;
+  if (b < p.blocks_q) {
+    pack_heads_at<NH, D, NROT, STYLE, 0>(p.q, b * kPackThreads + t);
+  } else if (b < p.blocks_q + p.blocks_k) {
+    pack_heads_at<NHKV, D, NROT, STYLE, 0>(p.k, (b - p.blocks_q) * kPackThreads + t);
+  } else {
+    pack_heads_at<NHKV, D, NROT, PK_NONE, 1>(p.v, (b - p.blocks_q - p.blocks_k) * kPackThreads + t);
   }
 }
 
