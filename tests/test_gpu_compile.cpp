@@ -286,7 +286,7 @@ std::map<std::string, std::vector<SassInstr>> parse_sass(const std::string& text
 // The tiled GEMMs (Q4_K, Q5_K, Q6_K) as NVRTC compiles them for sm_90, sm_80, sm_86 and sm_89 (two stages), disassembled: the innermost loop (the one that
 // multiplies) issues at least one IMMA per 10 instructions with no branch but its back edge (no ladder); the
 // k-loop around it fills the pipeline with LDGSTS (cp.async) and the multiply loop reads the nibbles with LDSM;
-// no indirect branch; at most 128 registers and no local memory (no spills).
+// no indirect branch; at most 128 registers (255 for a grouped launch, one block per SM) and no local memory (no spills).
 TEST(GpuSass, TiledGemmMainLoop) {
   REQUIRE_NVRTC();
   const std::string cuobjdump = find_cuobjdump();
@@ -300,6 +300,10 @@ TEST(GpuSass, TiledGemmMainLoop) {
     set.add(jc::GemmDesc{jc::WeightFormat::Q5_K, n, k});
     set.add(jc::GemmDesc{jc::WeightFormat::Q6_K, n, k});
   }
+  // A grouped launch (LLaDA-8B's Q, K, V at their GQA widths, mixed formats): three tiles' code in one kernel, held to
+  // the same spills and multiply loop.
+  set.add(jc::GemmGroupDesc{{jc::GemmDesc{jc::WeightFormat::Q4_K, 4096, 4096}, jc::GemmDesc{jc::WeightFormat::Q4_K, 1024, 4096},
+                             jc::GemmDesc{jc::WeightFormat::Q6_K, 1024, 4096}}});
   const fs::path dir = fs::temp_directory_path() / ("dllm-sass-" + std::to_string(::getpid()));
   fs::create_directories(dir);
   struct RemoveDir {
@@ -320,7 +324,7 @@ TEST(GpuSass, TiledGemmMainLoop) {
     const std::string usage = run_output(cuobjdump + " --dump-resource-usage " + cubin.string() + " 2>&1");
     const std::string sass = run_output(cuobjdump + " -sass " + cubin.string() + " 2>&1");
     const auto fns = parse_sass(sass);
-    ASSERT_EQ(fns.size(), 18u) << cuobjdump << " -sass printed:\n" << sass.substr(0, 2000);  // wide and split per shape
+    ASSERT_EQ(fns.size(), 20u) << cuobjdump << " -sass printed:\n" << sass.substr(0, 2000);  // wide and split per shape
     for (const auto& [name, code] : fns) {
       SCOPED_TRACE(name);
       // Resources: "Function NAME:\n REG:128 STACK:0 SHARED:... LOCAL:0 ..."
@@ -329,7 +333,9 @@ TEST(GpuSass, TiledGemmMainLoop) {
       const std::string res = usage.substr(at, usage.find('\n', usage.find('\n', at) + 1) - at);
       std::smatch m;
       ASSERT_TRUE(std::regex_search(res, m, std::regex(R"(REG:(\d+) STACK:(\d+) .*LOCAL:(\d+))"))) << res;
-      EXPECT_LE(std::stoi(m[1]), 128) << res;
+      // A group runs one block per SM (kernel_set.cpp): up to 255 registers; the others two: 128.
+      const bool group = name.rfind("dllm_gemmgrp_", 0) == 0;
+      EXPECT_LE(std::stoi(m[1]), group ? 255 : 128) << res;
       EXPECT_EQ(std::stoi(m[2]), 0) << "stack frame: spills? " << res;
       EXPECT_EQ(std::stoi(m[3]), 0) << "local memory: spills " << res;
 

@@ -524,6 +524,61 @@ TEST(GpuEmulated, AsyncCopiesLandOnlyAtTheirWait) {
   EXPECT_EQ(seen, (std::vector<int>{0xff, 5, 0xff, 105}));
 }
 
+// Two or three tiled GEMMs of one activation in one launch give each product the bits of its own launch, in both
+// tilings, with members of different formats and widths (a partial column block among them).
+TEST(GpuEmulated, GroupedGemmsEqualTheirOwnLaunches) {
+  for (const int sms : {132, 0}) {
+    for (const int64_t rows : {int64_t{37}, int64_t{1}}) {
+      SCOPED_TRACE("sms " + std::to_string(sms) + " rows " + std::to_string(rows));
+      EmulatorDevice dev;
+      dev.sms = sms;
+      const int64_t k = 512;
+      const SynthTensor t0 = synth_tensor(GgmlType::Q4_K, 136, k, 21), t1 = synth_tensor(GgmlType::Q6_K, 24, k, 22),
+                        t2 = synth_tensor(GgmlType::Q5_K, 136, k, 23);
+      const jc::GpuWeight w0 = upload_weight(dev, t0.info), w1 = upload_weight(dev, t1.info), w2 = upload_weight(dev, t2.info);
+      for (const size_t members : {size_t{3}, size_t{2}}) {
+        const jc::GpuWeight* ws[3] = {&w0, &w1, &w2};
+        const std::span<const jc::GpuWeight* const> group(ws, members);
+        jc::KernelSet set;
+        for (const jc::GpuWeight* w : group) set.add(w->desc());
+        set.add(jc::gemm_group_of(group));
+        set.add(jc::QuantDesc{jc::QuantMode::Plain, jc::ActFormat::Q8_K, k});
+        dev.load_kernels(set);
+        const std::vector<float> x = random_rows(rows, k, 5);
+        Upload xd(dev, x.data(), x.size() * 4);
+        jc::ActPair act;
+        jc::gpu_quant(dev, jc::QuantMode::Plain, jc::ActFormat::Q8_K, k, xd.buf.addr(), 0, 0, 0, rows, k, 0.f,
+                      act[static_cast<size_t>(jc::ActFormat::Q8_K)]);
+        std::vector<DeviceBuffer> own, grouped;
+        std::vector<jc::DevAddr> ys;
+        std::vector<int64_t> lds;
+        for (const jc::GpuWeight* w : group) {
+          const size_t bytes = static_cast<size_t>(rows * w->layout.n) * 4;
+          own.emplace_back(dev, bytes);
+          grouped.emplace_back(dev, bytes);
+          jc::gpu_gemm(dev, *w, act, rows, own.back().addr(), w->layout.n, false);
+          ys.push_back(grouped.back().addr());
+          lds.push_back(w->layout.n);
+        }
+        const size_t before = dev.launches();
+        jc::gpu_gemm_group(dev, group, act, rows, ys, lds);
+        EXPECT_EQ(dev.launches() - before, 1u);
+        for (size_t i = 0; i < members; ++i) {
+          std::vector<float> a(static_cast<size_t>(rows * group[i]->layout.n)), b(a.size());
+          dev.download(a.data(), own[i].addr(), a.size() * 4);
+          dev.download(b.data(), grouped[i].addr(), b.size() * 4);
+          EXPECT_EQ(a, b) << "member " << i << " of " << members;
+        }
+      }
+      EXPECT_EQ(dev.live_overruns(), 0u);
+    }
+  }
+  EXPECT_FALSE(jc::gemm_group_ok({jc::GemmDesc{jc::WeightFormat::Q4_K, 256, 256}, jc::GemmDesc{jc::WeightFormat::Q8_0, 256, 256}}))
+      << "Q8_0 runs the untiled GEMM";
+  EXPECT_FALSE(jc::gemm_group_ok({jc::GemmDesc{jc::WeightFormat::Q4_K, 256, 256}, jc::GemmDesc{jc::WeightFormat::Q4_K, 256, 512}}));
+  EXPECT_FALSE(jc::gemm_group_ok({jc::GemmDesc{jc::WeightFormat::Q4_K, 256, 256}}));
+}
+
 TEST(GpuEmulated, GemmQ5_K) {
   check_gemm(GgmlType::Q5_K, 24, 512, 37);
   check_gemm(GgmlType::Q5_K, 24, 512, 1);
@@ -1175,8 +1230,9 @@ TEST(GpuEmulated, HeadDimensionsBeyondTheKernelNameTheLayer) {
 // activation quantisers, one GEMM per matrix, three head packers, attention) and 3 around the layers. A guard
 // against launches creeping in; the target of 8 per layer needs Q/K/V and gate/up fused into single GEMMs
 // and the packers into their epilogue, not done yet.
-// Kernels per layer of a whole forward pass (13: the attention's three head packs are one launch; and one
-// dllm_copy_rows for the logit rows, which were a copy per run of rows), device copies only for the keys and values, and with graphs on (the default) the pass is one graph launch:
+// Kernels per layer of a whole forward pass (10: Q, K, V one grouped GEMM, gate and up another, the attention's three
+// head packs one launch; and one dllm_copy_rows for the logit rows, which were a copy per run of rows), device copies
+// only for the keys and values, and with graphs on (the default) the pass is one graph launch:
 // no kernel is launched on its own.
 TEST(GpuEmulated, LaunchesPerLayer) {
   for (const char* name : {"tiny-llada-Q4_K_M", "tiny-dream-Q4_K_M"}) {
@@ -1205,7 +1261,9 @@ TEST(GpuEmulated, LaunchesPerLayer) {
     }
     std::printf("[ launches ] %s: %zu kernels per forward, %lld layers, %zu graph launch(es), %zu on their own\n", name,
                 step, static_cast<long long>(hp.n_layer), dev.graph_launches() - graphs0, dev.eager_launches() - eager0);
-    EXPECT_EQ(step, static_cast<size_t>(13 * hp.n_layer + 4));
+    // 10 a layer; the last adds 2 for the queries of its logit rows alone; the logit rows' gather, the final norm's
+    // quantiser and the LM head.
+    EXPECT_EQ(step, static_cast<size_t>(10 * hp.n_layer + 2 + 3));
     EXPECT_EQ(dev.launch_counts().at("dllm_copy_rows") - counts0.at("dllm_copy_rows"), 1u);
     for (const auto& [kernel, n] : dev.launch_counts()) {
       if (kernel.rfind("dllm_pack_", 0) == 0) ADD_FAILURE() << kernel << ": the forward program packs q, k, v in one launch";

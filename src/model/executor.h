@@ -145,6 +145,13 @@ class Executor {
   // Load time, before any weight or vector: the model's hyperparameters (prepare_forward_weights passes
   // them), so that a device backend can build everything for the model's shapes at once. Default: nothing.
   virtual void prepare_model(const HParams& hp) { (void)hp; }
+  // Load time, after prepare_weight: n products that norm_matmul takes from one input together (a layer's Q, K, V;
+  // its K, V alone at the last layer; gate and up), so that a device backend can build one launch for them.
+  // A hint: norm_matmul must work for any products. Default: nothing.
+  virtual void prepare_shared(const WeightHandle* ws, int n) {
+    (void)ws;
+    (void)n;
+  }
 
   // Load time: prepare a 2-D weight tensor of `n` rows (ne1) of `k` values (ne0), stored as the file
   // stores it (any type quant::can_dequantize accepts). The tensor's bytes live in the file's mapping,

@@ -113,6 +113,8 @@ ForwardWeights prepare_forward_weights(const HParams& hp, const ModelTensors& t,
     w.sc_gate = ex.prepare_weight(*t.self_cond_gate);
     w.sc_up = ex.prepare_weight(*t.self_cond_up);
     w.sc_down = ex.prepare_weight(*t.self_cond_down);
+    const WeightHandle gate_up[2] = {w.sc_gate, w.sc_up};
+    ex.prepare_shared(gate_up, 2);
   }
   w.layers.resize(t.layers.size());
   for (size_t i = 0; i < t.layers.size(); ++i) {
@@ -136,10 +138,18 @@ ForwardWeights prepare_forward_weights(const HParams& hp, const ModelTensors& t,
     l.post_ffw_norm = prepare_vector(ex, lt.post_ffw_norm);
     l.enc_scale = scalar_of(lt.enc_layer_output_scale);
     l.dec_scale = scalar_of(lt.layer_output_scale);
+    {  // the products norm_matmul takes together: Q, K(, V), and K(, V) alone at the last layer
+      const WeightHandle qkv[3] = {l.wq, l.wk, l.wv};
+      const int n = l.wv.valid() ? 3 : 2;
+      ex.prepare_shared(qkv, n);
+      if (n - 1 > 1) ex.prepare_shared(qkv + 1, n - 1);
+    }
     if (!hp.moe() || lt.ffn_gate) {  // dense, or the shared MLP beside the experts
       l.ffn_gate = ex.prepare_weight(*lt.ffn_gate);
       l.ffn_up = ex.prepare_weight(*lt.ffn_up);
       l.ffn_down = ex.prepare_weight(*lt.ffn_down);
+      const WeightHandle gate_up[2] = {l.ffn_gate, l.ffn_up};
+      ex.prepare_shared(gate_up, 2);
     }
     if (!hp.moe()) continue;
     MoeLayer& m = l.moe;

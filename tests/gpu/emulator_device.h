@@ -45,6 +45,19 @@ void add_gemm(std::map<std::string, Launcher>& r) {
     r[d.name()] = make_launcher<GemmParams>([](const GemmParams& p) { gemm_body<WT, N, K>(p); });
   }
 }
+// A group of tiled GEMMs of one activation (N2 = 0: two), both tilings.
+template <int K, int WT0, int N0, int WT1, int N1, int WT2 = 0, int N2 = 0>
+void add_gemm_group(std::map<std::string, Launcher>& r) {
+  using jit::cuda::GemmDesc;
+  using jit::cuda::WeightFormat;
+  jit::cuda::GemmGroupDesc d;
+  d.members = {GemmDesc{static_cast<WeightFormat>(WT0), N0, K}, GemmDesc{static_cast<WeightFormat>(WT1), N1, K}};
+  if (N2 > 0) d.members.push_back(GemmDesc{static_cast<WeightFormat>(WT2), N2, K});
+  r[d.name()] = make_launcher<GemmGroupParams>(
+      [](const GemmGroupParams& p) { gemm_tc_group_body<false, K, WT0, N0, WT1, N1, WT2, N2>(p); });
+  r[d.name() + "_split"] = make_launcher<GemmGroupParams>(
+      [](const GemmGroupParams& p) { gemm_tc_group_body<true, K, WT0, N0, WT1, N1, WT2, N2>(p); });
+}
 template <int N, int K>
 void add_gemm_all_formats(std::map<std::string, Launcher>& r) {
   add_gemm<WT_Q8_0, N, K>(r);
@@ -157,6 +170,19 @@ inline const std::map<std::string, Launcher>& emulated_kernels() {
     add_pack<1, 512, 512, PK_NONE, 1>(m);
     add_attn<2, 1, 256>(m);
     add_attn<2, 1, 512>(m);
+    // The grouped products of the Q4_K_M fixtures (a layer's Q, K, V; K, V; gate, up).
+    add_gemm_group<256, WT_Q4_K, 256, WT_Q4_K, 256, WT_Q6_K, 256>(m);  // llada
+    add_gemm_group<256, WT_Q4_K, 256, WT_Q4_K, 256, WT_Q4_K, 256>(m);
+    add_gemm_group<256, WT_Q4_K, 256, WT_Q6_K, 256>(m);
+    add_gemm_group<256, WT_Q4_K, 256, WT_Q4_K, 256>(m);
+    add_gemm_group<256, WT_Q4_K, 768, WT_Q4_K, 768>(m);
+    add_gemm_group<256, WT_Q4_K, 256, WT_Q4_K, 128, WT_Q6_K, 128>(m);  // dream
+    add_gemm_group<256, WT_Q4_K, 256, WT_Q4_K, 128, WT_Q4_K, 128>(m);
+    add_gemm_group<256, WT_Q4_K, 128, WT_Q6_K, 128>(m);
+    add_gemm_group<256, WT_Q4_K, 128, WT_Q4_K, 128>(m);
+    add_gemm_group<256, WT_Q4_K, 192, WT_Q4_K, 192>(m);  // diffusion-gemma: the shared MLP, self-conditioning
+    add_gemm_group<512, WT_Q4_K, 136, WT_Q6_K, 24, WT_Q5_K, 136>(m);  // unit test: mixed formats and widths
+    add_gemm_group<512, WT_Q4_K, 136, WT_Q6_K, 24>(m);
     // The fused packs of the forward program's attention, per fixture geometry.
     add_pack_qkv<4, 4, 64, 64, PK_NORM>(m);   // llada
     add_pack_qkv<4, 2, 64, 64, PK_NEOX>(m);   // dream, diffusion-gemma's sliding layers

@@ -286,11 +286,32 @@ void GpuExecutor::norm_matmul(model::Act x, int64_t rows, model::VectorHandle no
     if (act(ys[i]).cols != readers[i]->layout.n) throw Error(internal("product width differs from its activation's"));
   }
   load_model_kernels();
+  const std::span<const GpuWeight* const> rs(readers, static_cast<size_t>(n));
+  const GemmGroupDesc group = gemm_group_of(rs);
+  const bool grouped = gemm_group_ok(group.members) && kernels_.contains(group.name());  // announced by prepare_shared
   timed(profile_.gemm_s, [&] {
-    gpu_quant_for(*dev_, QuantMode::RmsNorm, std::span(readers, static_cast<size_t>(n)), at(x), 0,
-                  vector_addr(norm), 0, rows, act(x).cols, eps, act_);
+    gpu_quant_for(*dev_, QuantMode::RmsNorm, rs, at(x), 0, vector_addr(norm), 0, rows, act(x).cols, eps, act_);
+    if (grouped) {
+      DevAddr y[3];
+      int64_t ld[3];
+      for (int i = 0; i < n; ++i) y[i] = at(ys[i]), ld[i] = act(ys[i]).cols;
+      gpu_gemm_group(*dev_, rs, act_, rows, std::span(y, static_cast<size_t>(n)), std::span(ld, static_cast<size_t>(n)));
+      return;
+    }
     for (int i = 0; i < n; ++i) gpu_gemm(*dev_, *readers[i], act_, rows, at(ys[i]), act(ys[i]).cols, false);
   });
+}
+
+void GpuExecutor::prepare_shared(const model::WeightHandle* ws, int n) {
+  if (n < 2 || n > 3) return;
+  GemmGroupDesc g;
+  for (int i = 0; i < n; ++i) {
+    if (!ws[i].valid()) return;
+    g.members.push_back(weight(ws[i]).desc());
+  }
+  if (!gemm_group_ok(g.members)) return;
+  kernels_.add(g);
+  kernels_loaded_ = false;
 }
 
 void GpuExecutor::matmul_add(model::WeightHandle h, model::Act x, int64_t rows, model::Act y) {

@@ -56,6 +56,8 @@ class GpuExecutor : public model::Executor {
   void prepare_model(const model::HParams& hp) override;
   // Throws dllm::Error naming the tensor when its type has no GPU kernel (F16, F32, ...).
   model::WeightHandle prepare_weight(const gguf::TensorInfo& tensor) override;
+  // Q, K(, V) and gate, up of tiled formats: one launch each (a GemmGroupDesc in the model's unit).
+  void prepare_shared(const model::WeightHandle* ws, int n) override;
   void matmul(model::WeightHandle w, const float* x, int64_t rows, float* y) override;
   // One upload and one activation quantisation for all the products of x (Q/K/V; gate/up).
   void matmul_shared(const model::WeightHandle* ws, float* const* ys, int n, const float* x, int64_t rows) override;

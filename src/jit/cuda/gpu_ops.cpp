@@ -59,8 +59,8 @@ void gpu_quant_for(Device& dev, QuantMode mode, std::span<const GpuWeight* const
   }
 }
 
-void gpu_gemm(Device& dev, const GpuWeight& w, const ActBuffers& act, int64_t rows, DevAddr y, int64_t ldy,
-              bool accumulate) {
+namespace {
+GemmParams gemm_params(const GpuWeight& w, const ActBuffers& act, int64_t rows, DevAddr y, int64_t ldy, bool accumulate) {
   if (act.k != w.layout.k || act.format != act_format_for(w.layout.format) || rows > act.rows ||
       act.q.bytes() < act_bytes(rows, w.layout.k)) {
     throw Error("internal error: the activations quantised for " + w.name + " do not fit it");
@@ -75,8 +75,36 @@ void gpu_gemm(Device& dev, const GpuWeight& w, const ActBuffers& act, int64_t ro
   p.rows = static_cast<int>(rows);
   p.ldy = static_cast<int>(ldy);
   p.accumulate = accumulate ? 1 : 0;
+  return p;
+}
+}  // namespace
+
+void gpu_gemm(Device& dev, const GpuWeight& w, const ActBuffers& act, int64_t rows, DevAddr y, int64_t ldy,
+              bool accumulate) {
+  const GemmParams p = gemm_params(w, act, rows, y, ldy, accumulate);
   const GemmDesc d = w.desc();
   dev.launch(gemm_kernel_name(d, rows, dev.sm_count()), gemm_launch(d, rows, dev.arch(), dev.sm_count()), &p, sizeof p);
+}
+
+GemmGroupDesc gemm_group_of(std::span<const GpuWeight* const> ws) {
+  GemmGroupDesc g;
+  for (const GpuWeight* w : ws) g.members.push_back(w->desc());
+  return g;
+}
+
+void gpu_gemm_group(Device& dev, std::span<const GpuWeight* const> ws, const ActPair& act, int64_t rows,
+                    std::span<const DevAddr> ys, std::span<const int64_t> ldys) {
+  const GemmGroupDesc g = gemm_group_of(ws);
+  if (!gemm_group_ok(g.members) || ys.size() != ws.size() || ldys.size() != ws.size()) {
+    throw Error("internal error: products that cannot share a launch");
+  }
+  GemmGroupParams p{};
+  for (size_t i = 0; i < ws.size(); ++i) {
+    const ActBuffers& a = act[static_cast<size_t>(act_format_for(ws[i]->layout.format))];
+    p.m[i] = gemm_params(*ws[i], a, rows, ys[i], ldys[i], false);
+  }
+  dev.launch(gemm_group_kernel_name(g, rows, dev.sm_count()), gemm_group_launch(g, rows, dev.arch(), dev.sm_count()), &p,
+             sizeof p);
 }
 
 namespace {

@@ -61,6 +61,13 @@ inline void gpu_gemm(Device& dev, const GpuWeight& w, const ActPair& act, int64_
   gpu_gemm(dev, w, act[static_cast<size_t>(act_format_for(w.layout.format))], rows, y, ldy, accumulate);
 }
 
+// The group of these products (GemmGroupDesc; gemm_group_ok says whether they can share a launch).
+GemmGroupDesc gemm_group_of(std::span<const GpuWeight* const> ws);
+// y_i = act . W_i for the 2 or 3 products of one activation in one launch (gemm_tc_group_body), the bits of
+// gpu_gemm on each.
+void gpu_gemm_group(Device& dev, std::span<const GpuWeight* const> ws, const ActPair& act, int64_t rows,
+                    std::span<const DevAddr> ys, std::span<const int64_t> ldys);
+
 // out <- split-f16 per-head layout of x ([rows][ld] f32) with bias and RoPE (double tables
 // [positions][n_rot/2], positions per row in pos) as the descriptor says. out holds d.n_head * pad_rows(rows) * d.head_dim halves.
 void gpu_pack(Device& dev, const PackDesc& d, DevAddr x, int64_t rows, int64_t ld, DevAddr bias, DevAddr cos_t,

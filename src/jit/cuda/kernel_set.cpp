@@ -1,6 +1,7 @@
 // Kernel descriptors, their names and launch geometry, and the generated translation unit (kernel_set.h).
 #include "jit/cuda/kernel_set.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 #include <utility>
@@ -70,6 +71,20 @@ std::string PackDesc::name() const {
   return "dllm_pack_h" + std::to_string(n_head) + "_d" + std::to_string(head_dim) + "_r" + std::to_string(n_rot) +
          "_" + pack_style_name(style) + (transpose ? "_t" : "");
 }
+std::string GemmGroupDesc::name() const {
+  std::string s = "dllm_gemmgrp_k" + std::to_string(members.empty() ? 0 : members[0].k);
+  for (const GemmDesc& m : members) s += std::string("_") + weight_format_name(m.format) + "_n" + std::to_string(m.n);
+  return s;
+}
+
+bool gemm_group_ok(const std::vector<GemmDesc>& members) {
+  if (members.size() < 2 || members.size() > 3) return false;
+  for (const GemmDesc& m : members) {
+    if (!tiled_gemm(m.format) || m.k != members[0].k) return false;
+  }
+  return true;
+}
+
 std::string PackQkvDesc::name() const {
   return "dllm_packqkv_h" + std::to_string(n_head) + "_kv" + std::to_string(n_head_kv) + "_d" + std::to_string(head_dim) +
          "_r" + std::to_string(n_rot) + "_" + pack_style_name(style);
@@ -104,6 +119,23 @@ Launch gemm_launch(const GemmDesc& d, int64_t rows, int arch, int sms) {
   return {to_unsigned(padded_ntiles(d.n) / kGemmBlockTiles, "grid"),
           to_unsigned((pad_rows(rows) + kGemmBlockRows - 1) / kGemmBlockRows, "grid"), kGemmThreads};
 }
+bool gemm_group_split(const GemmGroupDesc& g, int64_t rows, int sms) {
+  int64_t wide_blocks = 0;
+  for (const GemmDesc& m : g.members) wide_blocks += padded_ntiles(m.n) * 8 / tc_cols(false) * (pad_rows(rows) / tc_rows(false));
+  return wide_blocks < sms;
+}
+Launch gemm_group_launch(const GemmGroupDesc& g, int64_t rows, int arch, int sms) {
+  const bool split = gemm_group_split(g, rows, sms);
+  Launch l{0, to_unsigned(pad_rows(rows) / tc_rows(split), "grid"), static_cast<unsigned>(kTcThreads), 0};
+  for (const GemmDesc& m : g.members) {
+    l.grid_x += to_unsigned(padded_ntiles(m.n) * 8 / tc_cols(split), "grid");
+    l.shared_bytes = std::max(l.shared_bytes, static_cast<unsigned>(gemm_tc_smem_bytes(static_cast<int>(m.format), arch, split)));
+  }
+  return l;
+}
+std::string gemm_group_kernel_name(const GemmGroupDesc& g, int64_t rows, int sms) {
+  return gemm_group_split(g, rows, sms) ? g.name() + "_split" : g.name();
+}
 Launch row_copy_launch(int64_t rows) { return {to_unsigned(rows, "grid"), 1, kCopyThreads}; }
 Launch quant_launch(int64_t rows) { return {to_unsigned(pad_rows(rows), "grid"), 1, kQuantThreads}; }
 unsigned pack_blocks(const PackDesc& d, int64_t rows) {
@@ -127,6 +159,7 @@ size_t act_sum_bytes(int64_t rows, int64_t k) {
 
 void KernelSet::add(const KernelSet& o) {
   gemm_.insert(o.gemm_.begin(), o.gemm_.end());
+  group_.insert(o.group_.begin(), o.group_.end());
   quant_.insert(o.quant_.begin(), o.quant_.end());
   pack_.insert(o.pack_.begin(), o.pack_.end());
   pack_qkv_.insert(o.pack_qkv_.begin(), o.pack_qkv_.end());
@@ -140,6 +173,10 @@ std::vector<std::string> KernelSet::names() const {
   for (const auto& d : gemm_) {
     out.push_back(d.name());
     if (tiled_gemm(d.format)) out.push_back(d.name() + "_split");
+  }
+  for (const auto& d : group_) {
+    out.push_back(d.name());
+    out.push_back(d.name() + "_split");
   }
   for (const auto& d : pack_) out.push_back(d.name());
   for (const auto& d : pack_qkv_) out.push_back(d.name());
@@ -182,6 +219,18 @@ std::string KernelSet::source() const {
     s << "extern \"C\" __global__ void __launch_bounds__(" << kPackThreads << ") " << d.name()
       << "(const PackParams p) { pack_heads_body<" << d.n_head << ", " << d.head_dim << ", " << d.n_rot << ", "
       << static_cast<int>(d.style) << ", " << (d.transpose ? 1 : 0) << ">(p); }\n";
+  }
+  for (const auto& d : group_) {  // as the tiled GEMMs, wide and split, but one block per SM: the members' code in one
+    // kernel needs more than 128 registers (ptxas spills at 2 blocks); the wide tiling's shared memory allows one anyway
+    for (const bool split : {false, true}) {
+      s << "extern \"C\" __global__ void __launch_bounds__(" << kTcThreads << ", 1) " << d.name() << (split ? "_split" : "")
+        << "(const GemmGroupParams p) { gemm_tc_group_body<" << (split ? "true" : "false") << ", " << d.members[0].k;
+      for (size_t i = 0; i < 3; ++i) {
+        if (i < d.members.size()) s << ", " << static_cast<int>(d.members[i].format) << ", " << d.members[i].n;
+        else s << ", 0, 0";
+      }
+      s << ">(p); }\n";
+    }
   }
   for (const auto& d : pack_qkv_) {
     s << "extern \"C\" __global__ void __launch_bounds__(" << kPackThreads << ") " << d.name()
@@ -329,6 +378,27 @@ KernelSet kernels_for_model(const model::HParams& hp, const model::ModelTensors&
     quant(QuantMode::Plain, tensors.self_cond_down);
   }
   quant(QuantMode::RmsNorm, tensors.output);  // final norm -> LM head
+  // The products that share one launch (prepare_forward_weights announces the same groups to the executor).
+  const auto group = [&](std::initializer_list<const gguf::TensorInfo*> ms) {
+    GemmGroupDesc g;
+    for (const gguf::TensorInfo* m : ms) {
+      if (!m) return;
+      WeightFormat f = WeightFormat::Q8_0;
+      weight_format_of(m->type(), &f);
+      g.members.push_back(GemmDesc{f, m->ne[1], m->ne[0]});
+    }
+    if (gemm_group_ok(g.members)) set.add(g);
+  };
+  for (const model::LayerTensors& l : tensors.layers) {
+    if (l.wv) {
+      group({l.wq, l.wk, l.wv});
+      group({l.wk, l.wv});
+    } else {
+      group({l.wq, l.wk});
+    }
+    group({l.ffn_gate, l.ffn_up});
+  }
+  group({tensors.self_cond_gate, tensors.self_cond_up});
   add_attention_kernels(set, hp);
   set.add_row_copy();
   return set;

@@ -36,6 +36,14 @@ struct GemmDesc {
   auto operator<=>(const GemmDesc&) const = default;
   std::string name() const;  // dllm_gemm_q4_k_n4096_k4096
 };
+// Two or three tiled GEMMs of one activation (a layer's Q, K, V; K, V; gate, up) in one launch.
+struct GemmGroupDesc {
+  std::vector<GemmDesc> members;  // 2 or 3 (gemm_group_ok)
+  auto operator<=>(const GemmGroupDesc&) const = default;
+  std::string name() const;  // dllm_gemmgrp_k4096_q4_k_n4096_q4_k_n1024_q6_k_n1024
+};
+// True when the products can share a launch: 2 or 3 of them, every one a tiled format, one k.
+bool gemm_group_ok(const std::vector<GemmDesc>& members);
 struct QuantDesc {
   QuantMode mode;
   ActFormat act;
@@ -81,6 +89,10 @@ inline int64_t padded_ntiles(int64_t n) { return (n / 8 + 15) / 16 * 16; }
 Launch gemm_launch(const GemmDesc& d, int64_t rows, int arch, int sms);
 bool gemm_split(const GemmDesc& d, int64_t rows, int sms);
 std::string gemm_kernel_name(const GemmDesc& d, int64_t rows, int sms);  // d.name() or d.name() + "_split"
+// A group's tiling (the split one when the members' wide grids together have fewer blocks than SMs), launch and name.
+bool gemm_group_split(const GemmGroupDesc& g, int64_t rows, int sms);
+Launch gemm_group_launch(const GemmGroupDesc& g, int64_t rows, int arch, int sms);
+std::string gemm_group_kernel_name(const GemmGroupDesc& g, int64_t rows, int sms);
 // True for the weight formats the tiled GEMM (kernels/gemm_tc.cuh) runs.
 bool tiled_gemm(WeightFormat f);
 Launch quant_launch(int64_t rows);
@@ -101,11 +113,13 @@ class KernelSet {
   void add(const PackDesc& d) { pack_.insert(d); }
   void add(const AttnDesc& d) { attn_.insert(d); }
   void add(const PackQkvDesc& d) { pack_qkv_.insert(d); }
+  void add(const GemmGroupDesc& d) { group_.insert(d); }
   void add(const KernelSet& other);
   void add_row_copy() { row_copy_ = true; }  // dllm_copy_rows (kRowCopyKernel): the executor's gathers and scatters
   bool contains(const std::string& kernel_name) const;
   bool empty() const {
-    return gemm_.empty() && quant_.empty() && pack_.empty() && pack_qkv_.empty() && attn_.empty() && !row_copy_;
+    return gemm_.empty() && group_.empty() && quant_.empty() && pack_.empty() && pack_qkv_.empty() && attn_.empty() &&
+           !row_copy_;
   }
 
   // Every entry point, in source order.
@@ -120,6 +134,7 @@ class KernelSet {
 
  private:
   std::set<GemmDesc> gemm_;
+  std::set<GemmGroupDesc> group_;
   std::set<QuantDesc> quant_;
   std::set<PackDesc> pack_;
   std::set<PackQkvDesc> pack_qkv_;

@@ -124,8 +124,9 @@ DEV void tc_q6_half(int (&isum)[2][4][4], const unsigned char* sa, const unsigne
 }
 
 // SPLIT: the split tiling (params.cuh): warp w multiplies sub-blocks of quarter w / 2 for column half w % 2.
+// One block's tile: columns from bx * COLS, rows from by * ROWS.
 template <int WT, int N, int K, bool SPLIT>
-DEV void gemm_tc_body(const GemmParams& p) {
+DEV void gemm_tc_tile(const GemmParams& p, int bx, int by) {
   static_assert(WT == WT_Q4_K || WT == WT_Q5_K || WT == WT_Q6_K, "the tiled GEMM takes Q4_K, Q5_K and Q6_K");
   static_assert(N % 8 == 0 && K % 256 == 0, "bad K-quant GEMM shape");
   constexpr bool Q6 = WT == WT_Q6_K, Q5 = WT == WT_Q5_K;
@@ -141,7 +142,7 @@ DEV void gemm_tc_body(const GemmParams& p) {
   const int g = lane >> 2, t = lane & 3;
   // Wide: warps 2 (M) x 4 (N). Split: 1 x 2 (N) x 4 (quarters of each super-block, wk).
   const int wm = SPLIT ? 0 : warp >> 2, wn = SPLIT ? warp & 1 : warp & 3, wk = SPLIT ? warp >> 1 : 0;
-  const int row0 = blockIdx.y * ROWS, col0 = blockIdx.x * COLS;
+  const int row0 = by * ROWS, col0 = bx * COLS;
 
   float acc[2][4][4];
   zero_tiles(acc);
@@ -337,6 +338,27 @@ DEV void gemm_tc_body(const GemmParams& p) {
     UNROLL
     for (int nt = 0; nt < 4; ++nt)
       gemm_store_tile<N>(p, row0 + wm * 32 + mt * 16 + g, col0 + wn * 32 + nt * 8 + 2 * t, acc[mt][nt]);
+}
+
+template <int WT, int N, int K, bool SPLIT>
+DEV void gemm_tc_body(const GemmParams& p) {
+  gemm_tc_tile<WT, N, K, SPLIT>(p, blockIdx.x, blockIdx.y);
+}
+
+// Two or three GEMMs of one activation (a layer's Q, K, V or gate, up) in one launch, the same tiling for all: the
+// first member's column blocks, then the second's, then the third's (N2 = 0: two members). Each block runs one
+// member's tile exactly as that member's own launch would, so the results are the same bits.
+template <bool SPLIT, int K, int WT0, int N0, int WT1, int N1, int WT2, int N2>
+DEV void gemm_tc_group_body(const GemmGroupParams& p) {
+  constexpr int B0 = tc_col_blocks(N0, SPLIT), B1 = tc_col_blocks(N1, SPLIT);
+  const int bx = blockIdx.x, by = blockIdx.y;
+  if (bx < B0) {
+    gemm_tc_tile<WT0, N0, K, SPLIT>(p.m[0], bx, by);
+  } else if (N2 == 0 || bx < B0 + B1) {
+    gemm_tc_tile<WT1, N1, K, SPLIT>(p.m[1], bx - B0, by);
+  } else {
+    if constexpr (N2 > 0) gemm_tc_tile<WT2, N2, K, SPLIT>(p.m[2], bx - B0 - B1, by);
+  }
 }
 
 #endif

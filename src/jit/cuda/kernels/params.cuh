@@ -72,6 +72,13 @@ struct RowCopyParams {
   int scatter;      // 0: gather, 1: scatter
 };
 
+// Column blocks of one tiled GEMM of N columns (8-column tiles padded to 16, params of a tiling).
+constexpr int tc_col_blocks(int n, bool split) { return (n / 8 + 15) / 16 * 16 * 8 / tc_cols(split); }
+// Two or three tiled GEMMs of one activation in one launch (gemm_tc_group_body); m[2] unused for two.
+struct GemmGroupParams {
+  GemmParams m[3];
+};
+
 // Bias, RoPE and conversion to split f16 of one projection's output, rearranged per head for attention.
 struct PackParams {
   const float* x;      // [rows][ld] f32 projection output (heads concatenated)
