@@ -24,6 +24,7 @@
 #include "jit/cpu_executor.h"
 #include "jit/cuda/gpu_executor.h"
 #include "jit/cuda/gpu_ops.h"
+#include "jit/cuda/staging.h"
 #include "jit/cuda/weight_pack.h"
 #include "common/error.h"
 #include "model/batch.h"
@@ -757,6 +758,73 @@ void check_pack(jc::PackStyle style) {
 
 TEST(GpuEmulated, PackRopeNorm) { check_pack(jc::PackStyle::Norm); }
 TEST(GpuEmulated, PackRopeNeox) { check_pack(jc::PackStyle::Neox); }
+
+// The pinned staging of uploads (CudaDevice): outside a capture a full arena waits for the stream and starts again
+// (so memory stays at one chunk); inside one nothing is handed out twice and the arena grows instead, until the
+// stream idles and the chunks merge.
+TEST(GpuStaging, EagerUploadsReuseOneChunkCapturedOnesNeverOverlap) {
+  std::map<void*, size_t> live;
+  size_t waits = 0, allocs = 0;
+  jc::StagingArena* arena = nullptr;
+  jc::StagingArena a(jc::StagingArena::Hooks{[&](size_t n) {
+                                               ++allocs;
+                                               void* p = std::aligned_alloc(4096, (n + 4095) / 4096 * 4096);  // pinned memory is page-aligned
+                                               live[p] = n;
+                                               return p;
+                                             },
+                                             [&](void* p) {
+                                               live.erase(p);
+                                               std::free(p);
+                                             },
+                                             [&] {
+                                               ++waits;
+                                               arena->reset();
+                                             }});
+  arena = &a;
+  const auto inside = [&](void* p, size_t n) {
+    for (const auto& [base, size] : live) {
+      if (static_cast<char*>(p) >= static_cast<char*>(base) && static_cast<char*>(p) + n <= static_cast<char*>(base) + size)
+        return true;
+    }
+    return false;
+  };
+  // Eager: 40 uploads of 1 MB through a 4 MiB chunk, waiting each time it fills.
+  for (int i = 0; i < 40; ++i) {
+    void* p = a.stage(1000000, false);
+    ASSERT_TRUE(inside(p, 1000000));
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % jc::StagingArena::kAlign, 0u);
+  }
+  EXPECT_EQ(a.chunks(), 1u);
+  EXPECT_EQ(a.bytes_held(), jc::StagingArena::kMinChunk);
+  EXPECT_EQ(waits, 9u) << "four uploads fit a chunk";
+  EXPECT_EQ(allocs, 1u);
+
+  // Captured: 25 uploads of 1 MB, never a wait, every range its own.
+  a.reset();
+  waits = 0;
+  std::vector<std::pair<char*, size_t>> ranges;
+  for (int i = 0; i < 25; ++i) {
+    char* p = static_cast<char*>(a.stage(1000000 + 7 * i, true));
+    ASSERT_TRUE(inside(p, 1000000 + 7 * i));
+    for (const auto& [q, n] : ranges) ASSERT_TRUE(p + 1000000 + 7 * i <= q || q + n <= p) << "upload " << i << " overlaps";
+    ranges.emplace_back(p, 1000000 + 7 * i);
+  }
+  EXPECT_EQ(waits, 0u);
+  EXPECT_GT(a.chunks(), 1u);
+  const size_t held = a.bytes_held();
+  a.reset();  // the stream idled: one chunk of all of it
+  EXPECT_EQ(a.chunks(), 1u);
+  EXPECT_EQ(a.bytes_held(), held);
+  const size_t allocs_before = allocs;
+  for (int i = 0; i < 25; ++i) a.stage(1000000 + 7 * i, true);
+  EXPECT_EQ(allocs, allocs_before) << "the next capture of the same uploads fits the merged chunk";
+  // An eager upload larger than the chunk: a chunk of its own, merged at the next reset.
+  a.reset();
+  void* big = a.stage(held + 1, false);
+  EXPECT_TRUE(inside(big, held + 1));
+  a.clear();
+  EXPECT_TRUE(live.empty());
+}
 
 // dllm_copy_rows: listed rows in any order (repeats included for a gather) in one launch, rows of an odd width.
 TEST(GpuEmulated, CopyRowsGathersAndScatters) {

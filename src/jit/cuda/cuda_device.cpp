@@ -88,7 +88,15 @@ std::unique_ptr<CudaDevice> CudaDevice::open(int ordinal) {
   return cd;
 }
 
-CudaDevice::CudaDevice(Driver& d, DeviceInfo info) : d_(d), info_(std::move(info)) {}
+CudaDevice::CudaDevice(Driver& d, DeviceInfo info)
+    : d_(d),
+      info_(std::move(info)),
+      staging_(StagingArena::Hooks{[this](size_t bytes) {
+                                     void* p = nullptr;
+                                     CU_CHECK(d_, cuMemHostAlloc, &p, bytes, 0);
+                                     return p;
+                                   },
+                                   [this](void* p) { d_.cuMemFreeHost(p); }, [this] { idle(); }}) {}
 
 CudaDevice::~CudaDevice() {
   if (!ctx_) return;
@@ -100,7 +108,7 @@ CudaDevice::~CudaDevice() {
   d_.cuCtxSynchronize();
   for (auto& e : graphs_cache_.entries()) d_.cuGraphExecDestroy(e.exec);
   for (DevAddr p : deferred_free_) d_.cuMemFree(p);
-  for (const Pinned& p : staging_) d_.cuMemFreeHost(p.p);
+  staging_.clear();
   if (down_.p) d_.cuMemFreeHost(down_.p);
   if (done_) d_.cuEventDestroy(done_);
   if (stream_) d_.cuStreamDestroy(stream_);
@@ -139,49 +147,14 @@ void CudaDevice::free(DevAddr p) noexcept {
 }
 
 namespace {
-constexpr size_t kStageAlign = 256;
 constexpr size_t kStagePiece = size_t{16} << 20;  // an eager upload or download goes through at most this at once
-constexpr size_t kStageMin = size_t{4} << 20;
 }  // namespace
-
-void* CudaDevice::stage(size_t bytes) {
-  const size_t need = (bytes + kStageAlign - 1) / kStageAlign * kStageAlign;
-  if (!staging_.empty() && staged_ + need <= staging_.back().bytes) {
-    void* p = static_cast<char*>(staging_.back().p) + staged_;
-    staged_ += need;
-    return p;
-  }
-  if (!capturing_ && !staging_.empty()) {
-    idle();  // every earlier upload has been read: start again at the first chunk
-    if (need <= staging_.back().bytes) {
-      staged_ = need;
-      return staging_.back().p;
-    }
-  }
-  // A new chunk (while capturing the old ones stay: the graph reads them when it runs).
-  const size_t last = staging_.empty() ? 0 : staging_.back().bytes;
-  Pinned c;
-  c.bytes = std::max({need, 2 * last, kStageMin});
-  CU_CHECK(d_, cuMemHostAlloc, &c.p, c.bytes, 0);
-  staging_.push_back(c);
-  staged_ = need;
-  return c.p;
-}
 
 void CudaDevice::idle() {
   CU_CHECK(d_, cuStreamSynchronize, stream_);
   for (DevAddr p : deferred_free_) d_.cuMemFree(p);
   deferred_free_.clear();
-  if (staging_.size() > 1) {  // one chunk as large as all of them, from now on
-    size_t total = 0;
-    for (const Pinned& c : staging_) total += c.bytes, d_.cuMemFreeHost(c.p);
-    staging_.clear();
-    Pinned c;
-    c.bytes = total;
-    CU_CHECK(d_, cuMemHostAlloc, &c.p, c.bytes, 0);
-    staging_.push_back(c);
-  }
-  staged_ = 0;
+  staging_.reset();
 }
 
 void CudaDevice::upload(DevAddr dst, const void* src, size_t bytes) {
@@ -191,7 +164,7 @@ void CudaDevice::upload(DevAddr dst, const void* src, size_t bytes) {
   const size_t piece = capturing_ ? bytes : kStagePiece;
   for (size_t at = 0; at < bytes; at += piece) {
     const size_t n = std::min(piece, bytes - at);
-    void* h = stage(n);
+    void* h = staging_.stage(n, capturing_);
     std::memcpy(h, static_cast<const char*>(src) + at, n);
     CU_CHECK(d_, cuMemcpyHtoDAsync, dst + at, h, n, stream_);
   }

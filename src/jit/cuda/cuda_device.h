@@ -13,6 +13,7 @@
 
 #include "jit/cuda/device.h"
 #include "jit/cuda/driver.h"
+#include "jit/cuda/staging.h"
 
 namespace dllm::jit::cuda {
 
@@ -52,9 +53,6 @@ class CudaDevice : public Device {
  private:
   CudaDevice(Driver& d, DeviceInfo info);
   void bind() const;
-  // Pinned host memory holding `bytes` for an upload, valid until the stream next idles (idle()); while capturing,
-  // until the captured graph has run.
-  void* stage(size_t bytes);
   // Waits for the stream, then frees what waited for it and lets the staging memory be reused.
   void idle();
   // Ends the capture and returns its graph (throws, naming DLLM_GPU_GRAPHS=0, when the capture failed).
@@ -78,8 +76,7 @@ class CudaDevice : public Device {
   std::vector<std::string> notes_;
   CUstream stream_ = nullptr;
   CUevent done_ = nullptr;
-  std::vector<Pinned> staging_;  // upload staging: chunks filled in order, the last one open
-  size_t staged_ = 0;            // bytes used of the last chunk
+  StagingArena staging_;  // upload staging (pinned)
   Pinned down_;                  // download staging
   std::vector<DevAddr> deferred_free_;
   bool graphs_ = false, capturing_ = false;
