@@ -288,7 +288,7 @@ void GpuExecutor::norm_matmul(model::Act x, int64_t rows, model::VectorHandle no
   load_model_kernels();
   const std::span<const GpuWeight* const> rs(readers, static_cast<size_t>(n));
   const GemmGroupDesc group = gemm_group_of(rs);
-  const bool grouped = gemm_group_ok(group.members) && kernels_.contains(group.name());  // announced by prepare_shared
+  const bool grouped = gemm_group_ok(group.members) && kernels_.contains(group);  // announced by prepare_shared
   timed(profile_.gemm_s, [&] {
     gpu_quant_for(*dev_, QuantMode::RmsNorm, rs, at(x), 0, vector_addr(norm), 0, rows, act(x).cols, eps, act_);
     if (grouped) {

@@ -117,6 +117,7 @@ class KernelSet {
   void add(const KernelSet& other);
   void add_row_copy() { row_copy_ = true; }  // dllm_copy_rows (kRowCopyKernel): the executor's gathers and scatters
   bool contains(const std::string& kernel_name) const;
+  bool contains(const GemmGroupDesc& d) const { return group_.count(d) != 0; }  // a set lookup, for every step
   bool empty() const {
     return gemm_.empty() && group_.empty() && quant_.empty() && pack_.empty() && pack_qkv_.empty() && attn_.empty() &&
            !row_copy_;
