@@ -3,7 +3,8 @@
 // bench/gpu/device-check.sh runs it on a GPU machine. Checks: logits of every quantised fixture and case
 // against the CPU reference executor (the forward program on the device, with the weights prepared by
 // hand and through Model), greedy generations identical to the references (and so to the CPU path) on
-// every quantised generation fixture, Q5_K models (made from the Q4_K_M fixtures), the kernel cache (a second load compiles nothing), types without GPU kernels named,
+// every quantised generation fixture, Q5_K models (made from the Q4_K_M fixtures), a pass as one CUDA Graph against the
+// same pass launched kernel by kernel, the kernel cache (a second load compiles nothing), types without GPU kernels named,
 // and the device choice reported for this machine.
 #include <gtest/gtest.h>
 
@@ -90,6 +91,46 @@ TEST_P(GpuDevice, ExecutorPathMatchesTheCpuReference) {
 INSTANTIATE_TEST_SUITE_P(TinyQuantised, GpuDevice,
                          ::testing::Values("tiny-llada-Q8_0", "tiny-llada-Q4_K_M", "tiny-dream-Q8_0",
                                            "tiny-dream-Q4_K_M"));
+
+// CUDA Graphs on the device: passes of several shapes as one graph each give the bits of the same passes launched
+// kernel by kernel (DLLM_GPU_GRAPHS=0), and the graphs are really used (built once, then updated).
+TEST(GpuDeviceGraphs, StepAsOneGraphEqualsPlainLaunches) {
+  REQUIRE_GPU();
+  for (const std::string name : {"tiny-llada-Q4_K_M", "tiny-dream-Q8_0"}) {
+    SCOPED_TRACE(name);
+    const auto cpu = cpu_model(name);
+    const model::HParams& hp = cpu->hparams();
+    ThreadPool pool(4);
+    std::unique_ptr<jc::GpuExecutor> graph, plain;
+    {
+      ScopedEnv debug("DLLM_GPU_DEBUG", nullptr);  // the device check sets it, and it turns graphs off
+      graph = jc::GpuExecutor::open(pool);
+    }
+    {
+      ScopedEnv off("DLLM_GPU_GRAPHS", "0");
+      plain = jc::GpuExecutor::open(pool);
+    }
+    const model::ForwardWeights fg = model::prepare_forward_weights(hp, cpu->tensors(), *graph);
+    const model::ForwardWeights fp = model::prepare_forward_weights(hp, cpu->tensors(), *plain);
+    size_t passes = 0;
+    for (int round = 0; round < 2; ++round) {
+      for (const std::string& c : logits_case_names()) {
+        const LogitsCase lc = logits_case(name, c);
+        std::vector<float> a(lc.rows.size() * static_cast<size_t>(hp.n_vocab)), b(a.size());
+        model::forward(hp, fg, *graph, model::ForwardRequest{lc.ids, lc.rows, a.data()});
+        model::forward(hp, fp, *plain, model::ForwardRequest{lc.ids, lc.rows, b.data()});
+        EXPECT_EQ(a, b) << c << " round " << round;
+        ++passes;
+      }
+    }
+    const jc::GraphStats g = graph->device().graph_stats();
+    EXPECT_EQ(g.captured, passes - 1) << graph->graphs_line();
+    EXPECT_EQ(g.broken, 0u);
+    EXPECT_LT(g.instantiated, g.captured) << "every shape comes twice: some graphs are updated, not rebuilt";
+    EXPECT_EQ(plain->device().graph_stats().captured, 0u);
+    RecordProperty("graphs", graph->graphs_line());
+  }
+}
 
 // Q5_K on the device (q5k_model.h): the high-bits model against the CPU reference executor, and the
 // same-values copy bit-identical to its Q4_K_M file (Q5_K's byte quants and Q4_K's nibbles give the same

@@ -10,7 +10,8 @@
 #   machine             uname, CPU, memory, `nvidia-smi -q`, driver and CUDA versions, nvcc, NVRTC library
 #   configure, build    CMake Release with Ninja, all cores, only the targets the check needs
 #   versions            `dllm doctor` (the NVRTC version dllm loads, the GPU it sees)
-#   gpu-tests-device    ctest -R on the device suites (GpuDevice*, GpuGeneration); they skip themselves
+#   gpu-tests-device    ctest -R on the device suites (GpuDevice*, GpuGeneration; GpuDeviceGraphs compares a
+#                       pass as one CUDA Graph with plain launches, bit for bit); they skip themselves
 #                       without a usable GPU, so any skip here fails the stage
 #   parity-logits       `dllm logits --device gpu` on every fixture model and case against the CPU
 #                       reference executor (DLLM_EXECUTOR=reference): relative L2 per case
@@ -259,7 +260,7 @@ st_gpu_tests_cpu_side() {
 st_gpu_tests_device() {
   [ "$HAVE_GPU" = 1 ] || skip "no GPU: $GPU_WHY"
   export DLLM_GPU_DEBUG=1 DLLM_CACHE="$SCRATCH/cache"
-  ctest_stage device '^([A-Za-z]+/)?(GpuDevice|GpuDeviceCache|GpuDeviceChoice|GpuDeviceErrors|GpuGeneration)\.' ''
+  ctest_stage device '^([A-Za-z]+/)?(GpuDevice|GpuDeviceQ5K|GpuDeviceGraphs|GpuDeviceCache|GpuDeviceChoice|GpuDeviceErrors|GpuGeneration)\.' ''
 }
 
 st_parity_logits() {
