@@ -1400,6 +1400,47 @@ TEST(GpuEmulated, StepAsOneGraphEqualsPlainLaunches) {
   }
 }
 
+// The experts' products of a mixture-of-experts layer in one call (one upload, one quantisation, one download): each
+// group's outputs are bit for bit those of its own matmul_shared, for empty groups, one row, and more than a tile.
+TEST(GpuEmulated, GroupedExpertProductsEqualEachGroupAlone) {
+  model::LoadOptions opt;
+  opt.threads = 2;
+  const auto cpu = model::Model::load(data_path("moe/gguf/tiny-llada-moe-Q4_K_M.gguf"), opt);
+  EmulatedGpuModel g(*cpu);
+  const model::MoeLayer& moe = g.fw.layers[0].moe;
+  const int64_t D = g.hp.n_embd, F = moe.n_ff;
+  const std::vector<int64_t> n = {5, 0, 1, 70, 16};
+  std::vector<int64_t> row0(n.size());
+  int64_t R = 0;
+  for (size_t i = 0; i < n.size(); ++i) row0[i] = R, R += n[i];
+  const std::vector<float> x = random_rows(R, D, 9);
+  for (const int m : {2, 1}) {  // gate and up (two products a group), or down (over F: random rows of that width)
+    const int64_t k = m == 2 ? D : F;
+    const std::vector<float> xk = m == 2 ? x : random_rows(R, F, 10);
+    std::vector<model::WeightHandle> ws;
+    std::vector<std::vector<float>> grouped, alone;
+    for (size_t e = 0; e < n.size(); ++e) {
+      if (m == 2) ws.insert(ws.end(), {moe.gate[e], moe.up[e]});
+      else ws.push_back(moe.down[e]);
+    }
+    for (size_t i = 0; i < ws.size(); ++i) {
+      const int64_t cols = m == 2 ? F : D;
+      grouped.emplace_back(static_cast<size_t>(n[i / static_cast<size_t>(m)] * cols), -1.f);
+      alone.emplace_back(grouped.back().size(), -2.f);
+    }
+    std::vector<float*> yg, ya;
+    for (size_t i = 0; i < ws.size(); ++i) yg.push_back(grouped[i].data()), ya.push_back(alone[i].data());
+    const size_t downloads = g.dev->downloads();
+    g.gpu.matmul_grouped(ws.data(), yg.data(), m, row0.data(), n.data(), static_cast<int>(n.size()), xk.data(), k);
+    EXPECT_EQ(g.dev->downloads() - downloads, 1u);
+    for (size_t e = 0; e < n.size(); ++e) {
+      if (n[e] > 0) g.gpu.matmul_shared(ws.data() + e * m, ya.data() + e * m, m, xk.data() + row0[e] * k, n[e]);
+    }
+    for (size_t i = 0; i < ws.size(); ++i) EXPECT_EQ(grouped[i], alone[i]) << "m " << m << " product " << i;
+  }
+  EXPECT_EQ(g.dev->live_overruns(), 0u);
+}
+
 // A pass that needs the host in the middle (the mixture-of-experts router runs there) cuts its capture short at the
 // first download: what was recorded runs, the rest runs launch by launch with the same bits, and the executor stops
 // capturing for the next steps.

@@ -61,6 +61,9 @@ class GpuExecutor : public model::Executor {
   void matmul(model::WeightHandle w, const float* x, int64_t rows, float* y) override;
   // One upload and one activation quantisation for all the products of x (Q/K/V; gate/up).
   void matmul_shared(const model::WeightHandle* ws, float* const* ys, int n, const float* x, int64_t rows) override;
+  // Every group's products (a mixture-of-experts layer's experts) with one upload, one quantisation and one download.
+  void matmul_grouped(const model::WeightHandle* ws, float* const* ys, int m, const int64_t* row0, const int64_t* n,
+                      int groups, const float* x, int64_t k) override;
   void attention(const model::AttentionShape& shape, const float* q, int64_t n_q, const float* k, const float* v,
                  int64_t n_kv, float* out) override;
 

@@ -60,15 +60,18 @@ void gpu_quant_for(Device& dev, QuantMode mode, std::span<const GpuWeight* const
 }
 
 namespace {
-GemmParams gemm_params(const GpuWeight& w, const ActBuffers& act, int64_t rows, DevAddr y, int64_t ldy, bool accumulate) {
-  if (act.k != w.layout.k || act.format != act_format_for(w.layout.format) || rows > act.rows ||
-      act.q.bytes() < act_bytes(rows, w.layout.k)) {
+// act_row0: the first activation row the product reads (a multiple of kRowPad; the GEMM's tiles start there).
+GemmParams gemm_params(const GpuWeight& w, const ActBuffers& act, int64_t rows, DevAddr y, int64_t ldy, bool accumulate,
+                       int64_t act_row0 = 0) {
+  if (act.k != w.layout.k || act.format != act_format_for(w.layout.format) || act_row0 % kRowPad != 0 ||
+      act_row0 + rows > act.rows || act.q.bytes() < act_bytes(act_row0 + rows, w.layout.k)) {
     throw Error("internal error: the activations quantised for " + w.name + " do not fit it");
   }
+  const int64_t kbp = padded_kblocks(w.layout.k);
   GemmParams p{};
-  p.a = dev_ptr<const unsigned char>(act.q.addr());
-  p.da = dev_ptr<const float>(act.da.addr());
-  p.bs = dev_ptr<const short>(act.bs.addr());
+  p.a = dev_ptr<const unsigned char>(act.q.addr() + static_cast<size_t>(act_row0 / 16 * kbp * 512));
+  p.da = dev_ptr<const float>(act.da.addr() + static_cast<size_t>(act_row0 * kbp) * sizeof(float));
+  p.bs = dev_ptr<const short>(act.bs.addr() + static_cast<size_t>(act_row0 * kbp * 2) * sizeof(short));
   p.w = dev_ptr<const unsigned char>(w.quants.addr());
   p.ws = dev_ptr<const float>(w.scales.addr());
   p.y = dev_ptr<float>(y);
@@ -80,8 +83,8 @@ GemmParams gemm_params(const GpuWeight& w, const ActBuffers& act, int64_t rows, 
 }  // namespace
 
 void gpu_gemm(Device& dev, const GpuWeight& w, const ActBuffers& act, int64_t rows, DevAddr y, int64_t ldy,
-              bool accumulate) {
-  const GemmParams p = gemm_params(w, act, rows, y, ldy, accumulate);
+              bool accumulate, int64_t act_row0) {
+  const GemmParams p = gemm_params(w, act, rows, y, ldy, accumulate, act_row0);
   const GemmDesc d = w.desc();
   dev.launch(gemm_kernel_name(d, rows, dev.sm_count()), gemm_launch(d, rows, dev.arch(), dev.sm_count()), &p, sizeof p);
 }

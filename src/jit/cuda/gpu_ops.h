@@ -51,14 +51,14 @@ void gpu_quant(Device& dev, QuantMode mode, ActFormat fmt, int64_t k, DevAddr x,
 void gpu_quant_for(Device& dev, QuantMode mode, std::span<const GpuWeight* const> readers, DevAddr x, DevAddr x2,
                    DevAddr w, DevAddr row_map, int64_t rows, int64_t ld, float eps, ActPair& act);
 
-// y[r][j] (+)= act[r] . W[j] for r < rows (y's row stride ldy floats). Checks that act holds this
-// weight's activation format and width.
+// y[r][j] (+)= act[act_row0 + r] . W[j] for r < rows (y's row stride ldy floats; act_row0 a multiple of kRowPad).
+// Checks that act holds this weight's activation format and width.
 void gpu_gemm(Device& dev, const GpuWeight& w, const ActBuffers& act, int64_t rows, DevAddr y, int64_t ldy,
-              bool accumulate);
+              bool accumulate, int64_t act_row0 = 0);
 // The same with the buffer of w's format taken from the pair.
 inline void gpu_gemm(Device& dev, const GpuWeight& w, const ActPair& act, int64_t rows, DevAddr y, int64_t ldy,
-                     bool accumulate) {
-  gpu_gemm(dev, w, act[static_cast<size_t>(act_format_for(w.layout.format))], rows, y, ldy, accumulate);
+                     bool accumulate, int64_t act_row0 = 0) {
+  gpu_gemm(dev, w, act[static_cast<size_t>(act_format_for(w.layout.format))], rows, y, ldy, accumulate, act_row0);
 }
 
 // The group of these products (GemmGroupDesc; gemm_group_ok says whether they can share a launch).
