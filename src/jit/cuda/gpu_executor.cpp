@@ -169,16 +169,19 @@ void GpuExecutor::matmul_shared(const model::WeightHandle* ws, float* const* ys,
 
 void GpuExecutor::matmul_grouped(const model::WeightHandle* ws, float* const* ys, int m, const int64_t* row0,
                                  const int64_t* n, int groups, const float* x, int64_t k) {
-  // Every group's rows go up once, each from a multiple of kRowPad (the GEMM's tiles start there; the rows between
-  // groups are zeros), are quantised once, and each product reads its group's rows; the products' outputs come back
-  // in one download. A row's quants and products are those of the group's own matmul_shared: the same bits.
+  // Every group's rows go up once and are quantised once through a row map that starts each group at a multiple of
+  // kRowPad (the GEMM's tiles start there; the rows between groups repeat the group's first row, and their products
+  // are never stored); each product reads its group's rows, and the outputs come back in one download. A row's quants
+  // and products are those of the group's own matmul_shared: the same bits.
   std::vector<const GpuWeight*> readers;
-  std::vector<int64_t> start(static_cast<size_t>(groups), 0);
-  int64_t padded = 0, out_floats = 0;
+  std::vector<int64_t> start(static_cast<size_t>(groups), 0), map;
+  int64_t padded = 0, out_floats = 0, total = 0;
   for (int g = 0; g < groups; ++g) {
     if (n[g] <= 0) continue;
     start[static_cast<size_t>(g)] = padded;
     padded += pad_rows(n[g]);
+    total = std::max(total, row0[g] + n[g]);
+    for (int64_t i = 0; i < pad_rows(n[g]); ++i) map.push_back(row0[g] + (i < n[g] ? i : 0));
     for (int j = 0; j < m; ++j) {
       const GpuWeight* w = &weight(ws[g * m + j]);
       if (w->layout.k != k) throw Error(internal("matmul_grouped over matrices of another width"));
@@ -188,13 +191,9 @@ void GpuExecutor::matmul_grouped(const model::WeightHandle* ws, float* const* ys
   }
   if (readers.empty()) return;
   load_model_kernels();
-  host_x_.assign(static_cast<size_t>(padded * k), 0.0f);
-  for (int g = 0; g < groups; ++g) {
-    if (n[g] > 0) std::copy_n(x + row0[g] * k, n[g] * k, host_x_.data() + start[static_cast<size_t>(g)] * k);
-  }
-  const DevAddr xd = x_.get(*dev_, host_x_.size() * kF32);
-  dev_->upload(xd, host_x_.data(), host_x_.size() * kF32);
-  gpu_quant_for(*dev_, QuantMode::Plain, readers, xd, 0, 0, 0, padded, k, 0.f, act_);
+  const DevAddr xd = x_.get(*dev_, static_cast<size_t>(total * k) * kF32);
+  dev_->upload(xd, x, static_cast<size_t>(total * k) * kF32);
+  gpu_quant_for(*dev_, QuantMode::Plain, readers, xd, 0, 0, row_list(map), padded, k, 0.f, act_);
   const DevAddr yd = y_.get(*dev_, static_cast<size_t>(out_floats) * kF32);
   int64_t at = 0;
   for (int g = 0; g < groups; ++g) {
@@ -205,14 +204,14 @@ void GpuExecutor::matmul_grouped(const model::WeightHandle* ws, float* const* ys
       at += n[g] * w.layout.n;
     }
   }
-  std::vector<float> out(static_cast<size_t>(out_floats));
-  dev_->download(out.data(), yd, out.size() * kF32);
+  host_y_.resize(static_cast<size_t>(out_floats));
+  dev_->download(host_y_.data(), yd, host_y_.size() * kF32);
   at = 0;
   for (int g = 0; g < groups; ++g) {
     if (n[g] <= 0) continue;
     for (int j = 0; j < m; ++j) {
       const int64_t len = n[g] * weight(ws[g * m + j]).layout.n;
-      std::copy_n(out.data() + at, len, ys[g * m + j]);
+      std::copy_n(host_y_.data() + at, len, ys[g * m + j]);
       at += len;
     }
   }

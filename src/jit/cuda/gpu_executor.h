@@ -193,7 +193,7 @@ class GpuExecutor : public model::Executor {
   std::vector<DeviceBuffer> spare_;         // buffers of closed stores, reused by kv_open
   ActPair act_;
   Scratch qh_, kh_, vt_, logits_, gather_, pos_list_, ranges_, row_list_;
-  std::vector<float> host_x_;
+  std::vector<float> host_x_, host_y_;  // embeddings going up; matmul_grouped's outputs coming down
   std::vector<RopeTable> ropes_;  // one per RoPE flavour in use (Gemma-4: sliding and global layers)
   int64_t pos_cap_ = 0;
   DeviceBuffer pos_;  // positions 0..pos_cap_-1 (contiguous rows read their positions from it)
