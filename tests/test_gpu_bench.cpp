@@ -165,7 +165,8 @@ TEST(GpuBench, Gemm) {
         jc::ActBuffers act;
         const jc::ActFormat fmt = jc::act_format_for(w.layout.format);
         jc::gpu_quant(dev, jc::QuantMode::Plain, fmt, sh.k, xd.addr(), 0, 0, 0, rows, sh.k, 0.f, act);
-        const double sec = time_median(dev, 10, [&] { jc::gpu_gemm(dev, w, act, rows, yd.addr(), sh.n, false); });
+        jc::GemmWorkspace work;
+        const double sec = time_median(dev, 10, [&] { jc::gpu_gemm(dev, work, w, act, rows, yd.addr(), sh.n, false); });
         const double quant_sec =
             time_median(dev, 10, [&] { jc::gpu_quant(dev, jc::QuantMode::Plain, fmt, sh.k, xd.addr(), 0, 0, 0, rows, sh.k, 0.f, act); });
         emit("kernels.jsonl", {{"bench", "gemm"},

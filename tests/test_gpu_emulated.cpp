@@ -314,7 +314,9 @@ TEST(GpuEmulated, QuantRowsQ8_K) { check_quant(jc::ActFormat::Q8_K, 512); }
 // y = act . W^T through quant + GEMM on the emulator, against the exact product of the quantised
 // activations and the dequantised weights (only f32 accumulation separates them).
 // y = x W^T through the plain Q8_K quantiser and the GEMM of a K-quant tensor on dev, downloaded.
-std::vector<float> k_quant_gemm(EmulatorDevice& dev, const gguf::TensorInfo& t, const std::vector<float>& x, int64_t rows) {
+// work: the GEMM's workspace, when the caller looks at it afterwards.
+std::vector<float> k_quant_gemm(EmulatorDevice& dev, const gguf::TensorInfo& t, const std::vector<float>& x, int64_t rows,
+                                jc::GemmWorkspace* work = nullptr) {
   const int64_t n = t.ne[1], k = t.ne[0];
   const jc::GpuWeight w = upload_weight(dev, t);
   jc::KernelSet set;
@@ -325,7 +327,8 @@ std::vector<float> k_quant_gemm(EmulatorDevice& dev, const gguf::TensorInfo& t, 
   jc::ActBuffers act;
   jc::gpu_quant(dev, jc::QuantMode::Plain, jc::ActFormat::Q8_K, k, xd.buf.addr(), 0, 0, 0, rows, k, 0.f, act);
   DeviceBuffer y(dev, static_cast<size_t>(rows * n) * 4);
-  jc::gpu_gemm(dev, w, act, rows, y.addr(), n, false);
+  jc::GemmWorkspace own;
+  jc::gpu_gemm(dev, work ? *work : own, w, act, rows, y.addr(), n, false);
   std::vector<float> got(static_cast<size_t>(rows * n));
   dev.download(got.data(), y.addr(), got.size() * 4);
   return got;
@@ -349,7 +352,8 @@ void check_gemm(GgmlType type, int64_t n, int64_t k, int64_t rows, int sms = 132
   jc::ActBuffers act;
   jc::gpu_quant(dev, jc::QuantMode::Plain, fmt, k, xd.buf.addr(), 0, 0, 0, rows, k, 0.f, act);
   DeviceBuffer y(dev, static_cast<size_t>(rows * n) * 4);
-  jc::gpu_gemm(dev, w, act, rows, y.addr(), n, false);
+  jc::GemmWorkspace work;
+  jc::gpu_gemm(dev, work, w, act, rows, y.addr(), n, false);
   std::vector<float> got(static_cast<size_t>(rows * n));
   dev.download(got.data(), y.addr(), got.size() * 4);
 
@@ -372,7 +376,7 @@ void check_gemm(GgmlType type, int64_t n, int64_t k, int64_t rows, int sms = 132
   EXPECT_LT(rel_l2(got.data(), unquantised.data(), rows * n), 2e-2);  // what activation int8 costs
 
   // accumulate = 1 adds onto y.
-  jc::gpu_gemm(dev, w, act, rows, y.addr(), n, true);
+  jc::gpu_gemm(dev, work, w, act, rows, y.addr(), n, true);
   std::vector<float> twice(got.size());
   dev.download(twice.data(), y.addr(), twice.size() * 4);
   for (size_t i = 0; i < got.size(); ++i) ASSERT_FLOAT_EQ(twice[i], 2 * got[i]) << i;
@@ -398,24 +402,60 @@ TEST(GpuEmulated, TiledGemmPipelineAcrossBlocks) {
   }
 }
 
-// The split tiling (four warps per output tile, each on a quarter of every super-block, their int32 sums added)
-// gives every output the wide tiling's bits, for any row count: the choice between them can follow the grid size
-// without changing an answer (batched equals alone).
-TEST(GpuEmulated, TiledGemmSplitAndWideTilingsGiveTheSameBits) {
+// Every tiling gives every output the same bits, for any row count, so the choice can follow the grid size and the row
+// count without changing an answer (batched equals alone):
+// - the split tiling (four warps per output tile, each on a quarter of every super-block, their int32 sums added) and
+//   the wide one;
+// - the small-row kernel of 1-32 rows (split-K over persistent blocks: each chunk's float sums in a block of its own,
+//   added by the column block's last arrival in the order the tiled kernels add them within one block). Its rows are
+//   compared with the same rows of a 40-row product; with 3 SMs each block streams many items; its arrival counters
+//   are zero again after every launch. 4096 x 4096 has chunks of two super-blocks (tc_chunks), the others of one.
+TEST(GpuEmulated, TiledGemmEveryTilingGivesTheSameBits) {
+  struct Shape {
+    GgmlType type;
+    int64_t n, k;
+  };
+  std::vector<Shape> shapes;
   for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
-    for (auto [n, k, rows] : {std::tuple<int64_t, int64_t, int64_t>{264, 2048, 100}, {136, 512, 5}, {136, 512, 64}}) {
-      SCOPED_TRACE(ggml_type_name(type) + " " + std::to_string(n) + " x " + std::to_string(k) + ", " +
-                   std::to_string(rows) + " rows");
-      const SynthTensor t = synth_tensor(type, n, k, 19);
-      const std::vector<float> x = random_rows(rows, k, 3);
-      std::vector<float> out[2];
-      for (int split = 0; split < 2; ++split) {
+    shapes.push_back({type, 264, 2048});
+    shapes.push_back({type, 136, 512});
+  }
+  shapes.push_back({GgmlType::Q4_K, 4096, 4096});
+  static_assert(tc_chunks(4096, 4096) == 8 && tc_chunks(264, 2048) == 8 && tc_chunks(136, 512) == 2);
+  for (const Shape& sh : shapes) {
+    const int64_t n = sh.n, k = sh.k;
+    SCOPED_TRACE(ggml_type_name(sh.type) + " " + std::to_string(n) + " x " + std::to_string(k));
+    const bool big = n * k > 1000000;
+    const SynthTensor t = synth_tensor(sh.type, n, k, 19);
+    const std::string name = jc::GemmDesc{sh.type, n, k}.name();
+    const std::vector<float> x = random_rows(40, k, 3);
+    EmulatorDevice wide_dev;
+    wide_dev.sms = 0;
+    const std::vector<float> wide = k_quant_gemm(wide_dev, t.info, x, 40);
+    EXPECT_EQ(wide_dev.launch_counts().count(name), 1u);
+    if (!big) {
+      EmulatorDevice split_dev;
+      split_dev.sms = 1 << 20;
+      const std::vector<float> split = k_quant_gemm(split_dev, t.info, x, 40);
+      EXPECT_EQ(split_dev.launch_counts().count(name + "_split"), 1u);
+      EXPECT_EQ(std::memcmp(wide.data(), split.data(), wide.size() * 4), 0) << "split against wide";
+    }
+    for (const int64_t rows : big ? std::vector<int64_t>{5} : std::vector<int64_t>{1, 5, 32}) {
+      for (const int sms : {132, 3}) {
+        SCOPED_TRACE(std::to_string(rows) + " rows on " + std::to_string(sms) + " SMs");
         EmulatorDevice dev;
-        dev.sms = split ? 1 << 20 : 0;
-        out[split] = k_quant_gemm(dev, t.info, x, rows);
-        EXPECT_EQ(dev.launch_counts().count(jc::GemmDesc{type, n, k}.name() + "_split"), static_cast<size_t>(split));
+        dev.sms = sms;
+        jc::GemmWorkspace work;
+        const std::vector<float> few(x.begin(), x.begin() + rows * k);
+        const std::vector<float> small = k_quant_gemm(dev, t.info, few, rows, &work);
+        EXPECT_EQ(dev.launch_counts().count(name + "_small"), 1u);
+        EXPECT_EQ(std::memcmp(wide.data(), small.data(), small.size() * 4), 0) << "small-row kernel against wide";
+        std::vector<unsigned> counts(jc::gemm_small_counters(jc::GemmDesc{sh.type, n, k}));
+        ASSERT_GE(work.count.bytes(), counts.size() * 4);
+        if (!counts.empty()) dev.download(counts.data(), work.count.addr(), counts.size() * 4);
+        EXPECT_EQ(counts, std::vector<unsigned>(counts.size(), 0u)) << "arrival counters left set";
+        EXPECT_EQ(dev.live_overruns(), 0u);
       }
-      EXPECT_EQ(std::memcmp(out[0].data(), out[1].data(), out[0].size() * 4), 0);
     }
   }
 }
@@ -548,6 +588,7 @@ TEST(GpuEmulated, GroupedGemmsEqualTheirOwnLaunches) {
         const std::vector<float> x = random_rows(rows, k, 5);
         Upload xd(dev, x.data(), x.size() * 4);
         jc::ActPair act;
+        jc::GemmWorkspace work;
         jc::gpu_quant(dev, jc::QuantMode::Plain, jc::ActFormat::Q8_K, k, xd.buf.addr(), 0, 0, 0, rows, k, 0.f,
                       act[static_cast<size_t>(jc::ActFormat::Q8_K)]);
         std::vector<DeviceBuffer> own, grouped;
@@ -557,12 +598,12 @@ TEST(GpuEmulated, GroupedGemmsEqualTheirOwnLaunches) {
           const size_t bytes = static_cast<size_t>(rows * w->layout.n) * 4;
           own.emplace_back(dev, bytes);
           grouped.emplace_back(dev, bytes);
-          jc::gpu_gemm(dev, *w, act, rows, own.back().addr(), w->layout.n, false);
+          jc::gpu_gemm(dev, work, *w, act, rows, own.back().addr(), w->layout.n, false);
           ys.push_back(grouped.back().addr());
           lds.push_back(w->layout.n);
         }
         const size_t before = dev.launches();
-        jc::gpu_gemm_group(dev, group, act, rows, ys, lds);
+        jc::gpu_gemm_group(dev, work, group, act, rows, ys, lds);
         EXPECT_EQ(dev.launches() - before, 1u);
         for (size_t i = 0; i < members; ++i) {
           std::vector<float> a(static_cast<size_t>(rows * group[i]->layout.n)), b(a.size());
@@ -1361,7 +1402,7 @@ TEST(GpuEmulated, StepAsOneGraphEqualsPlainLaunches) {
       cases.push_back(logits_case(name, c));
     }
     cases.push_back(cases[0]);
-    cases.back().rows.resize(cases.back().rows.size() / 2);  // fewer logit rows
+    cases.back().rows.resize(cases.back().rows.size() - 3);  // fewer logit rows (over 32: the LM head's kernel stays)
     std::vector<size_t> built;
     size_t first_pass = 0;
     for (size_t i = 0; i < cases.size(); ++i) {

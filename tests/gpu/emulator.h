@@ -441,6 +441,18 @@ inline u32 pack_half2(float lo, float hi) {
   return static_cast<u32>(f32_to_f16(lo)) | (static_cast<u32>(f32_to_f16(hi)) << 16);
 }
 inline int round_to_int(float x) { return static_cast<int>(std::nearbyint(x)); }
+// The host build has -ffp-contract=off: a * b and a + b round on their own; fma rounds once.
+inline float fma_rn(float a, float b, float c) { return std::fma(a, b, c); }
+inline float fmul_rn(float a, float b) { return a * b; }
+inline float fadd_rn(float a, float b) { return a + b; }
+// Blocks run one after another: the fence has nothing to order, the counter nothing to race with.
+inline void thread_fence() {}
+inline unsigned atomic_add_u32(unsigned* p, unsigned v) {
+  const unsigned old = *p;
+  *p = old + v;
+  return old;
+}
+inline float ld_cg_f(const float* p) { return *p; }
 inline float fast_exp2(float x) { return std::exp2(x); }
 inline int max(int a, int b) { return a > b ? a : b; }
 inline int min(int a, int b) { return a < b ? a : b; }

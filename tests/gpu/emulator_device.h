@@ -41,11 +41,12 @@ void add_gemm(std::map<std::string, Launcher>& r) {
   if constexpr (WT == WT_Q4_K || WT == WT_Q5_K || WT == WT_Q6_K) {
     r[d.name()] = make_launcher<GemmParams>([](const GemmParams& p) { gemm_tc_body<WT, N, K, false>(p); });
     r[d.name() + "_split"] = make_launcher<GemmParams>([](const GemmParams& p) { gemm_tc_body<WT, N, K, true>(p); });
+    r[d.name() + "_small"] = make_launcher<GemmParams>([](const GemmParams& p) { gemm_tc_small_body<WT, N, K>(p); });
   } else {
     r[d.name()] = make_launcher<GemmParams>([](const GemmParams& p) { gemm_body<WT, N, K>(p); });
   }
 }
-// A group of tiled GEMMs of one activation (N2 = 0: two), both tilings.
+// A group of tiled GEMMs of one activation (N2 = 0: two), every tiling.
 template <int K, int WT0, int N0, int WT1, int N1, int WT2 = 0, int N2 = 0>
 void add_gemm_group(std::map<std::string, Launcher>& r) {
   using jit::cuda::GemmDesc;
@@ -57,6 +58,8 @@ void add_gemm_group(std::map<std::string, Launcher>& r) {
       [](const GemmGroupParams& p) { gemm_tc_group_body<false, K, WT0, N0, WT1, N1, WT2, N2>(p); });
   r[d.name() + "_split"] = make_launcher<GemmGroupParams>(
       [](const GemmGroupParams& p) { gemm_tc_group_body<true, K, WT0, N0, WT1, N1, WT2, N2>(p); });
+  r[d.name() + "_small"] = make_launcher<GemmGroupParams>(
+      [](const GemmGroupParams& p) { gemm_tc_group_small_body<K, WT0, N0, WT1, N1, WT2, N2>(p); });
 }
 template <int N, int K>
 void add_gemm_all_formats(std::map<std::string, Launcher>& r) {
@@ -111,6 +114,8 @@ inline const std::map<std::string, Launcher>& emulated_kernels() {
     add_gemm_all_formats<1024, 256>(m);
     add_gemm_all_formats<24, 512>(m);  // unit tests: a partial block of columns
     add_gemm_all_formats<136, 96>(m);  // Q8_0 unit test: k-blocks padded (3 -> 4)
+    add_gemm<WT_Q4_K, 4096, 4096>(m);  // split-K chunks of two super-blocks (tc_chunks)
+    add_quant<QR_PLAIN, ACT_Q8_K, 4096>(m);
     add_gemm<WT_Q4_K, 264, 2048>(m);   // the tiled GEMMs: a deep pipeline, several blocks each way
     add_gemm<WT_Q6_K, 264, 2048>(m);
     add_gemm<WT_Q5_K, 264, 2048>(m);

@@ -118,6 +118,19 @@ void GpuExecutor::load_model_kernels() {
   if (kernels_loaded_) return;
   dev_->load_kernels(kernels_);  // one unit for the whole model
   kernels_loaded_ = true;
+  // The small-row GEMMs' workspace, sized once for the largest product or group, so that no step allocates it.
+  size_t part = 0, counters = 0;
+  for (const GemmDesc& d : kernels_.gemms()) {
+    part = std::max(part, gemm_small_part_bytes(d));
+    counters = std::max(counters, gemm_small_counters(d));
+  }
+  for (const GemmGroupDesc& g : kernels_.groups()) {
+    size_t gp = 0, gc = 0;
+    for (const GemmDesc& d : g.members) gp += gemm_small_part_bytes(d), gc += gemm_small_counters(d);
+    part = std::max(part, gp);
+    counters = std::max(counters, gc);
+  }
+  gemm_ws_.ensure(*dev_, part, counters);
 }
 
 model::VectorHandle GpuExecutor::prepare_vector(std::span<const float> v) {
@@ -162,7 +175,7 @@ void GpuExecutor::matmul_shared(const model::WeightHandle* ws, float* const* ys,
     const GpuWeight& w = *readers[i];
     const size_t bytes = static_cast<size_t>(rows * w.layout.n) * kF32;
     const DevAddr yd = y_.get(*dev_, bytes);
-    gpu_gemm(*dev_, w, act_, rows, yd, w.layout.n, false);
+    gpu_gemm(*dev_, gemm_ws_, w, act_, rows, yd, w.layout.n, false);
     dev_->download(ys[i], yd, bytes);
   }
 }
@@ -200,7 +213,7 @@ void GpuExecutor::matmul_grouped(const model::WeightHandle* ws, float* const* ys
     if (n[g] <= 0) continue;
     for (int j = 0; j < m; ++j) {
       const GpuWeight& w = weight(ws[g * m + j]);
-      gpu_gemm(*dev_, w, act_, n[g], yd + static_cast<size_t>(at) * kF32, w.layout.n, false, start[static_cast<size_t>(g)]);
+      gpu_gemm(*dev_, gemm_ws_, w, act_, n[g], yd + static_cast<size_t>(at) * kF32, w.layout.n, false, start[static_cast<size_t>(g)]);
       at += n[g] * w.layout.n;
     }
   }
@@ -345,10 +358,10 @@ void GpuExecutor::norm_matmul(model::Act x, int64_t rows, model::VectorHandle no
       DevAddr y[3];
       int64_t ld[3];
       for (int i = 0; i < n; ++i) y[i] = at(ys[i]), ld[i] = act(ys[i]).cols;
-      gpu_gemm_group(*dev_, rs, act_, rows, std::span(y, static_cast<size_t>(n)), std::span(ld, static_cast<size_t>(n)));
+      gpu_gemm_group(*dev_, gemm_ws_, rs, act_, rows, std::span(y, static_cast<size_t>(n)), std::span(ld, static_cast<size_t>(n)));
       return;
     }
-    for (int i = 0; i < n; ++i) gpu_gemm(*dev_, *readers[i], act_, rows, at(ys[i]), act(ys[i]).cols, false);
+    for (int i = 0; i < n; ++i) gpu_gemm(*dev_, gemm_ws_, *readers[i], act_, rows, at(ys[i]), act(ys[i]).cols, false);
   });
 }
 
@@ -370,7 +383,7 @@ void GpuExecutor::matmul_add(model::WeightHandle h, model::Act x, int64_t rows, 
   load_model_kernels();
   timed(profile_.gemm_s, [&] {
     gpu_quant_for(*dev_, QuantMode::Plain, std::span(&w, 1), at(x), 0, 0, 0, rows, act(x).cols, 0.f, act_);
-    gpu_gemm(*dev_, *w, act_, rows, at(y), act(y).cols, true);  // the residual added in the epilogue
+    gpu_gemm(*dev_, gemm_ws_, *w, act_, rows, at(y), act(y).cols, true);  // the residual added in the epilogue
   });
 }
 
@@ -382,7 +395,7 @@ void GpuExecutor::swiglu_matmul_add(model::WeightHandle h, model::Act gate, mode
   timed(profile_.gemm_s, [&] {
     gpu_quant_for(*dev_, QuantMode::SwiGlu, std::span(&w, 1), at(gate), at(up), 0, 0, rows, act(gate).cols, 0.f,
                   act_);
-    gpu_gemm(*dev_, *w, act_, rows, at(y), act(y).cols, true);
+    gpu_gemm(*dev_, gemm_ws_, *w, act_, rows, at(y), act(y).cols, true);
   });
 }
 
@@ -414,7 +427,7 @@ void GpuExecutor::glu_matmul(model::Glu glu, model::WeightHandle h, model::Act g
     timed(profile_.gemm_s, [&] {
       gpu_quant_for(*dev_, QuantMode::SwiGlu, std::span(&w, 1), at(gate), at(up), 0, 0, rows, act(gate).cols, 0.f,
                     act_);
-      gpu_gemm(*dev_, *w, act_, rows, at(y), act(y).cols, false);
+      gpu_gemm(*dev_, gemm_ws_, *w, act_, rows, at(y), act(y).cols, false);
     });
     return;
   }
@@ -769,7 +782,7 @@ void GpuExecutor::final_logits(model::WeightHandle output, model::Act x, int64_t
   timed(profile_.lm_head_s, [&] {
     gpu_quant_for(*dev_, QuantMode::RmsNorm, std::span(&w, 1), at(x), 0, vector_addr(norm), 0, rows, act(x).cols,
                   eps, act_);
-    gpu_gemm(*dev_, *w, act_, rows, ld, V, false);
+    gpu_gemm(*dev_, gemm_ws_, *w, act_, rows, ld, V, false);
   });
   if (in_capture_) step_key_.push_back(rows);
   end_step_graph(true);

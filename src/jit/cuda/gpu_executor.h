@@ -192,6 +192,7 @@ class GpuExecutor : public model::Executor {
   std::vector<std::unique_ptr<DevKv>> kv_;  // null = closed (index reused)
   std::vector<DeviceBuffer> spare_;         // buffers of closed stores, reused by kv_open
   ActPair act_;
+  GemmWorkspace gemm_ws_;  // the small-row GEMMs' chunk sums and counters
   Scratch qh_, kh_, vt_, logits_, gather_, pos_list_, ranges_, row_list_;
   std::vector<float> host_x_, host_y_;  // embeddings going up; matmul_grouped's outputs coming down
   std::vector<RopeTable> ropes_;  // one per RoPE flavour in use (Gemma-4: sliding and global layers)

@@ -8,7 +8,7 @@
 
 namespace dllm::jit::cuda {
 
-static_assert(sizeof(QuantRowsParams) == 72 && sizeof(GemmParams) == 64 && sizeof(PackParams) == 64 &&
+static_assert(sizeof(QuantRowsParams) == 72 && sizeof(GemmParams) == 80 && sizeof(PackParams) == 64 &&
                   sizeof(AttnParams) == 64,
               "kernel parameter structs must keep the layout the device code expects");
 
@@ -17,6 +17,19 @@ void ActBuffers::ensure(Device& dev, int64_t rows, int64_t k) {
   if (q.bytes() < qb) q = DeviceBuffer(dev, qb);
   if (da.bytes() < sb) da = DeviceBuffer(dev, sb);
   if (bs.bytes() < act_sum_bytes(rows, k)) bs = DeviceBuffer(dev, act_sum_bytes(rows, k));
+}
+
+void GemmWorkspace::ensure(Device& dev, size_t part_bytes, size_t counters) {
+  if (part.bytes() < part_bytes) {
+    part.reset();
+    part = DeviceBuffer(dev, part_bytes);
+  }
+  const size_t cb = counters * sizeof(unsigned);
+  if (count.bytes() < cb) {
+    count.reset();
+    count = DeviceBuffer(dev, cb);
+    dev.zero(count.addr(), cb);
+  }
 }
 
 DevAddr Scratch::get(Device& dev, size_t bytes) {
@@ -82,10 +95,15 @@ GemmParams gemm_params(const GpuWeight& w, const ActBuffers& act, int64_t rows, 
 }
 }  // namespace
 
-void gpu_gemm(Device& dev, const GpuWeight& w, const ActBuffers& act, int64_t rows, DevAddr y, int64_t ldy,
-              bool accumulate, int64_t act_row0) {
-  const GemmParams p = gemm_params(w, act, rows, y, ldy, accumulate, act_row0);
+void gpu_gemm(Device& dev, GemmWorkspace& ws, const GpuWeight& w, const ActBuffers& act, int64_t rows, DevAddr y,
+              int64_t ldy, bool accumulate, int64_t act_row0) {
+  GemmParams p = gemm_params(w, act, rows, y, ldy, accumulate, act_row0);
   const GemmDesc d = w.desc();
+  if (gemm_tiling(d, rows, dev.sm_count()) == TcTiling::Small) {
+    ws.ensure(dev, gemm_small_part_bytes(d), gemm_small_counters(d));
+    p.part = ws.part.as<float>();
+    p.count = ws.count.as<unsigned>();
+  }
   dev.launch(gemm_kernel_name(d, rows, dev.sm_count()), gemm_launch(d, rows, dev.arch(), dev.sm_count()), &p, sizeof p);
 }
 
@@ -95,8 +113,8 @@ GemmGroupDesc gemm_group_of(std::span<const GpuWeight* const> ws) {
   return g;
 }
 
-void gpu_gemm_group(Device& dev, std::span<const GpuWeight* const> ws, const ActPair& act, int64_t rows,
-                    std::span<const DevAddr> ys, std::span<const int64_t> ldys) {
+void gpu_gemm_group(Device& dev, GemmWorkspace& work, std::span<const GpuWeight* const> ws, const ActPair& act,
+                    int64_t rows, std::span<const DevAddr> ys, std::span<const int64_t> ldys) {
   const GemmGroupDesc g = gemm_group_of(ws);
   if (!gemm_group_ok(g.members) || ys.size() != ws.size() || ldys.size() != ws.size()) {
     throw Error("internal error: products that cannot share a launch");
@@ -105,6 +123,18 @@ void gpu_gemm_group(Device& dev, std::span<const GpuWeight* const> ws, const Act
   for (size_t i = 0; i < ws.size(); ++i) {
     const ActBuffers& a = act[static_cast<size_t>(act_format_for(ws[i]->layout.format))];
     p.m[i] = gemm_params(*ws[i], a, rows, ys[i], ldys[i], false);
+  }
+  if (gemm_group_tiling(g, rows, dev.sm_count()) == TcTiling::Small) {  // the members' workspaces side by side
+    size_t part = 0, counters = 0;
+    for (const GemmDesc& m : g.members) part += gemm_small_part_bytes(m), counters += gemm_small_counters(m);
+    work.ensure(dev, part, counters);
+    part = counters = 0;
+    for (size_t i = 0; i < ws.size(); ++i) {
+      p.m[i].part = dev_ptr<float>(work.part.addr() + part);
+      p.m[i].count = dev_ptr<unsigned>(work.count.addr() + counters * sizeof(unsigned));
+      part += gemm_small_part_bytes(g.members[i]);
+      counters += gemm_small_counters(g.members[i]);
+    }
   }
   dev.launch(gemm_group_kernel_name(g, rows, dev.sm_count()), gemm_group_launch(g, rows, dev.arch(), dev.sm_count()), &p,
              sizeof p);

@@ -43,6 +43,13 @@ struct Scratch {
   DevAddr get(Device& dev, size_t bytes);  // at least `bytes`, contents not preserved on growth
 };
 
+// The small-row GEMMs' workspace (kernel_set.h: gemm_small_part_bytes, gemm_small_counters), grown on demand; the
+// counters are zeroed when allocated and every launch leaves them zero. One per stream: the launches on it take turns.
+struct GemmWorkspace {
+  DeviceBuffer part, count;
+  void ensure(Device& dev, size_t part_bytes, size_t counters);
+};
+
 // act <- quantised rows in format `fmt`: rows of x (row stride ld floats), through row_map when given.
 // RmsNorm uses w and eps; SwiGlu takes the gate from x and the up projection from x2.
 void gpu_quant(Device& dev, QuantMode mode, ActFormat fmt, int64_t k, DevAddr x, DevAddr x2, DevAddr w,
@@ -52,21 +59,21 @@ void gpu_quant_for(Device& dev, QuantMode mode, std::span<const GpuWeight* const
                    DevAddr w, DevAddr row_map, int64_t rows, int64_t ld, float eps, ActPair& act);
 
 // y[r][j] (+)= act[act_row0 + r] . W[j] for r < rows (y's row stride ldy floats; act_row0 a multiple of kRowPad).
-// Checks that act holds this weight's activation format and width.
-void gpu_gemm(Device& dev, const GpuWeight& w, const ActBuffers& act, int64_t rows, DevAddr y, int64_t ldy,
-              bool accumulate, int64_t act_row0 = 0);
+// Checks that act holds this weight's activation format and width. ws: the small-row kernel's workspace.
+void gpu_gemm(Device& dev, GemmWorkspace& ws, const GpuWeight& w, const ActBuffers& act, int64_t rows, DevAddr y,
+              int64_t ldy, bool accumulate, int64_t act_row0 = 0);
 // The same with the buffer of w's format taken from the pair.
-inline void gpu_gemm(Device& dev, const GpuWeight& w, const ActPair& act, int64_t rows, DevAddr y, int64_t ldy,
-                     bool accumulate, int64_t act_row0 = 0) {
-  gpu_gemm(dev, w, act[static_cast<size_t>(act_format_for(w.layout.format))], rows, y, ldy, accumulate, act_row0);
+inline void gpu_gemm(Device& dev, GemmWorkspace& ws, const GpuWeight& w, const ActPair& act, int64_t rows, DevAddr y,
+                     int64_t ldy, bool accumulate, int64_t act_row0 = 0) {
+  gpu_gemm(dev, ws, w, act[static_cast<size_t>(act_format_for(w.layout.format))], rows, y, ldy, accumulate, act_row0);
 }
 
 // The group of these products (GemmGroupDesc; gemm_group_ok says whether they can share a launch).
 GemmGroupDesc gemm_group_of(std::span<const GpuWeight* const> ws);
 // y_i = act . W_i for the 2 or 3 products of one activation in one launch (gemm_tc_group_body), the bits of
 // gpu_gemm on each.
-void gpu_gemm_group(Device& dev, std::span<const GpuWeight* const> ws, const ActPair& act, int64_t rows,
-                    std::span<const DevAddr> ys, std::span<const int64_t> ldys);
+void gpu_gemm_group(Device& dev, GemmWorkspace& work, std::span<const GpuWeight* const> ws, const ActPair& act,
+                    int64_t rows, std::span<const DevAddr> ys, std::span<const int64_t> ldys);
 
 // out <- split-f16 per-head layout of x ([rows][ld] f32) with bias and RoPE (double tables
 // [positions][n_rot/2], positions per row in pos) as the descriptor says. out holds d.n_head * pad_rows(rows) * d.head_dim halves.

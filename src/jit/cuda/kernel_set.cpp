@@ -98,43 +98,82 @@ bool tiled_gemm(WeightFormat f) {
   return w && w->gpu_tiled;
 }
 
-bool gemm_split(const GemmDesc& d, int64_t rows, int sms) {
-  if (!tiled_gemm(d.format)) return false;
-  const int64_t wide_blocks = padded_ntiles(d.n) * 8 / tc_cols(false) * (pad_rows(rows) / tc_rows(false));
-  return wide_blocks < sms;
+namespace {
+// Shared memory per SM of the targets (sm_80, 86, 89, 90), and one block's reservation: the wide tiling never fits twice,
+// so its one-block register bound (source()) costs no occupancy.
+constexpr int smem_per_sm(int arch) { return arch == 90 ? 228 * 1024 : arch == 80 ? 164 * 1024 : 100 * 1024; }
+constexpr bool wide_fits_once(int arch) {
+  for (int wt : {12, 13, 14})
+    if (2 * (gemm_tc_smem_bytes(wt, arch, false) + 1024) <= smem_per_sm(arch)) return false;
+  return true;
+}
+static_assert(wide_fits_once(80) && wide_fits_once(86) && wide_fits_once(89) && wide_fits_once(90));
+const char* tiling_suffix(TcTiling t) { return t == TcTiling::Small ? "_small" : t == TcTiling::Split ? "_split" : ""; }
+// Blocks of the wide tiling's grid for one product.
+int64_t wide_blocks(const GemmDesc& d, int64_t rows) {
+  return padded_ntiles(d.n) * 8 / tc_cols(false) * (pad_rows(rows) / tc_rows(false));
+}
+TcTiling choose_tiling(int64_t rows, int64_t wide, int sms) {
+  if (sms > 0 && rows <= kTcSmallRows) return TcTiling::Small;
+  return wide < sms ? TcTiling::Split : TcTiling::Wide;
+}
+}  // namespace
+
+TcTiling gemm_tiling(const GemmDesc& d, int64_t rows, int sms) {
+  if (!tiled_gemm(d.format)) return TcTiling::Wide;
+  return choose_tiling(rows, wide_blocks(d, rows), sms);
 }
 
 std::string gemm_kernel_name(const GemmDesc& d, int64_t rows, int sms) {
-  return gemm_split(d, rows, sms) ? d.name() + "_split" : d.name();
+  return d.name() + tiling_suffix(gemm_tiling(d, rows, sms));
 }
 
 Launch gemm_launch(const GemmDesc& d, int64_t rows, int arch, int sms) {
   if (tiled_gemm(d.format)) {
     static_assert(kRowPad % tc_rows(false) == 0 && kGemmBlockTiles * 8 == tc_cols(false), "tiles must divide the padding");
-    const bool split = gemm_split(d, rows, sms);
+    const TcTiling t = gemm_tiling(d, rows, sms);
+    const int wt = static_cast<int>(d.format);
+    if (t == TcTiling::Small) {  // persistent blocks, one per SM
+      const int64_t items = tc_small_items(static_cast<int>(d.n), static_cast<int>(d.k));
+      return {to_unsigned(std::min<int64_t>(items, sms), "grid"), 1,
+              static_cast<unsigned>(kTcThreads), static_cast<unsigned>(gemm_tc_small_smem_bytes(wt, arch))};
+    }
+    const bool split = t == TcTiling::Split;
     return {to_unsigned(padded_ntiles(d.n) * 8 / tc_cols(split), "grid"), to_unsigned(pad_rows(rows) / tc_rows(split), "grid"),
-            static_cast<unsigned>(kTcThreads),
-            static_cast<unsigned>(gemm_tc_smem_bytes(static_cast<int>(d.format), arch, split))};
+            static_cast<unsigned>(kTcThreads), static_cast<unsigned>(gemm_tc_smem_bytes(wt, arch, split))};
   }
   return {to_unsigned(padded_ntiles(d.n) / kGemmBlockTiles, "grid"),
           to_unsigned((pad_rows(rows) + kGemmBlockRows - 1) / kGemmBlockRows, "grid"), kGemmThreads};
 }
-bool gemm_group_split(const GemmGroupDesc& g, int64_t rows, int sms) {
-  int64_t wide_blocks = 0;
-  for (const GemmDesc& m : g.members) wide_blocks += padded_ntiles(m.n) * 8 / tc_cols(false) * (pad_rows(rows) / tc_rows(false));
-  return wide_blocks < sms;
+TcTiling gemm_group_tiling(const GemmGroupDesc& g, int64_t rows, int sms) {
+  int64_t wide = 0;
+  for (const GemmDesc& m : g.members) wide += wide_blocks(m, rows);
+  return choose_tiling(rows, wide, sms);
 }
 Launch gemm_group_launch(const GemmGroupDesc& g, int64_t rows, int arch, int sms) {
-  const bool split = gemm_group_split(g, rows, sms);
-  Launch l{0, to_unsigned(pad_rows(rows) / tc_rows(split), "grid"), static_cast<unsigned>(kTcThreads), 0};
+  const TcTiling t = gemm_group_tiling(g, rows, sms);
+  const bool split = t != TcTiling::Wide;
+  Launch l{0, t == TcTiling::Small ? 1u : to_unsigned(pad_rows(rows) / tc_rows(split), "grid"),
+           static_cast<unsigned>(kTcThreads), 0};
+  int64_t items = 0;
   for (const GemmDesc& m : g.members) {
+    const int wt = static_cast<int>(m.format);
+    items += tc_small_items(static_cast<int>(m.n), static_cast<int>(m.k));
     l.grid_x += to_unsigned(padded_ntiles(m.n) * 8 / tc_cols(split), "grid");
-    l.shared_bytes = std::max(l.shared_bytes, static_cast<unsigned>(gemm_tc_smem_bytes(static_cast<int>(m.format), arch, split)));
+    l.shared_bytes = std::max(l.shared_bytes, static_cast<unsigned>(t == TcTiling::Small ? gemm_tc_small_smem_bytes(wt, arch)
+                                                                                          : gemm_tc_smem_bytes(wt, arch, split)));
   }
+  if (t == TcTiling::Small) l.grid_x = to_unsigned(std::min<int64_t>(items, sms), "grid");  // persistent, one per SM
   return l;
 }
 std::string gemm_group_kernel_name(const GemmGroupDesc& g, int64_t rows, int sms) {
-  return gemm_group_split(g, rows, sms) ? g.name() + "_split" : g.name();
+  return g.name() + tiling_suffix(gemm_group_tiling(g, rows, sms));
+}
+size_t gemm_small_part_bytes(const GemmDesc& d) {
+  return tiled_gemm(d.format) ? static_cast<size_t>(tc_small_part_floats(static_cast<int>(d.n), static_cast<int>(d.k))) * 4 : 0;
+}
+size_t gemm_small_counters(const GemmDesc& d) {
+  return tiled_gemm(d.format) ? static_cast<size_t>(tc_small_counters(static_cast<int>(d.n), static_cast<int>(d.k))) : 0;
 }
 Launch row_copy_launch(int64_t rows) { return {to_unsigned(rows, "grid"), 1, kCopyThreads}; }
 Launch quant_launch(int64_t rows) { return {to_unsigned(pad_rows(rows), "grid"), 1, kQuantThreads}; }
@@ -172,11 +211,15 @@ std::vector<std::string> KernelSet::names() const {
   for (const auto& d : quant_) out.push_back(d.name());
   for (const auto& d : gemm_) {
     out.push_back(d.name());
-    if (tiled_gemm(d.format)) out.push_back(d.name() + "_split");
+    if (tiled_gemm(d.format)) {
+      out.push_back(d.name() + "_split");
+      out.push_back(d.name() + "_small");
+    }
   }
   for (const auto& d : group_) {
     out.push_back(d.name());
     out.push_back(d.name() + "_split");
+    out.push_back(d.name() + "_small");
   }
   for (const auto& d : pack_) out.push_back(d.name());
   for (const auto& d : pack_qkv_) out.push_back(d.name());
@@ -203,12 +246,18 @@ std::string KernelSet::source() const {
       << ", " << d.k << ">(p); }\n";
   }
   for (const auto& d : gemm_) {
-    if (tiled_gemm(d.format)) {  // two blocks per SM: at most 128 registers; the wide and the split tiling
+    if (tiled_gemm(d.format)) {
+      // The wide tiling's shared memory allows one block per SM on every target (wide_fits_once): up to 255
+      // registers, room for its split-K total. The split tiling runs two: at most 128. The small-row kernel runs one
+      // with a deeper pipeline (gemm_tc_small_stages).
       for (const bool split : {false, true}) {
-        s << "extern \"C\" __global__ void __launch_bounds__(" << kTcThreads << ", 2) " << d.name()
+        s << "extern \"C\" __global__ void __launch_bounds__(" << kTcThreads << ", " << (split ? 2 : 1) << ") " << d.name()
           << (split ? "_split" : "") << "(const GemmParams p) { gemm_tc_body<" << static_cast<int>(d.format) << ", "
           << d.n << ", " << d.k << ", " << (split ? "true" : "false") << ">(p); }\n";
       }
+      s << "extern \"C\" __global__ void __launch_bounds__(" << kTcThreads << ", 1) " << d.name()
+        << "_small(const GemmParams p) { gemm_tc_small_body<" << static_cast<int>(d.format) << ", " << d.n << ", " << d.k
+        << ">(p); }\n";
       continue;
     }
     s << "extern \"C\" __global__ void __launch_bounds__(" << kGemmThreads << ") " << d.name()
@@ -222,9 +271,11 @@ std::string KernelSet::source() const {
   }
   for (const auto& d : group_) {  // as the tiled GEMMs, wide and split, but one block per SM: the members' code in one
     // kernel needs more than 128 registers (ptxas spills at 2 blocks); the wide tiling's shared memory allows one anyway
-    for (const bool split : {false, true}) {
-      s << "extern \"C\" __global__ void __launch_bounds__(" << kTcThreads << ", 1) " << d.name() << (split ? "_split" : "")
-        << "(const GemmGroupParams p) { gemm_tc_group_body<" << (split ? "true" : "false") << ", " << d.members[0].k;
+    for (const TcTiling t : {TcTiling::Wide, TcTiling::Split, TcTiling::Small}) {
+      s << "extern \"C\" __global__ void __launch_bounds__(" << kTcThreads << ", 1) " << d.name() << tiling_suffix(t)
+        << "(const GemmGroupParams p) { ";
+      if (t == TcTiling::Small) s << "gemm_tc_group_small_body<" << d.members[0].k;
+      else s << "gemm_tc_group_body<" << (t == TcTiling::Split ? "true" : "false") << ", " << d.members[0].k;
       for (size_t i = 0; i < 3; ++i) {
         if (i < d.members.size()) s << ", " << static_cast<int>(d.members[i].format) << ", " << d.members[i].n;
         else s << ", 0, 0";

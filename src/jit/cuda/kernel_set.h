@@ -84,15 +84,20 @@ inline int64_t padded_kblocks(int64_t k) { return (k / 32 + 3) / 4 * 4; }
 inline int64_t padded_ntiles(int64_t n) { return (n / 8 + 15) / 16 * 16; }
 
 // arch: 10 * major + minor of the device (0: the emulator), which sets the tiled GEMM's pipeline depth; sms: its SM
-// count. The tiled formats launch the wide tiling unless its grid has fewer blocks than SMs (then the split one,
-// gemm_kernel_name(d, rows, sms) says which); the two give the same bits.
+// count. The tiled formats take the small-row kernel at 1-32 rows (kTcSmallRows; split-K over persistent blocks),
+// otherwise the wide tiling unless its grid has fewer blocks than SMs (then the split one). All three give every
+// output the same bits. sms 0 (the emulator's tests) always takes the wide tiling.
+enum class TcTiling { Wide, Split, Small };
+TcTiling gemm_tiling(const GemmDesc& d, int64_t rows, int sms);
 Launch gemm_launch(const GemmDesc& d, int64_t rows, int arch, int sms);
-bool gemm_split(const GemmDesc& d, int64_t rows, int sms);
-std::string gemm_kernel_name(const GemmDesc& d, int64_t rows, int sms);  // d.name() or d.name() + "_split"
-// A group's tiling (the split one when the members' wide grids together have fewer blocks than SMs), launch and name.
-bool gemm_group_split(const GemmGroupDesc& g, int64_t rows, int sms);
+std::string gemm_kernel_name(const GemmDesc& d, int64_t rows, int sms);  // d.name() + "", "_split" or "_small"
+// A group's tiling (as one product whose wide grid is the members' together), launch and name.
+TcTiling gemm_group_tiling(const GemmGroupDesc& g, int64_t rows, int sms);
 Launch gemm_group_launch(const GemmGroupDesc& g, int64_t rows, int arch, int sms);
 std::string gemm_group_kernel_name(const GemmGroupDesc& g, int64_t rows, int sms);
+// The small-row kernel's workspace for one product: bytes of chunk sums and arrival counters (0 with one chunk).
+size_t gemm_small_part_bytes(const GemmDesc& d);
+size_t gemm_small_counters(const GemmDesc& d);
 // True for the weight formats the tiled GEMM (kernels/gemm_tc.cuh) runs.
 bool tiled_gemm(WeightFormat f);
 Launch quant_launch(int64_t rows);
@@ -131,6 +136,7 @@ class KernelSet {
   std::string unit_name() const;
 
   const std::set<GemmDesc>& gemms() const { return gemm_; }
+  const std::set<GemmGroupDesc>& groups() const { return group_; }
   const std::set<AttnDesc>& attns() const { return attn_; }
 
  private:

@@ -119,6 +119,15 @@ DEV float f16_to_f32(unsigned short h) {
 }
 
 DEV int round_to_int(float x) { return __float2int_rn(x); }  // nearest, ties to even
+// Float arithmetic with its rounding spelled out: never contracted or reassociated by the compiler, so two kernels that
+// write the same sequence of these get the same bits (the tiled GEMMs' split-K sums).
+DEV float fma_rn(float a, float b, float c) { return __fmaf_rn(a, b, c); }
+DEV float fmul_rn(float a, float b) { return __fmul_rn(a, b); }
+DEV float fadd_rn(float a, float b) { return __fadd_rn(a, b); }
+// Device-wide ordering for a last-block reduction: fence, arrival counter, loads that bypass L1 (L2 is coherent).
+DEV void thread_fence() { __threadfence(); }
+DEV unsigned atomic_add_u32(unsigned* p, unsigned v) { return atomicAdd(p, v); }
+DEV float ld_cg_f(const float* p) { return __ldcg(p); }
 DEV float fast_exp2(float x) { return exp2f(x); }
 
 DEV uint4 ld_u4(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }

@@ -36,10 +36,11 @@
 #define DLLM_CUDA_GEMM_TC_CUH
 
 #if defined(__CUDA_ARCH__)
-constexpr int kTcStages = gemm_tc_stages(__CUDA_ARCH__ / 10);
+constexpr int kTcArch = __CUDA_ARCH__ / 10;
 #else
-constexpr int kTcStages = gemm_tc_stages(0);
+constexpr int kTcArch = 0;  // the CPU emulator
 #endif
+constexpr int kTcStages = gemm_tc_stages(kTcArch), kTcSmallStages = gemm_tc_small_stages(kTcArch);
 
 // Issues the copies of super-block sb into stage buffer st (every thread, then one commit by the caller).
 template <int WT, int K, bool SPLIT>
@@ -123,14 +124,31 @@ DEV void tc_q6_half(int (&isum)[2][4][4], const unsigned char* sa, const unsigne
   }
 }
 
+// One step of the pipelined loop: the tile (first row and column) and the super-block it multiplies.
+struct TcStep {
+  int row0, col0, sb;
+};
+
+// The leading warps (the split tiling's first quarter; every warp of the wide one) hold the float sums.
+template <bool SPLIT>
+DEV bool tc_lead_warp() {
+  return !SPLIT || (threadIdx.x >> 5) >> 1 == 0;
+}
+
+// The pipelined main loop of the tiled GEMMs: nsteps steps, step i multiplying super-block at(i).sb of the tile at
+// (at(i).row0, at(i).col0) into acc (the leading warps' float sums, see tc_lead_warp), then calling end(i, acc) with
+// every thread of the block (the caller folds, stores or exchanges the sums there). Its S stage buffers are filled
+// S - 1 steps ahead, across tiles when the steps change tile (the small-row kernel's items).
+// Per super-block, with explicit roundings so that every kernel built on this loop gives the same bits:
+//   Q4_K / Q5_K  acc = fma(da, fma(d, float(isum), -(dmin * float(msum))), acc)
+//   Q6_K         acc = fma(da, d * float(isum - 32 msum), acc)
 // SPLIT: the split tiling (params.cuh): warp w multiplies sub-blocks of quarter w / 2 for column half w % 2.
-// One block's tile: columns from bx * COLS, rows from by * ROWS.
-template <int WT, int N, int K, bool SPLIT>
-DEV void gemm_tc_tile(const GemmParams& p, int bx, int by) {
+template <int WT, int N, int K, bool SPLIT, int S, class At, class End>
+DEV void tc_loop(const GemmParams& p, int nsteps, float (&acc)[2][4][4], At at, End end) {
   static_assert(WT == WT_Q4_K || WT == WT_Q5_K || WT == WT_Q6_K, "the tiled GEMM takes Q4_K, Q5_K and Q6_K");
   static_assert(N % 8 == 0 && K % 256 == 0, "bad K-quant GEMM shape");
   constexpr bool Q6 = WT == WT_Q6_K, Q5 = WT == WT_Q5_K;
-  constexpr int SB = K / 256, KBP = K / 32, S = kTcStages, BB = tc_block_bytes(WT), STAGE = tc_stage_bytes(WT, SPLIT);
+  constexpr int KBP = K / 32, BB = tc_block_bytes(WT), STAGE = tc_stage_bytes(WT, SPLIT);
   constexpr int ROWS = tc_rows(SPLIT), COLS = tc_cols(SPLIT), SA = ROWS * 256, SS = ROWS * 32;
   constexpr int NS = Q6 ? 16 : 8;  // scales per column and super-block
   constexpr int QUARTERS = SPLIT ? 1 : 4;  // units of two sub-blocks each warp multiplies per super-block
@@ -142,20 +160,21 @@ DEV void gemm_tc_tile(const GemmParams& p, int bx, int by) {
   const int g = lane >> 2, t = lane & 3;
   // Wide: warps 2 (M) x 4 (N). Split: 1 x 2 (N) x 4 (quarters of each super-block, wk).
   const int wm = SPLIT ? 0 : warp >> 2, wn = SPLIT ? warp & 1 : warp & 3, wk = SPLIT ? warp >> 1 : 0;
-  const int row0 = by * ROWS, col0 = bx * COLS;
-
-  float acc[2][4][4];
-  zero_tiles(acc);
 
   UNROLL
   for (int s = 0; s < S - 1; ++s) {
-    if (s < SB) tc_load_stage<WT, K, SPLIT>(p, smem + s * STAGE, s, row0, col0);
+    if (s < nsteps) {
+      const TcStep n = at(s);
+      tc_load_stage<WT, K, SPLIT>(p, smem + s * STAGE, n.sb, n.row0, n.col0);
+    }
     cp_async_commit();
   }
 
   UNROLL_1
-  for (int sb = 0; sb < SB; ++sb) {
-    const unsigned char* st = smem + (sb % S) * STAGE;
+  for (int step = 0; step < nsteps; ++step) {
+    const TcStep cur = at(step);
+    const int sb = cur.sb, row0 = cur.row0;
+    const unsigned char* st = smem + (step % S) * STAGE;
     const unsigned char* sw = st + SA;
     cp_async_wait<S - 2>();
     block_sync();  // stage sb has landed; every warp is done with stage sb - 1 and the decoded table
@@ -176,7 +195,10 @@ DEV void gemm_tc_tile(const GemmParams& p, int bx, int by) {
         }
       }
     }
-    if (sb + S - 1 < SB) tc_load_stage<WT, K, SPLIT>(p, smem + ((sb + S - 1) % S) * STAGE, sb + S - 1, row0, col0);
+    if (step + S - 1 < nsteps) {
+      const TcStep n = at(step + S - 1);
+      tc_load_stage<WT, K, SPLIT>(p, smem + ((step + S - 1) % S) * STAGE, n.sb, n.row0, n.col0);
+    }
     cp_async_commit();
     block_sync();  // the decoded table is complete
 
@@ -319,20 +341,79 @@ DEV void gemm_tc_tile(const GemmParams& p, int bx, int by) {
           for (int i = 0; i < 4; ++i) {
             const int m = ml[i] + 256 * mh[i];
             const float dc = i & 1 ? d1 : d0, da_r = da[mt][i >> 1];
-            if (Q6) {
-              acc[mt][nt][i] += da_r * (dc * static_cast<float>(is[i] - 32 * m));
-            } else {
-              acc[mt][nt][i] += da_r * (dc * static_cast<float>(is[i]) - (i & 1 ? m1 : m0) * static_cast<float>(m));
-            }
+            const float x = Q6 ? fmul_rn(dc, static_cast<float>(is[i] - 32 * m))
+                               : fma_rn(dc, static_cast<float>(is[i]), -fmul_rn(i & 1 ? m1 : m0, static_cast<float>(m)));
+            acc[mt][nt][i] = fma_rn(da_r, x, acc[mt][nt][i]);
           }
         }
       }
     }
+    end(step, acc);
   }
   cp_async_wait<0>();
+}
 
+// Adds a tile's float sums into its running total and clears them (a split-K chunk's end), explicitly rounded.
+DEV void tc_fold(float (&total)[2][4][4], float (&acc)[2][4][4]) {
+  UNROLL
+  for (int mt = 0; mt < 2; ++mt)
+    UNROLL
+    for (int nt = 0; nt < 4; ++nt)
+      UNROLL
+      for (int i = 0; i < 4; ++i) {
+        total[mt][nt][i] = fadd_rn(total[mt][nt][i], acc[mt][nt][i]);
+        acc[mt][nt][i] = 0.f;
+      }
+}
+
+// One block's tile of 48 rows or more: columns from bx * COLS, rows from by * ROWS. The float sums are formed per split-K
+// chunk (tc_chunks: each chunk's super-blocks in order from zero, then the chunks' sums in order from zero), as the
+// small-row kernel forms them across blocks, so both give every output the same bits. The wide tiling keeps the running
+// total beside the chunk's sums (one block per SM: up to 255 registers). The split tiling, two blocks per SM at 128
+// registers, has no room for it: at each chunk's end the leading warps hand their sums through shared memory to the
+// second quarter's warps, which hold the total in the same registers (they never accumulate) and store it.
+template <int WT, int N, int K, bool SPLIT>
+DEV void gemm_tc_tile(const GemmParams& p, int bx, int by) {
+  constexpr int NC = tc_chunks(N, K), CH = K / 256 / NC;
+  const int row0 = by * tc_rows(SPLIT), col0 = bx * tc_cols(SPLIT);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int wm = SPLIT ? 0 : warp >> 2, wn = SPLIT ? warp & 1 : warp & 3, wk = SPLIT ? warp >> 1 : 0;
+  const auto at = [&](int i) { return TcStep{row0, col0, i}; };
+  float acc[2][4][4];
+  zero_tiles(acc);
+  if constexpr (SPLIT) {
+    float* xs = reinterpret_cast<float*>(dyn_smem() + kTcStages * tc_stage_bytes(WT, true) + tc_decoded_bytes(WT, true));
+    tc_loop<WT, N, K, true, kTcStages>(p, K / 256, acc, at, [&](int i, float (&a)[2][4][4]) {
+      if ((i + 1) % CH != 0) return;
+      block_sync();  // the leading warps are done with the exchange area of this step
+      if (wk == 0) {
+        UNROLL
+        for (int e = 0; e < 32; ++e) {
+          xs[(wn * 32 + e) * 32 + lane] = a[e >> 4][(e >> 2) & 3][e & 3];
+          a[e >> 4][(e >> 2) & 3][e & 3] = 0.f;
+        }
+      }
+      block_sync();
+      if (wk == 1) {
+        UNROLL
+        for (int e = 0; e < 32; ++e) a[e >> 4][(e >> 2) & 3][e & 3] = fadd_rn(a[e >> 4][(e >> 2) & 3][e & 3], xs[(wn * 32 + e) * 32 + lane]);
+      }
+    });
+    if (wk != 1) return;
+  } else {
+    float total[2][4][4];
+    zero_tiles(total);
+    tc_loop<WT, N, K, false, kTcStages>(p, K / 256, acc, at, [&](int i, float (&a)[2][4][4]) {
+      if ((i + 1) % CH == 0) tc_fold(total, a);
+    });
+    UNROLL
+    for (int mt = 0; mt < 2; ++mt)
+      UNROLL
+      for (int nt = 0; nt < 4; ++nt)
+        UNROLL
+        for (int e = 0; e < 4; ++e) acc[mt][nt][e] = total[mt][nt][e];
+  }
   // Epilogue: acc[mt][nt][0..1] are row g, columns 2t and 2t+1; [2..3] the same columns of row g + 8.
-  if (wk != 0) return;
   UNROLL
   for (int mt = 0; mt < 2; ++mt)
     UNROLL
@@ -340,9 +421,84 @@ DEV void gemm_tc_tile(const GemmParams& p, int bx, int by) {
       gemm_store_tile<N>(p, row0 + wm * 32 + mt * 16 + g, col0 + wn * 32 + nt * 8 + 2 * t, acc[mt][nt]);
 }
 
+// The GEMM of 1-32 rows (kTcSmallRows): split-K over persistent blocks. Its work items are (column block of the split
+// tiling, chunk of tc_chunks): item = column block * NC + chunk; block blk of nblk takes items blk, blk + nblk, ...
+// as one pipelined stream of steps (its next item's weights load while it finishes the last). Each item's float sums
+// go to p.part ([item][32 rows][64 columns], rows below p.rows only); the last item of a column block to arrive (an
+// arrival counter per column block, p.count, reset to zero after use) adds the chunks' sums in order from zero, into
+// y. With one chunk the item stores y itself. Rows past p.rows are never read or written.
+template <int WT, int N, int K>
+DEV void gemm_tc_small_tile(const GemmParams& p, int blk, int nblk) {
+  constexpr int NC = tc_chunks(N, K), CH = K / 256 / NC, ITEMS = tc_col_blocks(N, true) * NC, COLS = tc_cols(true);
+  const int mine = blk < ITEMS ? (ITEMS - 1 - blk) / nblk + 1 : 0;
+  if (mine == 0) return;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3, wn = warp & 1;
+  const bool lead = tc_lead_warp<true>();
+  int* last = reinterpret_cast<int*>(dyn_smem() + gemm_tc_small_smem_bytes(WT, kTcArch) - 16);  // this block's arrival
+  float acc[2][4][4];
+  zero_tiles(acc);
+  tc_loop<WT, N, K, true, kTcSmallStages>(
+      p, mine * CH, acc,
+      [&](int i) {
+        const int item = blk + (i / CH) * nblk;
+        return TcStep{0, item / NC * COLS, item % NC * CH + i % CH};
+      },
+      [&](int i, float (&a)[2][4][4]) {
+        if ((i + 1) % CH != 0) return;
+        const int item = blk + (i / CH) * nblk, bx = item / NC;
+        if (NC == 1) {
+          if (lead) {
+            float total[2][4][4];
+            zero_tiles(total);
+            tc_fold(total, a);
+            UNROLL
+            for (int mt = 0; mt < 2; ++mt)
+              UNROLL
+              for (int nt = 0; nt < 4; ++nt)
+                gemm_store_tile<N>(p, mt * 16 + g, bx * COLS + wn * 32 + nt * 8 + 2 * t, total[mt][nt]);
+          }
+          return;
+        }
+        if (lead) {
+          float* part = p.part + static_cast<long long>(item) * kTcSmallRows * COLS;
+          UNROLL
+          for (int mt = 0; mt < 2; ++mt)
+            UNROLL
+            for (int nt = 0; nt < 4; ++nt)
+              UNROLL
+              for (int e = 0; e < 4; ++e) {
+                const int r = mt * 16 + g + 8 * (e >> 1), c = wn * 32 + nt * 8 + 2 * t + (e & 1);
+                if (r < p.rows) part[r * COLS + c] = a[mt][nt][e];
+                a[mt][nt][e] = 0.f;
+              }
+        }
+        thread_fence();  // the sums are visible device-wide before the arrival is counted
+        block_sync();
+        if (tid == 0) *last = atomic_add_u32(p.count + bx, 1u) == static_cast<unsigned>(NC - 1);
+        block_sync();
+        if (!*last) return;
+        thread_fence();
+        const float* base = p.part + static_cast<long long>(bx) * NC * kTcSmallRows * COLS;
+        for (int e = tid; e < p.rows * COLS; e += kTcThreads) {
+          const int col = bx * COLS + e % COLS;
+          if (col >= N) continue;
+          float total = 0.f;
+          for (int c = 0; c < NC; ++c) total = fadd_rn(total, ld_cg_f(base + static_cast<long long>(c) * kTcSmallRows * COLS + e));
+          float* y = p.y + static_cast<long long>(e / COLS) * p.ldy + col;
+          *y = p.accumulate ? *y + total : total;
+        }
+        if (tid == 0) p.count[bx] = 0u;  // every chunk has arrived: ready for the next launch
+      });
+}
+
 template <int WT, int N, int K, bool SPLIT>
 DEV void gemm_tc_body(const GemmParams& p) {
   gemm_tc_tile<WT, N, K, SPLIT>(p, blockIdx.x, blockIdx.y);
+}
+
+template <int WT, int N, int K>
+DEV void gemm_tc_small_body(const GemmParams& p) {
+  gemm_tc_small_tile<WT, N, K>(p, blockIdx.x, gridDim.x);
 }
 
 // Two or three GEMMs of one activation (a layer's Q, K, V or gate, up) in one launch, the same tiling for all: the
@@ -358,6 +514,22 @@ DEV void gemm_tc_group_body(const GemmGroupParams& p) {
     gemm_tc_tile<WT1, N1, K, SPLIT>(p.m[1], bx - B0, by);
   } else {
     if constexpr (N2 > 0) gemm_tc_tile<WT2, N2, K, SPLIT>(p.m[2], bx - B0 - B1, by);
+  }
+}
+
+
+// The small-row kernel of a group (the split tiling's small path, gemm_tc_small_tile): every block takes its share of
+// the first member's items, then of the second's, ...; each member's shares start where the last one's ended, so the
+// blocks' loads stay even.
+template <int K, int WT0, int N0, int WT1, int N1, int WT2, int N2>
+DEV void gemm_tc_group_small_body(const GemmGroupParams& p) {
+  const int nblk = gridDim.x, off1 = tc_small_items(N0, K) % nblk, off2 = (off1 + tc_small_items(N1, K)) % nblk;
+  gemm_tc_small_tile<WT0, N0, K>(p.m[0], blockIdx.x, nblk);
+  block_sync();  // every warp is done with the stages before the next member's loads fill them
+  gemm_tc_small_tile<WT1, N1, K>(p.m[1], (blockIdx.x + nblk - off1) % nblk, nblk);
+  if constexpr (N2 > 0) {
+    block_sync();
+    gemm_tc_small_tile<WT2, N2, K>(p.m[2], (blockIdx.x + nblk - off2) % nblk, nblk);
   }
 }
 

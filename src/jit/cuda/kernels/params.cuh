@@ -30,6 +30,8 @@ struct GemmParams {
   int rows;                // valid rows
   int ldy;                 // row stride of y, in floats
   int accumulate;          // 1: y += result (residual connection); 0: y = result
+  float* part;             // the small-row kernel's chunk sums [item][kTcSmallRows][64] (gemm_tc_small_tile)
+  unsigned* count;         // its arrival counter per column block: zero before the launch, zero after
 };
 
 // The tiled GEMMs (gemm_tc.cuh) of the K-quants Q4_K (wt 12), Q5_K (13) and Q6_K (14): a block of kTcThreads streams
@@ -74,6 +76,33 @@ struct RowCopyParams {
 
 // Column blocks of one tiled GEMM of N columns (8-column tiles padded to 16, params of a tiling).
 constexpr int tc_col_blocks(int n, bool split) { return (n / 8 + 15) / 16 * 16 * 8 / tc_cols(split); }
+// Split-K: every tiled GEMM of N x K forms its float sums in tc_chunks(N, K) chunks of consecutive super-blocks (each
+// chunk's sum in order from zero, then the chunks' sums in order from zero), whatever the kernel and the row count, so
+// a row's output bits never depend on how many rows share the launch. The count depends on N and K only: the largest
+// divisor of the super-blocks that keeps the small-row kernel's items (column blocks x chunks) near kTcSmallItems, work
+// enough for every SM of a large GPU at one row.
+constexpr int kTcSmallRows = 32;    // rows the small-row kernel takes (one row tile of the split tiling)
+constexpr int kTcSmallItems = 512;
+constexpr int tc_chunks(int n, int k) {
+  const int sb = k / 256, blocks = tc_col_blocks(n, true), want = (kTcSmallItems + blocks - 1) / blocks;
+  int c = 1;
+  for (int d = 1; d <= sb && d <= want; ++d)
+    if (sb % d == 0) c = d;
+  return c;
+}
+// The small-row kernel's work items, its partial sums (floats) and counters for one GEMM (none with one chunk), and its
+// shared memory (gemm_tc_small_smem_bytes): its stages, table and exchange area, then the block's arrival flag.
+constexpr int tc_small_items(int n, int k) { return tc_col_blocks(n, true) * tc_chunks(n, k); }
+constexpr long long tc_small_part_floats(int n, int k) {
+  return tc_chunks(n, k) > 1 ? static_cast<long long>(tc_small_items(n, k)) * kTcSmallRows * tc_cols(true) : 0;
+}
+constexpr int tc_small_counters(int n, int k) { return tc_chunks(n, k) > 1 ? tc_col_blocks(n, true) : 0; }
+// The small-row kernel streams weights: one block per SM with a deeper pipeline of the split tiling's stages (six, where
+// 99 KiB per block allow three), so that enough bytes are in flight per SM to approach the memory's bandwidth.
+constexpr int gemm_tc_small_stages(int arch) { return arch == 86 || arch == 87 || arch == 89 ? 3 : 6; }
+constexpr int gemm_tc_small_smem_bytes(int wt, int arch) {
+  return gemm_tc_small_stages(arch) * tc_stage_bytes(wt, true) + tc_decoded_bytes(wt, true) + tc_partial_bytes(true) + 16;
+}
 // Two or three tiled GEMMs of one activation in one launch (gemm_tc_group_body); m[2] unused for two.
 struct GemmGroupParams {
   GemmParams m[3];
