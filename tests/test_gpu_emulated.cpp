@@ -565,6 +565,16 @@ TEST(GpuEmulated, AsyncCopiesLandOnlyAtTheirWait) {
   EXPECT_EQ(seen, (std::vector<int>{0xff, 5, 0xff, 105}));
 }
 
+// Random rows of k values (seeded) quantised plain to Q8_K on dev: the tiled GEMMs' input.
+jc::ActPair plain_q8k_rows(EmulatorDevice& dev, int64_t rows, int64_t k, uint32_t seed) {
+  const std::vector<float> x = random_rows(rows, k, seed);
+  Upload xd(dev, x.data(), x.size() * 4);
+  jc::ActPair act;
+  jc::gpu_quant(dev, jc::QuantMode::Plain, jc::ActFormat::Q8_K, k, xd.buf.addr(), 0, 0, 0, rows, k, 0.f,
+                act[static_cast<size_t>(jc::ActFormat::Q8_K)]);
+  return act;
+}
+
 // Two or three tiled GEMMs of one activation in one launch give each product the bits of its own launch, in both
 // tilings, with members of different formats and widths (a partial column block among them).
 TEST(GpuEmulated, GroupedGemmsEqualTheirOwnLaunches) {
@@ -585,12 +595,8 @@ TEST(GpuEmulated, GroupedGemmsEqualTheirOwnLaunches) {
         set.add(jc::gemm_group_of(group));
         set.add(jc::QuantDesc{jc::QuantMode::Plain, jc::ActFormat::Q8_K, k});
         dev.load_kernels(set);
-        const std::vector<float> x = random_rows(rows, k, 5);
-        Upload xd(dev, x.data(), x.size() * 4);
-        jc::ActPair act;
+        const jc::ActPair act = plain_q8k_rows(dev, rows, k, 5);
         jc::GemmWorkspace work;
-        jc::gpu_quant(dev, jc::QuantMode::Plain, jc::ActFormat::Q8_K, k, xd.buf.addr(), 0, 0, 0, rows, k, 0.f,
-                      act[static_cast<size_t>(jc::ActFormat::Q8_K)]);
         std::vector<DeviceBuffer> own, grouped;
         std::vector<jc::DevAddr> ys;
         std::vector<int64_t> lds;
@@ -619,6 +625,69 @@ TEST(GpuEmulated, GroupedGemmsEqualTheirOwnLaunches) {
       << "Q8_0 runs the untiled GEMM";
   EXPECT_FALSE(jc::gemm_group_ok({jc::GemmDesc{jc::WeightFormat::Q4_K, 256, 256}, jc::GemmDesc{jc::WeightFormat::Q4_K, 256, 512}}));
   EXPECT_FALSE(jc::gemm_group_ok({jc::GemmDesc{jc::WeightFormat::Q4_K, 256, 256}}));
+}
+
+// A feed-forward's gate/up launch that also quantises silu(gate) * up for the down projection (gpu_gemm_group_swiglu:
+// each 256-column span quantised by its last writer) gives the bits of the plain group followed by the standalone SwiGLU
+// quantiser: the same gate and up, and the same int8 fragments, block scales and 16-value sums for every row it covers
+// (every padded row for the tiled kernels, the first 32 for the small-row one). Its span counters are zero after each
+// launch. Two shapes: one and two column blocks per span (wide tiling), mixed Q4_K / Q6_K.
+TEST(GpuEmulated, SwiGluGroupQuantisesAsTheStandaloneQuantiser) {
+  for (const int64_t k : {int64_t{256}, int64_t{512}}) {
+    const int64_t f = 768;
+    const SynthTensor tg = synth_tensor(GgmlType::Q4_K, f, k, 31), tu = synth_tensor(k == 256 ? GgmlType::Q4_K : GgmlType::Q6_K, f, k, 32);
+    for (const int sms : {0, 1 << 20, 132, 3}) {
+      for (const int64_t rows : {int64_t{1}, int64_t{5}, int64_t{32}, int64_t{37}, int64_t{100}}) {
+        SCOPED_TRACE("k " + std::to_string(k) + " sms " + std::to_string(sms) + " rows " + std::to_string(rows));
+        EmulatorDevice dev;
+        dev.sms = sms;
+        const jc::GpuWeight wg = upload_weight(dev, tg.info), wu = upload_weight(dev, tu.info);
+        const jc::GpuWeight* ws[2] = {&wg, &wu};
+        jc::KernelSet set;
+        jc::GemmGroupDesc fused = jc::gemm_group_of(ws);
+        set.add(fused);
+        fused.swiglu = true;
+        set.add(fused);
+        set.add(jc::QuantDesc{jc::QuantMode::Plain, jc::ActFormat::Q8_K, k});
+        set.add(jc::QuantDesc{jc::QuantMode::SwiGlu, jc::ActFormat::Q8_K, f});
+        dev.load_kernels(set);
+        const jc::ActPair act = plain_q8k_rows(dev, rows, k, 7);
+        jc::GemmWorkspace work;
+        const size_t bytes = static_cast<size_t>(rows * f) * 4;
+        DeviceBuffer g0(dev, bytes), u0(dev, bytes), g1(dev, bytes), u1(dev, bytes);
+        const jc::DevAddr plain_ys[2] = {g0.addr(), u0.addr()}, fused_ys[2] = {g1.addr(), u1.addr()};
+        const int64_t lds[2] = {f, f};
+        jc::gpu_gemm_group(dev, work, ws, act, rows, plain_ys, lds);
+        jc::ActBuffers ref, out;
+        jc::gpu_quant(dev, jc::QuantMode::SwiGlu, jc::ActFormat::Q8_K, f, g0.addr(), u0.addr(), 0, 0, rows, f, 0.f, ref);
+        const size_t before = dev.launches();
+        jc::gpu_gemm_group_swiglu(dev, work, ws, act, rows, fused_ys, f, out);
+        EXPECT_EQ(dev.launches() - before, 1u);
+        EXPECT_EQ(dev.launch_counts().count(jc::gemm_group_kernel_name(fused, rows, sms)), 1u);
+        for (auto [a, b] : {std::pair{&g0, &g1}, std::pair{&u0, &u1}}) {
+          std::vector<float> va(static_cast<size_t>(rows * f)), vb(va.size());
+          dev.download(va.data(), a->addr(), bytes);
+          dev.download(vb.data(), b->addr(), bytes);
+          EXPECT_EQ(std::memcmp(va.data(), vb.data(), bytes), 0) << "gate / up";
+        }
+        const bool small = jc::gemm_group_tiling(fused, rows, sms) == jc::TcTiling::Small;
+        const int64_t covered = small ? 32 : jc::pad_rows(rows), kbp = jc::padded_kblocks(f);
+        const auto same = [&](const jc::DeviceBuffer& a, const jc::DeviceBuffer& b, size_t n, const char* what) {
+          std::vector<unsigned char> va(n), vb(n);
+          dev.download(va.data(), a.addr(), n);
+          dev.download(vb.data(), b.addr(), n);
+          EXPECT_EQ(va, vb) << what;
+        };
+        same(ref.q, out.q, static_cast<size_t>(covered * kbp * 32), "int8 fragments");
+        same(ref.da, out.da, static_cast<size_t>(covered * kbp) * 4, "block scales");
+        same(ref.bs, out.bs, static_cast<size_t>(covered * kbp) * 4, "16-value sums");
+        std::vector<unsigned> spans(work.span.bytes() / 4);
+        dev.download(spans.data(), work.span.addr(), spans.size() * 4);
+        EXPECT_EQ(spans, std::vector<unsigned>(spans.size(), 0u)) << "span counters left set";
+        EXPECT_EQ(dev.live_overruns(), 0u);
+      }
+    }
+  }
 }
 
 TEST(GpuEmulated, GemmQ5_K) {
@@ -1335,52 +1404,55 @@ TEST(GpuEmulated, HeadDimensionsBeyondTheKernelNameTheLayer) {
   EXPECT_THROW(gpu.prepare_model(hp), Error);
 }
 
-// Kernel launches of one forward pass, counted on the emulated device (and listed by kernel): 15 per layer (the
-// activation quantisers, one GEMM per matrix, three head packers, attention) and 3 around the layers. A guard
-// against launches creeping in; the target of 8 per layer needs Q/K/V and gate/up fused into single GEMMs
-// and the packers into their epilogue, not done yet.
-// Kernels per layer of a whole forward pass (10: Q, K, V one grouped GEMM, gate and up another, the attention's three
-// head packs one launch; and one dllm_copy_rows for the logit rows, which were a copy per run of rows), device copies
-// only for the keys and values, and with graphs on (the default) the pass is one graph launch:
-// no kernel is launched on its own.
+// Kernels per layer of a whole forward pass, counted on the emulated device and listed by kernel: 9 (Q, K, V one grouped
+// GEMM; the attention's three head packs one launch; gate and up another grouped GEMM that also quantises SwiGLU for
+// the down projection), 10 with that fusion off, and the same logits either way; one dllm_copy_rows for the logit rows;
+// device copies only for the keys and values; with graphs on (the default) the pass is one graph launch: no kernel is
+// launched on its own.
 TEST(GpuEmulated, LaunchesPerLayer) {
   for (const char* name : {"tiny-llada-Q4_K_M", "tiny-dream-Q4_K_M"}) {
-    SCOPED_TRACE(name);
-    const std::string path = data_path(std::string("models/") + name + ".gguf");
-    model::LoadOptions opt;
-    opt.threads = 2;
-    const auto cpu = model::Model::load(path, opt);
-    const model::HParams& hp = cpu->hparams();
-    auto owned = std::make_unique<EmulatorDevice>();
-    EmulatorDevice& dev = *owned;
-    ThreadPool pool(2);
-    jc::GpuExecutor gpu(std::move(owned), pool);
-    const model::ForwardWeights fw = model::prepare_forward_weights(hp, cpu->tensors(), gpu);
-    const LogitsCase lc = logits_case(name, "c2_canvas_midgen_len37");
-    std::vector<float> got(lc.rows.size() * static_cast<size_t>(cpu->n_vocab()));
-    model::forward(hp, fw, gpu, model::ForwardRequest{lc.ids, lc.rows, got.data()});  // compiles, sizes buffers
-    const size_t before = dev.launches(), eager0 = dev.eager_launches(), graphs0 = dev.graph_launches();
-    const size_t copies0 = dev.copies();
-    const std::map<std::string, size_t> counts0 = dev.launch_counts();
-    model::forward(hp, fw, gpu, model::ForwardRequest{lc.ids, lc.rows, got.data()});
-    const size_t step = dev.launches() - before;
-    for (const auto& [kernel, n] : dev.launch_counts()) {
-      const size_t d = n - (counts0.count(kernel) ? counts0.at(kernel) : 0);
-      if (d) std::printf("[ launches ]   %-40s %zu\n", kernel.c_str(), d);
+    std::vector<float> logits[2];
+    for (const bool fused : {true, false}) {
+      SCOPED_TRACE(std::string(name) + (fused ? " fused" : " unfused"));
+      const std::string path = data_path(std::string("models/") + name + ".gguf");
+      model::LoadOptions opt;
+      opt.threads = 2;
+      const auto cpu = model::Model::load(path, opt);
+      const model::HParams& hp = cpu->hparams();
+      auto owned = std::make_unique<EmulatorDevice>();
+      EmulatorDevice& dev = *owned;
+      ThreadPool pool(2);
+      jc::GpuExecutor gpu(std::move(owned), pool);
+      gpu.set_fusion(fused);
+      const model::ForwardWeights fw = model::prepare_forward_weights(hp, cpu->tensors(), gpu);
+      const LogitsCase lc = logits_case(name, "c2_canvas_midgen_len37");
+      std::vector<float> got(lc.rows.size() * static_cast<size_t>(cpu->n_vocab()));
+      model::forward(hp, fw, gpu, model::ForwardRequest{lc.ids, lc.rows, got.data()});  // compiles, sizes buffers
+      const size_t before = dev.launches(), eager0 = dev.eager_launches(), graphs0 = dev.graph_launches();
+      const size_t copies0 = dev.copies();
+      const std::map<std::string, size_t> counts0 = dev.launch_counts();
+      model::forward(hp, fw, gpu, model::ForwardRequest{lc.ids, lc.rows, got.data()});
+      const size_t step = dev.launches() - before;
+      for (const auto& [kernel, n] : dev.launch_counts()) {
+        const size_t d = n - (counts0.count(kernel) ? counts0.at(kernel) : 0);
+        if (d) std::printf("[ launches ]   %-40s %zu\n", kernel.c_str(), d);
+      }
+      std::printf("[ launches ] %s: %zu kernels per forward, %lld layers, %zu graph launch(es), %zu on their own\n", name,
+                  step, static_cast<long long>(hp.n_layer), dev.graph_launches() - graphs0, dev.eager_launches() - eager0);
+      // 9 (10) a layer; the last adds 2 for the queries of its logit rows alone; the logit rows' gather, the final norm's
+      // quantiser and the LM head.
+      EXPECT_EQ(step, static_cast<size_t>((fused ? 9 : 10) * hp.n_layer + 2 + 3));
+      logits[fused ? 0 : 1] = got;
+      EXPECT_EQ(dev.launch_counts().at("dllm_copy_rows") - counts0.at("dllm_copy_rows"), 1u);
+      for (const auto& [kernel, n] : dev.launch_counts()) {
+        if (kernel.rfind("dllm_pack_", 0) == 0) ADD_FAILURE() << kernel << ": the forward program packs q, k, v in one launch";
+      }
+      EXPECT_EQ(dev.copies() - copies0, static_cast<size_t>(2 * hp.n_layer)) << "the keys and values of each layer";
+      EXPECT_EQ(dev.graph_launches() - graphs0, 1u) << "the step is one graph";
+      EXPECT_EQ(dev.eager_launches() - eager0, 0u);
+      EXPECT_EQ(dev.graph_stats().broken, 0u);
     }
-    std::printf("[ launches ] %s: %zu kernels per forward, %lld layers, %zu graph launch(es), %zu on their own\n", name,
-                step, static_cast<long long>(hp.n_layer), dev.graph_launches() - graphs0, dev.eager_launches() - eager0);
-    // 10 a layer; the last adds 2 for the queries of its logit rows alone; the logit rows' gather, the final norm's
-    // quantiser and the LM head.
-    EXPECT_EQ(step, static_cast<size_t>(10 * hp.n_layer + 2 + 3));
-    EXPECT_EQ(dev.launch_counts().at("dllm_copy_rows") - counts0.at("dllm_copy_rows"), 1u);
-    for (const auto& [kernel, n] : dev.launch_counts()) {
-      if (kernel.rfind("dllm_pack_", 0) == 0) ADD_FAILURE() << kernel << ": the forward program packs q, k, v in one launch";
-    }
-    EXPECT_EQ(dev.copies() - copies0, static_cast<size_t>(2 * hp.n_layer)) << "the keys and values of each layer";
-    EXPECT_EQ(dev.graph_launches() - graphs0, 1u) << "the step is one graph";
-    EXPECT_EQ(dev.eager_launches() - eager0, 0u);
-    EXPECT_EQ(dev.graph_stats().broken, 0u);
+    EXPECT_EQ(logits[0], logits[1]) << name << ": the fused quantiser changed the logits";
   }
 }
 

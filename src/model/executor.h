@@ -152,6 +152,13 @@ class Executor {
     (void)ws;
     (void)n;
   }
+  // Load time, after prepare_weight: the three products of a SwiGLU feed-forward (norm_swiglu_ffn), so that a device
+  // backend can build its fused launch. A hint, as prepare_shared. Default: nothing.
+  virtual void prepare_swiglu_ffn(WeightHandle gate, WeightHandle up, WeightHandle down) {
+    (void)gate;
+    (void)up;
+    (void)down;
+  }
 
   // Load time: prepare a 2-D weight tensor of `n` rows (ne1) of `k` values (ne0), stored as the file
   // stores it (any type quant::can_dequantize accepts). The tensor's bytes live in the file's mapping,
@@ -227,6 +234,11 @@ class Executor {
   virtual void matmul_add(WeightHandle w, Act x, int64_t rows, Act y);
   // y[r] += (silu(gate[r]) * up[r]) times w, r < rows (silu and product in f32); gate is overwritten.
   virtual void swiglu_matmul_add(WeightHandle w, Act gate, Act up, int64_t rows, Act y);
+  // A SwiGLU feed-forward: norm_matmul of x into gate (gate_w) and up (up_w), then swiglu_matmul_add of down_w onto x.
+  // One op, so that a device backend can fuse across the two (the GPU's gate/up launch quantises silu(gate) * up for
+  // the down projection itself). Default: exactly those two ops.
+  virtual void norm_swiglu_ffn(Act x, int64_t rows, VectorHandle norm, float eps, WeightHandle gate_w, WeightHandle up_w,
+                               WeightHandle down_w, Act gate, Act up);
   // y[r] = act(gate[r]) * up[r] (Glu) times w, r < rows: written, not added; gate is overwritten.
   virtual void glu_matmul(Glu glu, WeightHandle w, Act gate, Act up, int64_t rows, Act y);
   // y[r] += rmsnorm(x[r] times w) * norm, r < rows (Gemma's post-norms; an invalid norm multiplies by 1).

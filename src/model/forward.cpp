@@ -150,6 +150,7 @@ ForwardWeights prepare_forward_weights(const HParams& hp, const ModelTensors& t,
       l.ffn_down = ex.prepare_weight(*lt.ffn_down);
       const WeightHandle gate_up[2] = {l.ffn_gate, l.ffn_up};
       ex.prepare_shared(gate_up, 2);
+      if (!hp.prompt_regions) ex.prepare_swiglu_ffn(l.ffn_gate, l.ffn_up, l.ffn_down);  // norm_swiglu_ffn's products
     }
     if (!hp.moe()) continue;
     MoeLayer& m = l.moe;
@@ -357,10 +358,7 @@ class Program : public LayerProgram {
     Timed t(t_, &PassTimes::mlp_ms);
     const ForwardWeights::Layer& L = w_.layers[static_cast<size_t>(l)];
     const Act gate = ex_.activation(kGate, rows_, hp_.n_ff), up = ex_.activation(kUp, rows_, hp_.n_ff);
-    const WeightHandle ws[2] = {L.ffn_gate, L.ffn_up};
-    const Act ys[2] = {gate, up};
-    ex_.norm_matmul(x_, rows_, L.ffn_norm, hp_.rms_eps, ws, ys, 2);
-    ex_.swiglu_matmul_add(L.ffn_down, gate, up, rows_, x_);
+    ex_.norm_swiglu_ffn(x_, rows_, L.ffn_norm, hp_.rms_eps, L.ffn_gate, L.ffn_up, L.ffn_down, gate, up);
   }
 
   void moe_ffn(int64_t l) override {

@@ -322,6 +322,14 @@ void Executor::swiglu_matmul_add(WeightHandle w, Act gate, Act up, int64_t rows,
   matmul_add(w, gate, rows, y);
 }
 
+void Executor::norm_swiglu_ffn(Act x, int64_t rows, VectorHandle norm, float eps, WeightHandle gate_w, WeightHandle up_w,
+                               WeightHandle down_w, Act gate, Act up) {
+  const WeightHandle ws[2] = {gate_w, up_w};
+  const Act ys[2] = {gate, up};
+  norm_matmul(x, rows, norm, eps, ws, ys, 2);
+  swiglu_matmul_add(down_w, gate, up, rows, x);
+}
+
 void Executor::glu_matmul(Glu glu, WeightHandle w, Act gate, Act up, int64_t rows, Act y) {
   auto& h = host();
   glu_rows(host_pool_, glu, h.at(gate), h.at(up), rows, h.buf(gate).cols);

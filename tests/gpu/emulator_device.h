@@ -46,20 +46,21 @@ void add_gemm(std::map<std::string, Launcher>& r) {
     r[d.name()] = make_launcher<GemmParams>([](const GemmParams& p) { gemm_body<WT, N, K>(p); });
   }
 }
-// A group of tiled GEMMs of one activation (N2 = 0: two), every tiling.
-template <int K, int WT0, int N0, int WT1, int N1, int WT2 = 0, int N2 = 0>
+// A group of tiled GEMMs of one activation (N2 = 0: two), every tiling; SWIGLU: the gate/up variant that quantises.
+template <int K, int WT0, int N0, int WT1, int N1, int WT2 = 0, int N2 = 0, bool SWIGLU = false>
 void add_gemm_group(std::map<std::string, Launcher>& r) {
   using jit::cuda::GemmDesc;
   using jit::cuda::WeightFormat;
   jit::cuda::GemmGroupDesc d;
   d.members = {GemmDesc{static_cast<WeightFormat>(WT0), N0, K}, GemmDesc{static_cast<WeightFormat>(WT1), N1, K}};
   if (N2 > 0) d.members.push_back(GemmDesc{static_cast<WeightFormat>(WT2), N2, K});
+  d.swiglu = SWIGLU;
   r[d.name()] = make_launcher<GemmGroupParams>(
-      [](const GemmGroupParams& p) { gemm_tc_group_body<false, K, WT0, N0, WT1, N1, WT2, N2>(p); });
+      [](const GemmGroupParams& p) { gemm_tc_group_body<false, K, WT0, N0, WT1, N1, WT2, N2, SWIGLU>(p); });
   r[d.name() + "_split"] = make_launcher<GemmGroupParams>(
-      [](const GemmGroupParams& p) { gemm_tc_group_body<true, K, WT0, N0, WT1, N1, WT2, N2>(p); });
+      [](const GemmGroupParams& p) { gemm_tc_group_body<true, K, WT0, N0, WT1, N1, WT2, N2, SWIGLU>(p); });
   r[d.name() + "_small"] = make_launcher<GemmGroupParams>(
-      [](const GemmGroupParams& p) { gemm_tc_group_small_body<K, WT0, N0, WT1, N1, WT2, N2>(p); });
+      [](const GemmGroupParams& p) { gemm_tc_group_small_body<K, WT0, N0, WT1, N1, WT2, N2, SWIGLU>(p); });
 }
 template <int N, int K>
 void add_gemm_all_formats(std::map<std::string, Launcher>& r) {
@@ -181,6 +182,9 @@ inline const std::map<std::string, Launcher>& emulated_kernels() {
     add_gemm_group<256, WT_Q4_K, 256, WT_Q6_K, 256>(m);
     add_gemm_group<256, WT_Q4_K, 256, WT_Q4_K, 256>(m);
     add_gemm_group<256, WT_Q4_K, 768, WT_Q4_K, 768>(m);
+    add_gemm_group<256, WT_Q4_K, 768, WT_Q4_K, 768, 0, 0, true>(m);  // llada's feed-forward, quantising SwiGLU
+    add_gemm_group<512, WT_Q4_K, 768, WT_Q6_K, 768, 0, 0, true>(m);  // unit tests: two column blocks a span, mixed
+    add_gemm_group<512, WT_Q4_K, 768, WT_Q6_K, 768>(m);
     add_gemm_group<256, WT_Q4_K, 256, WT_Q4_K, 128, WT_Q6_K, 128>(m);  // dream
     add_gemm_group<256, WT_Q4_K, 256, WT_Q4_K, 128, WT_Q4_K, 128>(m);
     add_gemm_group<256, WT_Q4_K, 128, WT_Q6_K, 128>(m);

@@ -377,6 +377,35 @@ void GpuExecutor::prepare_shared(const model::WeightHandle* ws, int n) {
   kernels_loaded_ = false;
 }
 
+void GpuExecutor::prepare_swiglu_ffn(model::WeightHandle gate, model::WeightHandle up, model::WeightHandle down) {
+  if (!gate.valid() || !up.valid() || !down.valid()) return;
+  const GemmGroupDesc g = swiglu_group(weight(gate).desc(), weight(up).desc(), weight(down).desc());
+  if (g.members.empty()) return;
+  kernels_.add(g);
+  kernels_loaded_ = false;
+}
+
+void GpuExecutor::norm_swiglu_ffn(model::Act x, int64_t rows, model::VectorHandle norm, float eps,
+                                  model::WeightHandle gate_w, model::WeightHandle up_w, model::WeightHandle down_w,
+                                  model::Act gate, model::Act up) {
+  if (rows <= 0) return;
+  const GpuWeight* rs[2] = {&weight(gate_w), &weight(up_w)};
+  const GpuWeight* down = &weight(down_w);
+  const GemmGroupDesc g = swiglu_group(rs[0]->desc(), rs[1]->desc(), down->desc());
+  load_model_kernels();
+  if (!fusion_ || g.members.empty() || !kernels_.contains(g) || act(gate).cols != rs[0]->layout.n ||
+      act(up).cols != rs[1]->layout.n) {
+    Executor::norm_swiglu_ffn(x, rows, norm, eps, gate_w, up_w, down_w, gate, up);
+    return;
+  }
+  timed(profile_.gemm_s, [&] {
+    gpu_quant_for(*dev_, QuantMode::RmsNorm, rs, at(x), 0, vector_addr(norm), 0, rows, act(x).cols, eps, act_);
+    const DevAddr ys[2] = {at(gate), at(up)};
+    gpu_gemm_group_swiglu(*dev_, gemm_ws_, rs, act_, rows, ys, act(gate).cols, act_ffn_);
+    gpu_gemm(*dev_, gemm_ws_, *down, act_ffn_, rows, at(x), act(x).cols, true);  // the residual added in the epilogue
+  });
+}
+
 void GpuExecutor::matmul_add(model::WeightHandle h, model::Act x, int64_t rows, model::Act y) {
   if (rows <= 0) return;
   const GpuWeight* w = &weight(h);

@@ -58,6 +58,7 @@ class GpuExecutor : public model::Executor {
   model::WeightHandle prepare_weight(const gguf::TensorInfo& tensor) override;
   // Q, K(, V) and gate, up of tiled formats: one launch each (a GemmGroupDesc in the model's unit).
   void prepare_shared(const model::WeightHandle* ws, int n) override;
+  void prepare_swiglu_ffn(model::WeightHandle gate, model::WeightHandle up, model::WeightHandle down) override;
   void matmul(model::WeightHandle w, const float* x, int64_t rows, float* y) override;
   // One upload and one activation quantisation for all the products of x (Q/K/V; gate/up).
   void matmul_shared(const model::WeightHandle* ws, float* const* ys, int n, const float* x, int64_t rows) override;
@@ -75,6 +76,12 @@ class GpuExecutor : public model::Executor {
                    const model::Act* ys, int n) override;
   void matmul_add(model::WeightHandle w, model::Act x, int64_t rows, model::Act y) override;
   void swiglu_matmul_add(model::WeightHandle w, model::Act gate, model::Act up, int64_t rows, model::Act y) override;
+  // The gate/up launch quantises silu(gate) * up for the down projection (gpu_gemm_group_swiglu), when prepare_swiglu_ffn
+  // announced the three and fusion is on: 3 kernels instead of 4. Otherwise the two ops.
+  void norm_swiglu_ffn(model::Act x, int64_t rows, model::VectorHandle norm, float eps, model::WeightHandle gate_w,
+                       model::WeightHandle up_w, model::WeightHandle down_w, model::Act gate, model::Act up) override;
+  // Fusion of the quantisers into their producers (norm_swiglu_ffn): on by default; tests turn it off to compare bits.
+  void set_fusion(bool on) { fusion_ = on; }
   void glu_matmul(model::Glu glu, model::WeightHandle w, model::Act gate, model::Act up, int64_t rows,
                   model::Act y) override;
   void matmul_norm_add(model::WeightHandle w, model::Act x, int64_t rows, model::VectorHandle norm, float eps,
@@ -193,6 +200,8 @@ class GpuExecutor : public model::Executor {
   std::vector<DeviceBuffer> spare_;         // buffers of closed stores, reused by kv_open
   ActPair act_;
   GemmWorkspace gemm_ws_;  // the small-row GEMMs' chunk sums and counters
+  ActBuffers act_ffn_;     // silu(gate) * up quantised by the gate/up launch, beside act_ (which that launch reads)
+  bool fusion_ = true;
   Scratch qh_, kh_, vt_, logits_, gather_, pos_list_, ranges_, row_list_;
   std::vector<float> host_x_, host_y_;  // embeddings going up; matmul_grouped's outputs coming down
   std::vector<RopeTable> ropes_;  // one per RoPE flavour in use (Gemma-4: sliding and global layers)

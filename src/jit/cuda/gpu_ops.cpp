@@ -19,7 +19,12 @@ void ActBuffers::ensure(Device& dev, int64_t rows, int64_t k) {
   if (bs.bytes() < act_sum_bytes(rows, k)) bs = DeviceBuffer(dev, act_sum_bytes(rows, k));
 }
 
-void GemmWorkspace::ensure(Device& dev, size_t part_bytes, size_t counters) {
+void GemmWorkspace::ensure(Device& dev, size_t part_bytes, size_t counters, size_t span_counters) {
+  if (span.bytes() < span_counters * sizeof(unsigned)) {
+    span.reset();
+    span = DeviceBuffer(dev, span_counters * sizeof(unsigned));
+    dev.zero(span.addr(), span_counters * sizeof(unsigned));
+  }
   if (part.bytes() < part_bytes) {
     part.reset();
     part = DeviceBuffer(dev, part_bytes);
@@ -113,13 +118,14 @@ GemmGroupDesc gemm_group_of(std::span<const GpuWeight* const> ws) {
   return g;
 }
 
-void gpu_gemm_group(Device& dev, GemmWorkspace& work, std::span<const GpuWeight* const> ws, const ActPair& act,
-                    int64_t rows, std::span<const DevAddr> ys, std::span<const int64_t> ldys) {
-  const GemmGroupDesc g = gemm_group_of(ws);
-  if (!gemm_group_ok(g.members) || ys.size() != ws.size() || ldys.size() != ws.size()) {
+namespace {
+// The launch of a group (gpu_gemm_group, gpu_gemm_group_swiglu): the members' parameters and small-row workspaces.
+void launch_group(Device& dev, GemmWorkspace& work, const GemmGroupDesc& g, std::span<const GpuWeight* const> ws,
+                  const ActPair& act, int64_t rows, std::span<const DevAddr> ys, std::span<const int64_t> ldys,
+                  GemmGroupParams& p) {
+  if (!gemm_group_ok(g.members, g.swiglu) || ys.size() != ws.size() || ldys.size() != ws.size()) {
     throw Error("internal error: products that cannot share a launch");
   }
-  GemmGroupParams p{};
   for (size_t i = 0; i < ws.size(); ++i) {
     const ActBuffers& a = act[static_cast<size_t>(act_format_for(ws[i]->layout.format))];
     p.m[i] = gemm_params(*ws[i], a, rows, ys[i], ldys[i], false);
@@ -138,6 +144,40 @@ void gpu_gemm_group(Device& dev, GemmWorkspace& work, std::span<const GpuWeight*
   }
   dev.launch(gemm_group_kernel_name(g, rows, dev.sm_count()), gemm_group_launch(g, rows, dev.arch(), dev.sm_count()), &p,
              sizeof p);
+}
+}  // namespace
+
+void gpu_gemm_group(Device& dev, GemmWorkspace& work, std::span<const GpuWeight* const> ws, const ActPair& act,
+                    int64_t rows, std::span<const DevAddr> ys, std::span<const int64_t> ldys) {
+  GemmGroupParams p{};
+  launch_group(dev, work, gemm_group_of(ws), ws, act, rows, ys, ldys, p);
+}
+
+void gpu_gemm_group_swiglu(Device& dev, GemmWorkspace& work, std::span<const GpuWeight* const> ws, const ActPair& act,
+                           int64_t rows, std::span<const DevAddr> ys, int64_t ldy, ActBuffers& out) {
+  GemmGroupDesc g = gemm_group_of(ws);
+  g.swiglu = true;
+  const int64_t f = ws.empty() ? 0 : ws[0]->layout.n;
+  for (const ActBuffers& a : act) {
+    if (&a == &out) throw Error("internal error: the SwiGLU quantiser would overwrite the group's input");
+  }
+  out.ensure(dev, rows, f);
+  out.format = ActFormat::Q8_K;
+  out.rows = rows;
+  out.k = f;
+  // Counters for the finest row tiles (32 rows: the split tiling and the small-row kernel) of every 256 columns.
+  work.ensure(dev, 0, 0, static_cast<size_t>(pad_rows(rows) / 32 * (f / 256)));
+  GemmGroupParams p{};
+  p.q.x = dev_ptr<const float>(ys.empty() ? 0 : ys[0]);
+  p.q.x2 = dev_ptr<const float>(ys.size() < 2 ? 0 : ys[1]);
+  p.q.q = dev_ptr<unsigned char>(out.q.addr());
+  p.q.da = dev_ptr<float>(out.da.addr());
+  p.q.bs = dev_ptr<short>(out.bs.addr());
+  p.q.rows = static_cast<int>(rows);
+  p.q.ld = static_cast<int>(ldy);
+  p.span = work.span.as<unsigned>();
+  const int64_t ldys[2] = {ldy, ldy};
+  launch_group(dev, work, g, ws, act, rows, ys, std::span<const int64_t>(ldys, ys.size() < 2 ? ys.size() : 2), p);
 }
 
 namespace {

@@ -46,8 +46,8 @@ struct Scratch {
 // The small-row GEMMs' workspace (kernel_set.h: gemm_small_part_bytes, gemm_small_counters), grown on demand; the
 // counters are zeroed when allocated and every launch leaves them zero. One per stream: the launches on it take turns.
 struct GemmWorkspace {
-  DeviceBuffer part, count;
-  void ensure(Device& dev, size_t part_bytes, size_t counters);
+  DeviceBuffer part, count, span;  // span: the SwiGLU groups' arrival counters per (row tile, 256 columns)
+  void ensure(Device& dev, size_t part_bytes, size_t counters, size_t span_counters = 0);
 };
 
 // act <- quantised rows in format `fmt`: rows of x (row stride ld floats), through row_map when given.
@@ -74,6 +74,11 @@ GemmGroupDesc gemm_group_of(std::span<const GpuWeight* const> ws);
 // gpu_gemm on each.
 void gpu_gemm_group(Device& dev, GemmWorkspace& work, std::span<const GpuWeight* const> ws, const ActPair& act,
                     int64_t rows, std::span<const DevAddr> ys, std::span<const int64_t> ldys);
+// A feed-forward's gate (ws[0]) and up (ws[1]) as gpu_gemm_group, whose launch also quantises silu(gate) * up into out
+// (Q8_K, k = their width) as gpu_quant's SwiGlu mode would: the bits of gpu_gemm_group then gpu_quant. Needs the
+// group's swiglu variant (GemmGroupDesc::swiglu) loaded; out must not be a buffer of act.
+void gpu_gemm_group_swiglu(Device& dev, GemmWorkspace& work, std::span<const GpuWeight* const> ws, const ActPair& act,
+                           int64_t rows, std::span<const DevAddr> ys, int64_t ldy, ActBuffers& out);
 
 // out <- split-f16 per-head layout of x ([rows][ld] f32) with bias and RoPE (double tables
 // [positions][n_rot/2], positions per row in pos) as the descriptor says. out holds d.n_head * pad_rows(rows) * d.head_dim halves.

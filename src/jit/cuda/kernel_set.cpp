@@ -74,15 +74,22 @@ std::string PackDesc::name() const {
 std::string GemmGroupDesc::name() const {
   std::string s = "dllm_gemmgrp_k" + std::to_string(members.empty() ? 0 : members[0].k);
   for (const GemmDesc& m : members) s += std::string("_") + weight_format_name(m.format) + "_n" + std::to_string(m.n);
-  return s;
+  return swiglu ? s + "_swiglu" : s;
 }
 
-bool gemm_group_ok(const std::vector<GemmDesc>& members) {
+bool gemm_group_ok(const std::vector<GemmDesc>& members, bool swiglu) {
   if (members.size() < 2 || members.size() > 3) return false;
+  if (swiglu && (members.size() != 2 || members[0].n != members[1].n || members[0].n % 256 != 0)) return false;
   for (const GemmDesc& m : members) {
     if (!tiled_gemm(m.format) || m.k != members[0].k) return false;
   }
   return true;
+}
+
+GemmGroupDesc swiglu_group(const GemmDesc& gate, const GemmDesc& up, const GemmDesc& down) {
+  GemmGroupDesc g{{gate, up}, true};
+  if (!gemm_group_ok(g.members, true) || act_format_for(down.format) != ActFormat::Q8_K || down.k != gate.n) return {};
+  return g;
 }
 
 std::string PackQkvDesc::name() const {
@@ -280,7 +287,7 @@ std::string KernelSet::source() const {
         if (i < d.members.size()) s << ", " << static_cast<int>(d.members[i].format) << ", " << d.members[i].n;
         else s << ", 0, 0";
       }
-      s << ">(p); }\n";
+      s << (d.swiglu ? ", true" : "") << ">(p); }\n";
     }
   }
   for (const auto& d : pack_qkv_) {
@@ -430,13 +437,16 @@ KernelSet kernels_for_model(const model::HParams& hp, const model::ModelTensors&
   }
   quant(QuantMode::RmsNorm, tensors.output);  // final norm -> LM head
   // The products that share one launch (prepare_forward_weights announces the same groups to the executor).
+  const auto desc = [](const gguf::TensorInfo* m) {
+    WeightFormat f = WeightFormat::Q8_0;
+    weight_format_of(m->type(), &f);
+    return GemmDesc{f, m->ne[1], m->ne[0]};
+  };
   const auto group = [&](std::initializer_list<const gguf::TensorInfo*> ms) {
     GemmGroupDesc g;
     for (const gguf::TensorInfo* m : ms) {
       if (!m) return;
-      WeightFormat f = WeightFormat::Q8_0;
-      weight_format_of(m->type(), &f);
-      g.members.push_back(GemmDesc{f, m->ne[1], m->ne[0]});
+      g.members.push_back(desc(m));
     }
     if (gemm_group_ok(g.members)) set.add(g);
   };
@@ -448,6 +458,10 @@ KernelSet kernels_for_model(const model::HParams& hp, const model::ModelTensors&
       group({l.wq, l.wk});
     }
     group({l.ffn_gate, l.ffn_up});
+    if (l.ffn_gate && l.ffn_up && l.ffn_down && !hp.prompt_regions) {  // SwiGLU layers: the gate/up launch quantises
+      const GemmGroupDesc g = swiglu_group(desc(l.ffn_gate), desc(l.ffn_up), desc(l.ffn_down));
+      if (!g.members.empty()) set.add(g);
+    }
   }
   group({tensors.self_cond_gate, tensors.self_cond_up});
   add_attention_kernels(set, hp);

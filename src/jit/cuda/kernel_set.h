@@ -39,11 +39,16 @@ struct GemmDesc {
 // Two or three tiled GEMMs of one activation (a layer's Q, K, V; K, V; gate, up) in one launch.
 struct GemmGroupDesc {
   std::vector<GemmDesc> members;  // 2 or 3 (gemm_group_ok)
+  bool swiglu = false;  // a feed-forward's gate and up that also quantise silu(gate) * up (Q8_K) for the down projection
   auto operator<=>(const GemmGroupDesc&) const = default;
-  std::string name() const;  // dllm_gemmgrp_k4096_q4_k_n4096_q4_k_n1024_q6_k_n1024
+  std::string name() const;  // dllm_gemmgrp_k4096_q4_k_n4096_q4_k_n1024_q6_k_n1024, ..._swiglu
 };
-// True when the products can share a launch: 2 or 3 of them, every one a tiled format, one k.
-bool gemm_group_ok(const std::vector<GemmDesc>& members);
+// True when the products can share a launch: 2 or 3 of them, every one a tiled format, one k (with swiglu: two of one
+// width, a multiple of 256).
+bool gemm_group_ok(const std::vector<GemmDesc>& members, bool swiglu = false);
+// The SwiGLU variant of a gate/up group for this down projection (gemm_group_ok with swiglu, and down reads Q8_K
+// activations of the group's width), or an empty descriptor when the down projection needs its own quantiser.
+GemmGroupDesc swiglu_group(const GemmDesc& gate, const GemmDesc& up, const GemmDesc& down);
 struct QuantDesc {
   QuantMode mode;
   ActFormat act;

@@ -426,9 +426,10 @@ DEV void gemm_tc_tile(const GemmParams& p, int bx, int by) {
 // as one pipelined stream of steps (its next item's weights load while it finishes the last). Each item's float sums
 // go to p.part ([item][32 rows][64 columns], rows below p.rows only); the last item of a column block to arrive (an
 // arrival counter per column block, p.count, reset to zero after use) adds the chunks' sums in order from zero, into
-// y. With one chunk the item stores y itself. Rows past p.rows are never read or written.
-template <int WT, int N, int K>
-DEV void gemm_tc_small_tile(const GemmParams& p, int blk, int nblk) {
+// y. With one chunk the item stores y itself. Rows past p.rows are never read or written. done(column block) runs on
+// every thread of the block that stored a column block's final outputs.
+template <int WT, int N, int K, class Done>
+DEV void gemm_tc_small_tile(const GemmParams& p, int blk, int nblk, Done done) {
   constexpr int NC = tc_chunks(N, K), CH = K / 256 / NC, ITEMS = tc_col_blocks(N, true) * NC, COLS = tc_cols(true);
   const int mine = blk < ITEMS ? (ITEMS - 1 - blk) / nblk + 1 : 0;
   if (mine == 0) return;
@@ -457,6 +458,7 @@ DEV void gemm_tc_small_tile(const GemmParams& p, int blk, int nblk) {
               for (int nt = 0; nt < 4; ++nt)
                 gemm_store_tile<N>(p, mt * 16 + g, bx * COLS + wn * 32 + nt * 8 + 2 * t, total[mt][nt]);
           }
+          done(bx);
           return;
         }
         if (lead) {
@@ -488,6 +490,7 @@ DEV void gemm_tc_small_tile(const GemmParams& p, int blk, int nblk) {
           *y = p.accumulate ? *y + total : total;
         }
         if (tid == 0) p.count[bx] = 0u;  // every chunk has arrived: ready for the next launch
+        done(bx);
       });
 }
 
@@ -498,15 +501,37 @@ DEV void gemm_tc_body(const GemmParams& p) {
 
 template <int WT, int N, int K>
 DEV void gemm_tc_small_body(const GemmParams& p) {
-  gemm_tc_small_tile<WT, N, K>(p, blockIdx.x, gridDim.x);
+  gemm_tc_small_tile<WT, N, K>(p, blockIdx.x, gridDim.x, [](int) {});
+}
+
+// A feed-forward's gate and up (SWIGLU) quantise silu(gate) * up for the down projection themselves: after a block has
+// stored a member's final outputs for rows [row0, row0 + ROWS) and columns [col0, col0 + cols), it counts its arrival at
+// that row tile's 256-column span; the span's last writer (of 2 members x 256 / cols) quantises the span for the tile's
+// rows, exactly as quant_rows_body's SwiGLU mode (padding rows as zeros). last: a shared int of the block.
+template <int F, int ROWS>
+DEV void swiglu_arrive(const GemmGroupParams& p, int tile, int row0, int col0, int cols, int* last) {
+  static_assert(F % 256 == 0, "the SwiGLU quantiser takes whole Q8_K blocks");
+  if (col0 >= F) return;  // a padding column block (the whole block)
+  const int span = tile * (F / 256) + col0 / 256;
+  thread_fence();  // the outputs are visible device-wide before the arrival is counted
+  block_sync();
+  if (threadIdx.x == 0) *last = atomic_add_u32(p.span + span, 1u) == static_cast<unsigned>(2 * 256 / cols - 1);
+  block_sync();
+  if (!*last) return;
+  thread_fence();
+  for (int r = row0 + (threadIdx.x >> 5); r < row0 + ROWS; r += kTcThreads / 32)
+    quant_q8k_block<QR_SWIGLU, F / 32>(p.q, r, r, p.q.x + static_cast<long long>(r) * p.q.ld, 1.0, col0 / 256);
+  if (threadIdx.x == 0) p.span[span] = 0u;
 }
 
 // Two or three GEMMs of one activation (a layer's Q, K, V or gate, up) in one launch, the same tiling for all: the
 // first member's column blocks, then the second's, then the third's (N2 = 0: two members). Each block runs one
-// member's tile exactly as that member's own launch would, so the results are the same bits.
-template <bool SPLIT, int K, int WT0, int N0, int WT1, int N1, int WT2, int N2>
+// member's tile exactly as that member's own launch would, so the results are the same bits. SWIGLU: two members of
+// N0 = N1 columns, then swiglu_arrive.
+template <bool SPLIT, int K, int WT0, int N0, int WT1, int N1, int WT2, int N2, bool SWIGLU = false>
 DEV void gemm_tc_group_body(const GemmGroupParams& p) {
-  constexpr int B0 = tc_col_blocks(N0, SPLIT), B1 = tc_col_blocks(N1, SPLIT);
+  static_assert(!SWIGLU || (N0 == N1 && N2 == 0), "SwiGLU takes a gate and an up of one width");
+  constexpr int B0 = tc_col_blocks(N0, SPLIT), B1 = tc_col_blocks(N1, SPLIT), COLS = tc_cols(SPLIT);
   const int bx = blockIdx.x, by = blockIdx.y;
   if (bx < B0) {
     gemm_tc_tile<WT0, N0, K, SPLIT>(p.m[0], bx, by);
@@ -515,21 +540,29 @@ DEV void gemm_tc_group_body(const GemmGroupParams& p) {
   } else {
     if constexpr (N2 > 0) gemm_tc_tile<WT2, N2, K, SPLIT>(p.m[2], bx - B0 - B1, by);
   }
+  if constexpr (SWIGLU) {
+    // The stages are free once every warp has passed the arrival's first barrier: the flag lives there.
+    swiglu_arrive<N0, tc_rows(SPLIT)>(p, by, by * tc_rows(SPLIT), (bx < B0 ? bx : bx - B0) * COLS, COLS,
+                                      reinterpret_cast<int*>(dyn_smem()));
+  }
 }
-
 
 // The small-row kernel of a group (the split tiling's small path, gemm_tc_small_tile): every block takes its share of
 // the first member's items, then of the second's, ...; each member's shares start where the last one's ended, so the
-// blocks' loads stay even.
-template <int K, int WT0, int N0, int WT1, int N1, int WT2, int N2>
+// blocks' loads stay even. SWIGLU: each column block's final writer arrives as in gemm_tc_group_body (one row tile).
+template <int K, int WT0, int N0, int WT1, int N1, int WT2, int N2, bool SWIGLU = false>
 DEV void gemm_tc_group_small_body(const GemmGroupParams& p) {
   const int nblk = gridDim.x, off1 = tc_small_items(N0, K) % nblk, off2 = (off1 + tc_small_items(N1, K)) % nblk;
-  gemm_tc_small_tile<WT0, N0, K>(p.m[0], blockIdx.x, nblk);
+  int* last = reinterpret_cast<int*>(dyn_smem() + max(gemm_tc_small_smem_bytes(WT0, kTcArch), gemm_tc_small_smem_bytes(WT1, kTcArch)) - 12);
+  const auto arrive = [&](int bx) {
+    if constexpr (SWIGLU) swiglu_arrive<N0, kTcSmallRows>(p, 0, 0, bx * tc_cols(true), tc_cols(true), last);
+  };
+  gemm_tc_small_tile<WT0, N0, K>(p.m[0], blockIdx.x, nblk, arrive);
   block_sync();  // every warp is done with the stages before the next member's loads fill them
-  gemm_tc_small_tile<WT1, N1, K>(p.m[1], (blockIdx.x + nblk - off1) % nblk, nblk);
+  gemm_tc_small_tile<WT1, N1, K>(p.m[1], (blockIdx.x + nblk - off1) % nblk, nblk, arrive);
   if constexpr (N2 > 0) {
     block_sync();
-    gemm_tc_small_tile<WT2, N2, K>(p.m[2], (blockIdx.x + nblk - off2) % nblk, nblk);
+    gemm_tc_small_tile<WT2, N2, K>(p.m[2], (blockIdx.x + nblk - off2) % nblk, nblk, [](int) {});
   }
 }
 

@@ -104,8 +104,13 @@ constexpr int gemm_tc_small_smem_bytes(int wt, int arch) {
   return gemm_tc_small_stages(arch) * tc_stage_bytes(wt, true) + tc_decoded_bytes(wt, true) + tc_partial_bytes(true) + 16;
 }
 // Two or three tiled GEMMs of one activation in one launch (gemm_tc_group_body); m[2] unused for two.
+// With SwiGLU (a feed-forward's gate and up, gemm_tc_group_body's SWIGLU): q quantises silu(gate) * up for the down
+// projection (Q8_K; q.x = the gate's y, q.x2 = the up's y), span the arrival counters per (row tile, 256 columns), zero
+// before the launch and after.
 struct GemmGroupParams {
   GemmParams m[3];
+  QuantRowsParams q;
+  unsigned* span;
 };
 
 // Bias, RoPE and conversion to split f16 of one projection's output, rearranged per head for attention.

@@ -43,16 +43,69 @@ DEV long long a_frag_offset(int r, int k, int kbp) {
 }
 
 // The activation value k of a row: the input itself, the RMS-normed input, or SwiGLU of gate and up.
+// Reads bypass L1 (ld_cg_f): a fused quantiser reads rows other blocks of its launch wrote.
 template <int MODE>
 DEV float act_value(const QuantRowsParams& p, const float* x, long long src, double scale, int k) {
-  if (MODE == QR_PLAIN) return x[k];
+  if (MODE == QR_PLAIN) return ld_cg_f(x + k);
   if (MODE == QR_RMSNORM) return static_cast<float>(static_cast<double>(x[k]) * scale * static_cast<double>(p.w[k]));
-  const float g = x[k];
-  return g / (1.f + expf(-g)) * p.x2[src * p.ld + k];
+  const float g = ld_cg_f(x + k);
+  return g / (1.f + expf(-g)) * ld_cg_f(p.x2 + src * p.ld + k);
 }
 
 DEV void store_quant(const QuantRowsParams& p, int r, int k, int kbp, int q) {
   p.q[a_frag_offset(r, k, kbp)] = static_cast<unsigned char>(static_cast<signed char>(q));
+}
+
+// One Q8_K block (values [256 b, 256 b + 256) of output row r, input row src) quantised by one warp; lane l holds value l
+// of each of the 8 sub-blocks of 32. A padding row (r >= p.rows) is written as zeros. Called by quant_rows_body and by
+// the GEMMs that quantise their own output (gemm_tc_group_body's SwiGLU).
+template <int MODE, int KBP>
+DEV void quant_q8k_block(const QuantRowsParams& p, int r, long long src, const float* x, double scale, int b) {
+  const int lane = threadIdx.x & 31;
+  const long long rk = static_cast<long long>(r) * KBP;
+  if (r >= p.rows) {
+    UNROLL
+    for (int i = 0; i < 8; ++i) {
+      store_quant(p, r, b * 256 + 32 * i + lane, KBP, 0);
+      if (lane < 2) p.bs[2 * (rk + b * 8 + i) + lane] = 0;
+      if (lane == 0) p.da[rk + b * 8 + i] = 0.f;
+    }
+    return;
+  }
+  float v[8];
+  float best_ax = -1.f, best_v = 0.f;
+  int best_i = 0;
+  UNROLL
+  for (int i = 0; i < 8; ++i) {
+    v[i] = act_value<MODE>(p, x, src, scale, b * 256 + 32 * i + lane);
+    const float ax = fabsf(v[i]);
+    if (ax > best_ax) {  // ascending positions: keeps the first of equal magnitudes
+      best_ax = ax;
+      best_v = v[i];
+      best_i = 32 * i + lane;
+    }
+  }
+  UNROLL
+  for (int m = 16; m > 0; m >>= 1) {
+    const float oax = shfl_xor_f(best_ax, m), ov = shfl_xor_f(best_v, m);
+    const int oi = shfl_xor_i(best_i, m);
+    if (oax > best_ax || (oax == best_ax && oi < best_i)) {
+      best_ax = oax;
+      best_v = ov;
+      best_i = oi;
+    }
+  }
+  const bool zero = best_ax == 0.f;
+  const float iscale = zero ? 0.f : -127.f / best_v;
+  const float d = zero ? 0.f : 1.f / iscale;
+  UNROLL
+  for (int i = 0; i < 8; ++i) {
+    const int q = zero ? 0 : min(127, round_to_int(iscale * v[i]));
+    const int half = half_warp_sum_i(q);
+    store_quant(p, r, b * 256 + 32 * i + lane, KBP, q);
+    if ((lane & 15) == 0) p.bs[2 * (rk + b * 8 + i) + (lane >> 4)] = static_cast<short>(half);
+    if (lane == 0) p.da[rk + b * 8 + i] = d;
+  }
 }
 
 // One block of kQuantThreads per output row; gridDim.x = rows_pad (a multiple of 32).
@@ -106,45 +159,8 @@ DEV void quant_rows_body(const QuantRowsParams& p) {
       }
     }
   } else {
-    // A warp per block of 256; lane l holds value l of each of the 8 sub-blocks of 32.
-    for (int b = warp; b < K / 256; b += WARPS) {
-      float v[8];
-      float best_ax = -1.f, best_v = 0.f;
-      int best_i = 0;
-      UNROLL
-      for (int i = 0; i < 8; ++i) {
-        v[i] = act_value<MODE>(p, x, src, scale, b * 256 + 32 * i + lane);
-        const float ax = fabsf(v[i]);
-        if (ax > best_ax) {  // ascending positions: keeps the first of equal magnitudes
-          best_ax = ax;
-          best_v = v[i];
-          best_i = 32 * i + lane;
-        }
-      }
-      UNROLL
-      for (int m = 16; m > 0; m >>= 1) {
-        const float oax = shfl_xor_f(best_ax, m), ov = shfl_xor_f(best_v, m);
-        const int oi = shfl_xor_i(best_i, m);
-        if (oax > best_ax || (oax == best_ax && oi < best_i)) {
-          best_ax = oax;
-          best_v = ov;
-          best_i = oi;
-        }
-      }
-      const bool zero = best_ax == 0.f;
-      const float iscale = zero ? 0.f : -127.f / best_v;
-      const float d = zero ? 0.f : 1.f / iscale;
-      UNROLL
-      for (int i = 0; i < 8; ++i) {
-        const int q = zero ? 0 : min(127, round_to_int(iscale * v[i]));
-        const int half = half_warp_sum_i(q);
-        store_quant(p, r, b * 256 + 32 * i + lane, KBP, q);
-        if ((lane & 15) == 0) p.bs[2 * (rk + b * 8 + i) + (lane >> 4)] = static_cast<short>(half);
-        if (lane == 0) {
-          p.da[rk + b * 8 + i] = d;
-        }
-      }
-    }
+    // A warp per block of 256.
+    for (int b = warp; b < K / 256; b += WARPS) quant_q8k_block<MODE, KBP>(p, r, src, x, scale, b);
   }
 }
 
