@@ -814,6 +814,75 @@ TEST(GpuEmulated, AttentionKeyRangesEqualExactSoftmaxOverEachRowsKeys) {
   EXPECT_EQ(dev.live_overruns(), 0u);
 }
 
+// The quantising attention (AttnDesc::quant: each 256-column span of the output quantised plain by its last writer)
+// writes the plain attention's bits and, for every query row, the int8 fragments, block scales and 16-value sums the
+// standalone quantiser gives; two launches fill one output at rows 0 and 37 (as the batch's parts do), each quantising
+// only its own rows. Heads of 64 (four per span), 128 (two), 256 and 512 (128-wide slices); the counters end at zero.
+TEST(GpuEmulated, AttentionQuantisesItsOutputAsTheStandaloneQuantiser) {
+  for (auto [H, Hkv, d] : {std::tuple<int64_t, int64_t, int64_t>{4, 2, 64}, {2, 1, 128}, {2, 1, 256}, {2, 1, 512}}) {
+    SCOPED_TRACE("H=" + std::to_string(H) + " d=" + std::to_string(d));
+    const int64_t nq = 70, nkv = 45, K = H * d, kbp = jc::padded_kblocks(K);
+    EmulatorDevice dev;
+    const jc::PackDesc pq{H, d, d, jc::PackStyle::None, false}, pk{Hkv, d, d, jc::PackStyle::None, false};
+    const jc::PackDesc pv{Hkv, d, d, jc::PackStyle::None, true};
+    const jc::AttnDesc ad{H, Hkv, d};
+    jc::KernelSet set;
+    set.add(pq), set.add(pk), set.add(pv), set.add(ad), set.add(jc::AttnDesc{H, Hkv, d, true});
+    set.add(jc::QuantDesc{jc::QuantMode::Plain, jc::ActFormat::Q8_K, K});
+    dev.load_kernels(set);
+    const std::vector<float> q = random_rows(nq, K, 41, 2.f), k = random_rows(nkv, Hkv * d, 42, 2.f);
+    const std::vector<float> v = random_rows(nkv, Hkv * d, 43);
+    Upload qd(dev, q.data(), q.size() * 4), kd(dev, k.data(), k.size() * 4), vd(dev, v.data(), v.size() * 4);
+    DeviceBuffer qh(dev, jc::packed_heads_bytes(H, d, nq)), kh(dev, jc::packed_heads_bytes(Hkv, d, nkv));
+    DeviceBuffer vt(dev, jc::packed_heads_bytes(Hkv, d, nkv));
+    DeviceBuffer plain(dev, static_cast<size_t>(nq * K) * 4), fused(dev, static_cast<size_t>(nq * K) * 4);
+    jc::gpu_pack(dev, pk, kd.buf.addr(), nkv, Hkv * d, 0, 0, 0, 0, kh.addr());
+    jc::gpu_pack(dev, pv, vd.buf.addr(), nkv, Hkv * d, 0, 0, 0, 0, vt.addr());
+    jc::ActBuffers ref, out;
+    out.ensure(dev, nq, K);
+    out.format = jc::ActFormat::Q8_K, out.rows = nq, out.k = K;
+    jc::GemmWorkspace work;
+    const float scale = 0.1f;
+    for (const int64_t r0 : {int64_t{0}, int64_t{37}}) {
+      const int64_t n = r0 == 0 ? 37 : nq - 37;
+      jc::gpu_pack(dev, pq, qd.buf.addr() + static_cast<size_t>(r0 * K) * 4, n, K, 0, 0, 0, 0, qh.addr());
+      jc::gpu_attention(dev, ad, qh.addr(), n, kh.addr(), vt.addr(), nkv, scale, plain.addr() + static_cast<size_t>(r0 * K) * 4);
+      const jc::AttnQuant aq{&out, r0, &work};
+      jc::gpu_attention(dev, ad, qh.addr(), n, kh.addr(), vt.addr(), nkv, scale, fused.addr() + static_cast<size_t>(r0 * K) * 4,
+                        0, &aq);
+    }
+    EXPECT_EQ(dev.launch_counts().at(jc::AttnDesc{H, Hkv, d, true}.name()), 2u);
+    jc::gpu_quant(dev, jc::QuantMode::Plain, jc::ActFormat::Q8_K, K, plain.addr(), 0, 0, 0, nq, K, 0.f, ref);
+    std::vector<float> a(static_cast<size_t>(nq * K)), b(a.size());
+    dev.download(a.data(), plain.addr(), a.size() * 4);
+    dev.download(b.data(), fused.addr(), b.size() * 4);
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "attention output";
+    const auto host = [&](const jc::ActBuffers& x) {
+      std::vector<int8_t> qs(x.q.bytes());
+      std::vector<float> da(x.da.bytes() / 4);
+      std::vector<int16_t> bs(x.bs.bytes() / 2);
+      dev.download(qs.data(), x.q.addr(), qs.size());
+      dev.download(da.data(), x.da.addr(), da.size() * 4);
+      dev.download(bs.data(), x.bs.addr(), bs.size() * 2);
+      return std::tuple{qs, da, bs};
+    };
+    const auto [rq, rda, rbs] = host(ref);
+    const auto [fq, fda, fbs] = host(out);
+    for (int64_t r = 0; r < nq; ++r) {
+      for (int64_t c = 0; c < K; ++c) ASSERT_EQ(rq[frag_pos(r, c, kbp)], fq[frag_pos(r, c, kbp)]) << "row " << r << " k " << c;
+      for (int64_t kb = 0; kb < kbp; ++kb) {
+        ASSERT_EQ(rda[r * kbp + kb], fda[r * kbp + kb]) << "row " << r << " block " << kb;
+        ASSERT_EQ(rbs[2 * (r * kbp + kb)], fbs[2 * (r * kbp + kb)]);
+        ASSERT_EQ(rbs[2 * (r * kbp + kb) + 1], fbs[2 * (r * kbp + kb) + 1]);
+      }
+    }
+    std::vector<unsigned> spans(work.span.bytes() / 4);
+    dev.download(spans.data(), work.span.addr(), spans.size() * 4);
+    EXPECT_EQ(spans, std::vector<unsigned>(spans.size(), 0u)) << "span counters left set";
+    EXPECT_EQ(dev.live_overruns(), 0u);
+  }
+}
+
 // Bias + RoPE + split-f16 packing against the reference rotation (pairs per style, partial rotation):
 // hi is the f16 rounding of the f32 result, hi + lo within f32 precision of it.
 void check_pack(jc::PackStyle style) {
@@ -1404,9 +1473,10 @@ TEST(GpuEmulated, HeadDimensionsBeyondTheKernelNameTheLayer) {
   EXPECT_THROW(gpu.prepare_model(hp), Error);
 }
 
-// Kernels per layer of a whole forward pass, counted on the emulated device and listed by kernel: 9 (Q, K, V one grouped
-// GEMM; the attention's three head packs one launch; gate and up another grouped GEMM that also quantises SwiGLU for
-// the down projection), 10 with that fusion off, and the same logits either way; one dllm_copy_rows for the logit rows;
+// Kernels per layer of a whole forward pass, counted on the emulated device and listed by kernel: 8 (Q, K, V one grouped
+// GEMM; the attention's three head packs one launch; the attention quantises its output for the output projection;
+// gate and up another grouped GEMM that also quantises SwiGLU for the down projection), 10 with those fusions off, and
+// the same logits either way; one dllm_copy_rows for the logit rows;
 // device copies only for the keys and values; with graphs on (the default) the pass is one graph launch: no kernel is
 // launched on its own.
 TEST(GpuEmulated, LaunchesPerLayer) {
@@ -1439,9 +1509,9 @@ TEST(GpuEmulated, LaunchesPerLayer) {
       }
       std::printf("[ launches ] %s: %zu kernels per forward, %lld layers, %zu graph launch(es), %zu on their own\n", name,
                   step, static_cast<long long>(hp.n_layer), dev.graph_launches() - graphs0, dev.eager_launches() - eager0);
-      // 9 (10) a layer; the last adds 2 for the queries of its logit rows alone; the logit rows' gather, the final norm's
+      // 8 (10) a layer; the last adds 2 for the queries of its logit rows alone; the logit rows' gather, the final norm's
       // quantiser and the LM head.
-      EXPECT_EQ(step, static_cast<size_t>((fused ? 9 : 10) * hp.n_layer + 2 + 3));
+      EXPECT_EQ(step, static_cast<size_t>((fused ? 8 : 10) * hp.n_layer + 2 + 3));
       logits[fused ? 0 : 1] = got;
       EXPECT_EQ(dev.launch_counts().at("dllm_copy_rows") - counts0.at("dllm_copy_rows"), 1u);
       for (const auto& [kernel, n] : dev.launch_counts()) {

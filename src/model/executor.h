@@ -286,6 +286,14 @@ class Executor {
   virtual void attend(KvHandle kv, int64_t layer, int64_t n_kv, Act q, int64_t row0,
                       std::span<const int64_t> positions, VectorHandle bq, const RopeSpec& rope,
                       const AttentionShape& shape, Act out, std::span<const KeyRange> ranges = {});
+  // A hint before the attend() calls that fill `out`: the caller's next use of out is matmul_add(w, out, rows, ...), and
+  // until then only attend() writes it, so a device backend may prepare that product's input while attention writes
+  // each row. Default: nothing.
+  virtual void expect_projection(Act out, int64_t rows, WeightHandle w) {
+    (void)out;
+    (void)rows;
+    (void)w;
+  }
   // x[r] head by head (n_heads heads of head_dim values) = rmsnorm(head) * w (w: head_dim values; invalid:
   // 1), in place, r < rows (RMSNorm in double as norm_matmul). The per-head q/k(/v) norms of qk_norm layers.
   virtual void head_norm(Act x, int64_t rows, int64_t n_heads, int64_t head_dim, VectorHandle w, float eps);

@@ -344,6 +344,7 @@ class Program : public LayerProgram {
       if (L.q_norm.valid()) ex_.head_norm(q, M_, hp_.n_head, g.head_dim, L.q_norm, hp_.rms_eps);
     }
     const Act att = ex_.activation(kAtt, rows_, Q);
+    if (!L.post_attn_norm.valid()) ex_.expect_projection(att, rows_, L.wo);
     for (const Part& p : parts_) {
       if (last && p.m() == 0) continue;
       const std::span<const int64_t> qpos = last ? p.req->logit_rows : std::span<const int64_t>(p.positions);

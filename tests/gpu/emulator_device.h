@@ -101,6 +101,10 @@ template <int H, int HKV, int D>
 void add_attn(std::map<std::string, Launcher>& r) {
   const jit::cuda::AttnDesc d{H, HKV, D};
   r[d.name()] = make_launcher<AttnParams>([](const AttnParams& p) { attention_body<H, HKV, D>(p); });
+  if constexpr (attn_quant_ok(H, D)) {  // the variant that quantises its output for the output projection
+    const jit::cuda::AttnDesc q{H, HKV, D, true};
+    r[q.name()] = make_launcher<AttnParams>([](const AttnParams& p) { attention_body<H, HKV, D, true>(p); });
+  }
 }
 
 // Every kernel the tiny fixture models (llada: 4 heads of 64, dream: 4/2 heads of 64, D 256, F 768,
@@ -117,6 +121,7 @@ inline const std::map<std::string, Launcher>& emulated_kernels() {
     add_gemm_all_formats<136, 96>(m);  // Q8_0 unit test: k-blocks padded (3 -> 4)
     add_gemm<WT_Q4_K, 4096, 4096>(m);  // split-K chunks of two super-blocks (tc_chunks)
     add_quant<QR_PLAIN, ACT_Q8_K, 4096>(m);
+    add_quant<QR_PLAIN, ACT_Q8_K, 1024>(m);  // the quantising attention of two heads of 512
     add_gemm<WT_Q4_K, 264, 2048>(m);   // the tiled GEMMs: a deep pipeline, several blocks each way
     add_gemm<WT_Q6_K, 264, 2048>(m);
     add_gemm<WT_Q5_K, 264, 2048>(m);

@@ -406,11 +406,29 @@ void GpuExecutor::norm_swiglu_ffn(model::Act x, int64_t rows, model::VectorHandl
   });
 }
 
+void GpuExecutor::expect_projection(model::Act out, int64_t rows, model::WeightHandle w) {
+  proj_ = Projection{};
+  if (!fusion_ || rows <= 0 || !w.valid()) return;
+  const GpuWeight& wo = weight(w);
+  if (act_format_for(wo.layout.format) != ActFormat::Q8_K || wo.layout.k != act(out).cols) return;
+  act_att_.ensure(*dev_, rows, wo.layout.k);
+  act_att_.format = ActFormat::Q8_K;
+  act_att_.rows = rows;
+  act_att_.k = wo.layout.k;
+  proj_ = Projection{out.slot, w.index, rows, 0};
+}
+
 void GpuExecutor::matmul_add(model::WeightHandle h, model::Act x, int64_t rows, model::Act y) {
+  const bool quantised = proj_.slot == x.slot && proj_.weight == h.index && proj_.rows == rows && proj_.covered == rows;
+  proj_ = Projection{};
   if (rows <= 0) return;
   const GpuWeight* w = &weight(h);
   load_model_kernels();
   timed(profile_.gemm_s, [&] {
+    if (quantised) {  // every row quantised by the attention's launches
+      gpu_gemm(*dev_, gemm_ws_, *w, act_att_, rows, at(y), act(y).cols, true);
+      return;
+    }
     gpu_quant_for(*dev_, QuantMode::Plain, std::span(&w, 1), at(x), 0, 0, 0, rows, act(x).cols, 0.f, act_);
     gpu_gemm(*dev_, gemm_ws_, *w, act_, rows, at(y), act(y).cols, true);  // the residual added in the epilogue
   });
@@ -784,6 +802,13 @@ void GpuExecutor::attend(model::KvHandle h, int64_t layer, int64_t n_kv, model::
   if (in_capture_) step_key_.insert(step_key_.end(), {rows, n_kv, static_cast<int64_t>(bounds.size())});
   const size_t l = static_cast<size_t>(layer);
   const int64_t width = s.width[l];
+  // The announced output projection's input, quantised in this launch (expect_projection).
+  AttnDesc quant_desc = ak.attn;
+  quant_desc.quant = true;
+  const bool fuse = proj_.slot == out.slot && row0 + rows <= proj_.rows && kernels_.contains(quant_desc);
+  if (fuse) proj_.covered += rows;
+  else if (proj_.slot == out.slot) proj_ = Projection{};  // a row not quantised here: matmul_add quantises them all
+  const AttnQuant aq{&act_att_, row0, &gemm_ws_};
   timed(profile_.attention_s, [&] {
     const DevAddr qh = qh_.get(*dev_, packed_heads_bytes(H, d, rows));
     const DevAddr kh = kh_.get(*dev_, packed_heads_bytes(Hkv, d, n_kv));
@@ -796,7 +821,7 @@ void GpuExecutor::attend(model::KvHandle h, int64_t layer, int64_t n_kv, model::
     gpu_pack_qkv(*dev_, ak, PackArgs{at(q, row0), rows, H * d, vector_addr(bq), positions_addr(positions), qh},
                  PackArgs{s.k_at(layer, 0), n_kv, width, vector_addr(s.bk[l]), pos_.addr(), kh},
                  PackArgs{s.v_at(layer, 0), n_kv, width, vector_addr(s.bv[l]), 0, vt}, tab.cos.addr(), tab.sin.addr());
-    gpu_attention(*dev_, ak.attn, qh, rows, kh, vt, n_kv, shape.scale, at(out, row0), rd);
+    gpu_attention(*dev_, ak.attn, qh, rows, kh, vt, n_kv, shape.scale, at(out, row0), rd, fuse ? &aq : nullptr);
   });
 }
 

@@ -80,7 +80,11 @@ class GpuExecutor : public model::Executor {
   // announced the three and fusion is on: 3 kernels instead of 4. Otherwise the two ops.
   void norm_swiglu_ffn(model::Act x, int64_t rows, model::VectorHandle norm, float eps, model::WeightHandle gate_w,
                        model::WeightHandle up_w, model::WeightHandle down_w, model::Act gate, model::Act up) override;
-  // Fusion of the quantisers into their producers (norm_swiglu_ffn): on by default; tests turn it off to compare bits.
+  // attend() quantises its rows for the announced output projection (the quantising attention) when it can; matmul_add
+  // then skips its quantiser if every row came that way.
+  void expect_projection(model::Act out, int64_t rows, model::WeightHandle w) override;
+  // Fusion of the quantisers into their producers (norm_swiglu_ffn, expect_projection): on by default; tests turn it off
+  // to compare bits.
   void set_fusion(bool on) { fusion_ = on; }
   void glu_matmul(model::Glu glu, model::WeightHandle w, model::Act gate, model::Act up, int64_t rows,
                   model::Act y) override;
@@ -201,6 +205,11 @@ class GpuExecutor : public model::Executor {
   ActPair act_;
   GemmWorkspace gemm_ws_;  // the small-row GEMMs' chunk sums and counters
   ActBuffers act_ffn_;     // silu(gate) * up quantised by the gate/up launch, beside act_ (which that launch reads)
+  ActBuffers act_att_;     // the attention output quantised by the attention's launches
+  struct Projection {      // what expect_projection announced, and how many rows attend() quantised since
+    int32_t slot = -1, weight = -1;
+    int64_t rows = 0, covered = 0;
+  } proj_;
   bool fusion_ = true;
   Scratch qh_, kh_, vt_, logits_, gather_, pos_list_, ranges_, row_list_;
   std::vector<float> host_x_, host_y_;  // embeddings going up; matmul_grouped's outputs coming down

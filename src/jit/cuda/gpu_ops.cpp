@@ -9,7 +9,7 @@
 namespace dllm::jit::cuda {
 
 static_assert(sizeof(QuantRowsParams) == 72 && sizeof(GemmParams) == 80 && sizeof(PackParams) == 64 &&
-                  sizeof(AttnParams) == 64,
+                  sizeof(AttnParams) == 152,
               "kernel parameter structs must keep the layout the device code expects");
 
 void ActBuffers::ensure(Device& dev, int64_t rows, int64_t k) {
@@ -218,8 +218,26 @@ void gpu_pack_qkv(Device& dev, const AttentionKernels& a, const PackArgs& q, con
 }
 
 void gpu_attention(Device& dev, const AttnDesc& d, DevAddr q, int64_t n_q, DevAddr k, DevAddr vt, int64_t n_kv,
-                   float scale, DevAddr out, DevAddr ranges) {
+                   float scale, DevAddr out, DevAddr ranges, const AttnQuant* quant) {
   AttnParams p{};
+  AttnDesc desc = d;
+  if (quant) {  // the quantising variant: rows [row0, row0 + n_q) of quant->act
+    ActBuffers& a = *quant->act;
+    const int64_t k = d.n_head * d.head_dim;
+    if (!attn_quant_ok(static_cast<int>(d.n_head), static_cast<int>(d.head_dim)) || a.format != ActFormat::Q8_K ||
+        a.k != k || quant->row0 + n_q > a.rows || a.q.bytes() < act_bytes(a.rows, k)) {
+      throw Error("internal error: the attention's output does not fit the buffers it would quantise into");
+    }
+    desc.quant = true;
+    quant->work->ensure(dev, 0, 0, static_cast<size_t>(attn_launch(d, n_q).grid_x) * static_cast<size_t>(k / 256));
+    p.quant.q = dev_ptr<unsigned char>(a.q.addr());
+    p.quant.da = dev_ptr<float>(a.da.addr());
+    p.quant.bs = dev_ptr<short>(a.bs.addr());
+    p.quant.rows = static_cast<int>(a.rows);
+    p.quant.ld = static_cast<int>(k);
+    p.span = quant->work->span.as<unsigned>();
+    p.q_row0 = static_cast<int>(quant->row0);
+  }
   p.ranges = dev_ptr<const int>(ranges);
   p.q = dev_ptr<const unsigned short>(q);
   p.k = dev_ptr<const unsigned short>(k);
@@ -230,7 +248,7 @@ void gpu_attention(Device& dev, const AttnDesc& d, DevAddr q, int64_t n_q, DevAd
   p.q_pad = static_cast<int>(pad_rows(n_q));
   p.kv_pad = static_cast<int>(pad_rows(n_kv));
   p.scale_log2 = static_cast<float>(static_cast<double>(scale) * 1.4426950408889634);
-  dev.launch(d.name(), attn_launch(d, n_q), &p, sizeof p);
+  dev.launch(desc.name(), attn_launch(d, n_q), &p, sizeof p);
 }
 
 void gpu_copy_rows(Device& dev, DevAddr dst, DevAddr src, DevAddr rows, int64_t n, int64_t cols, bool scatter) {

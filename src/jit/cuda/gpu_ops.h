@@ -95,10 +95,18 @@ struct PackArgs {
 void gpu_pack_qkv(Device& dev, const AttentionKernels& a, const PackArgs& q, const PackArgs& k, const PackArgs& v,
                   DevAddr cos_t, DevAddr sin_t);
 
+// Where the quantising attention (AttnDesc::quant) puts its output's Q8_K rows: rows [row0, row0 + n_q) of act
+// (format Q8_K, k = H * d, sized and described by the caller), its arrival counters in work.
+struct AttnQuant {
+  ActBuffers* act = nullptr;
+  int64_t row0 = 0;
+  GemmWorkspace* work = nullptr;
+};
 // out[n_q][H*d] <- attention of packed queries over n_kv packed keys/values; with ranges (device ints
-// [n_q][2]) query row i over keys [ranges[2i], ranges[2i+1]) only.
+// [n_q][2]) query row i over keys [ranges[2i], ranges[2i+1]) only. With quant, the same launch also quantises out's
+// rows plain, as gpu_quant would (the quantising variant of d must be loaded).
 void gpu_attention(Device& dev, const AttnDesc& d, DevAddr q, int64_t n_q, DevAddr k, DevAddr vt, int64_t n_kv,
-                   float scale, DevAddr out, DevAddr ranges = 0);
+                   float scale, DevAddr out, DevAddr ranges = 0, const AttnQuant* quant = nullptr);
 
 // Gather (dst row i = src row rows[i]) or scatter (dst row rows[i] = src row i) of n listed rows (device ints) of
 // `cols` floats, in one launch of dllm_copy_rows.

@@ -97,7 +97,8 @@ std::string PackQkvDesc::name() const {
          "_r" + std::to_string(n_rot) + "_" + pack_style_name(style);
 }
 std::string AttnDesc::name() const {
-  return "dllm_attn_h" + std::to_string(n_head) + "_kv" + std::to_string(n_head_kv) + "_d" + std::to_string(head_dim);
+  return "dllm_attn_h" + std::to_string(n_head) + "_kv" + std::to_string(n_head_kv) + "_d" + std::to_string(head_dim) +
+         (quant ? "_quant" : "");
 }
 
 bool tiled_gemm(WeightFormat f) {
@@ -298,7 +299,7 @@ std::string KernelSet::source() const {
   for (const auto& d : attn_) {
     s << "extern \"C\" __global__ void __launch_bounds__(" << kAttnThreads << ") " << d.name()
       << "(const AttnParams p) { attention_body<" << d.n_head << ", " << d.n_head_kv << ", " << d.head_dim
-      << ">(p); }\n";
+      << (d.quant ? ", true" : "") << ">(p); }\n";
   }
   if (row_copy_) {
     s << "extern \"C\" __global__ void __launch_bounds__(" << kCopyThreads << ") " << kRowCopyKernel
@@ -348,6 +349,12 @@ void add_attention_kernels(KernelSet& set, const model::HParams& hp) {
                                                  model::AttentionShape{hp.n_head, g.n_head_kv, g.head_dim, 0.f});
     set.add(a.qkv);
     set.add(a.attn);
+    // The output projection's quantiser in the attention's launch (not for Gemma-4, whose output goes through a norm).
+    if (!hp.prompt_regions && attn_quant_ok(static_cast<int>(hp.n_head), static_cast<int>(g.head_dim))) {
+      AttnDesc q = a.attn;
+      q.quant = true;
+      set.add(q);
+    }
   }
 }
 

@@ -72,8 +72,9 @@ struct PackQkvDesc {
 };
 struct AttnDesc {
   int64_t n_head, n_head_kv, head_dim;
+  bool quant = false;  // also quantises its output plain to Q8_K for the output projection (attn_quant_ok)
   auto operator<=>(const AttnDesc&) const = default;
-  std::string name() const;  // dllm_attn_h32_kv32_d128
+  std::string name() const;  // dllm_attn_h32_kv32_d128, ..._quant
 };
 
 // Launch geometry (grid x/y, block x) of each kernel for a given number of rows.
@@ -128,6 +129,7 @@ class KernelSet {
   void add_row_copy() { row_copy_ = true; }  // dllm_copy_rows (kRowCopyKernel): the executor's gathers and scatters
   bool contains(const std::string& kernel_name) const;
   bool contains(const GemmGroupDesc& d) const { return group_.count(d) != 0; }  // a set lookup, for every step
+  bool contains(const AttnDesc& d) const { return attn_.count(d) != 0; }
   bool empty() const {
     return gemm_.empty() && group_.empty() && quant_.empty() && pack_.empty() && pack_qkv_.empty() && attn_.empty() &&
            !row_copy_;

@@ -59,7 +59,28 @@ DEV void load_q_frags(const unsigned short* qp, long long q_plane, int c0, int g
   }
 }
 
-template <int H, int HKV, int D>
+// The attention output's own Q8_K quantiser (the output projection's input; attention_body's QUANT): after a block has
+// stored its rows of columns [col0, col0 + W), W = min(D, 128), it counts its arrival at its 256-column span; the span's
+// last writer (of 256 / W) quantises the span for the block's rows below n_q, as quant_rows_body's plain mode.
+template <int H, int D>
+DEV void attn_quant_arrive(const AttnParams& p, int col0) {
+  static_assert(attn_quant_ok(H, D), "the head does not tile a Q8_K block");
+  constexpr int W = D < 128 ? D : 128, K = H * D;
+  SHARED_ALIGN16 int last;
+  const int tile = blockIdx.x, span = tile * (K / 256) + col0 / 256;
+  thread_fence();  // the outputs are visible device-wide before the arrival is counted
+  block_sync();
+  if (threadIdx.x == 0) last = atomic_add_u32(p.span + span, 1u) == static_cast<unsigned>(256 / W - 1);
+  block_sync();
+  if (!last) return;
+  thread_fence();
+  const int r1 = min(tile * kAttnQRows + kAttnQRows, p.n_q);
+  for (int r = tile * kAttnQRows + (threadIdx.x >> 5); r < r1; r += kAttnWarps)
+    quant_q8k_block<QR_PLAIN, K / 32>(p.quant, p.q_row0 + r, 0, p.out + static_cast<long long>(r) * K, 1.0, col0 / 256);
+  if (threadIdx.x == 0) p.span[span] = 0u;
+}
+
+template <int H, int HKV, int D, bool QUANT = false>
 DEV void attention_body(const AttnParams& p) {
   static_assert(H % HKV == 0 && ((D % 16 == 0 && D <= 128) || (D % 128 == 0 && D <= 512)),
                 "bad attention geometry (a multiple of 16 up to 128, or of 128 up to 512)");
@@ -222,6 +243,7 @@ DEV void attention_body(const AttnParams& p) {
       out[1] = o[dt][3] / l1;
     }
   }
+  if constexpr (QUANT) attn_quant_arrive<H, D>(p, h * D + slice * DC);
 }
 
 #endif

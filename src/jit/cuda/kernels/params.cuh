@@ -145,6 +145,15 @@ struct AttnParams {
   int q_pad;                 // multiple of 64
   int kv_pad;                // multiple of 64
   float scale_log2;          // softmax scale * log2(e)
+  // The quantising variant (attention_body's QUANT): out's rows also quantised plain to Q8_K for the output projection,
+  // row r into row q_row0 + r of q's buffers; span: arrival counters per (64-row tile, 256 columns), zero before and after.
+  QuantRowsParams quant;
+  unsigned* span;
+  int q_row0;
 };
+// The quantising attention needs each block's output columns (a head, or a 128-wide slice of one) inside one Q8_K block.
+constexpr bool attn_quant_ok(int n_head, int head_dim) {
+  return 256 % (head_dim < 128 ? head_dim : 128) == 0 && n_head * head_dim % 256 == 0;
+}
 
 #endif
