@@ -364,8 +364,10 @@ TEST(GpuSass, TiledGemmMainLoop) {
         branches += code[j].op.rfind("BRA", 0) == 0 || code[j].op.rfind("BRX", 0) == 0;
       }
       const size_t len = best_hi - best_lo + 1;
-      std::printf("[ sass ] %s %s: multiply loop %zu instructions, %zu IMMA (%.1f per IMMA), %zu LDSM; %zu IMMA in all\n",
-                  arch, name.c_str(), len, immas, double(len) / double(immas), ldsm, imma_total);
+      std::printf("[ sass ] %s %s: multiply loop %zu instructions, %zu IMMA (%.1f per IMMA), %zu LDSM; %zu IMMA in all, "
+                  "%zu instructions, %s registers\n",
+                  arch, name.c_str(), len, immas, double(len) / double(immas), ldsm, imma_total, code.size(),
+                  m[1].str().c_str());
       // Q5_K assembles each quant from a nibble and a fifth bit (four more instructions per pair of IMMAs): at most
       // 13 instructions per IMMA there, 10 for the others. The split tiling's warps multiply a quarter of each
       // super-block, so their innermost IMMA loop is the k-loop itself, exchange and epilogue included: only the
