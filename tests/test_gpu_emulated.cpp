@@ -409,7 +409,7 @@ TEST(GpuEmulated, TiledGemmPipelineAcrossBlocks) {
 // - the small-row kernel of 1-32 rows (split-K over persistent blocks: each chunk's float sums in a block of its own,
 //   added by the column block's last arrival in the order the tiled kernels add them within one block). Its rows are
 //   compared with the same rows of a 40-row product; with 3 SMs each block streams many items; its arrival counters
-//   are zero again after every launch. 4096 x 4096 has chunks of two super-blocks (tc_chunks), the others of one.
+//   are zero again after every launch. At 1-16 rows it multiplies one 16-row tile per warp, at 17-32 two. 4096 x 4096 has chunks of two super-blocks (tc_chunks), the others of one.
 TEST(GpuEmulated, TiledGemmEveryTilingGivesTheSameBits) {
   struct Shape {
     GgmlType type;
@@ -440,7 +440,7 @@ TEST(GpuEmulated, TiledGemmEveryTilingGivesTheSameBits) {
       EXPECT_EQ(split_dev.launch_counts().count(name + "_split"), 1u);
       EXPECT_EQ(std::memcmp(wide.data(), split.data(), wide.size() * 4), 0) << "split against wide";
     }
-    for (const int64_t rows : big ? std::vector<int64_t>{5} : std::vector<int64_t>{1, 5, 32}) {
+    for (const int64_t rows : big ? std::vector<int64_t>{5} : std::vector<int64_t>{1, 5, 16, 17, 32}) {
       for (const int sms : {132, 3}) {
         SCOPED_TRACE(std::to_string(rows) + " rows on " + std::to_string(sms) + " SMs");
         EmulatorDevice dev;
@@ -579,7 +579,7 @@ jc::ActPair plain_q8k_rows(EmulatorDevice& dev, int64_t rows, int64_t k, uint32_
 // tilings, with members of different formats and widths (a partial column block among them).
 TEST(GpuEmulated, GroupedGemmsEqualTheirOwnLaunches) {
   for (const int sms : {132, 0}) {
-    for (const int64_t rows : {int64_t{37}, int64_t{1}}) {
+    for (const int64_t rows : {int64_t{37}, int64_t{1}, int64_t{24}}) {
       SCOPED_TRACE("sms " + std::to_string(sms) + " rows " + std::to_string(rows));
       EmulatorDevice dev;
       dev.sms = sms;
@@ -637,7 +637,7 @@ TEST(GpuEmulated, SwiGluGroupQuantisesAsTheStandaloneQuantiser) {
     const int64_t f = 768;
     const SynthTensor tg = synth_tensor(GgmlType::Q4_K, f, k, 31), tu = synth_tensor(k == 256 ? GgmlType::Q4_K : GgmlType::Q6_K, f, k, 32);
     for (const int sms : {0, 1 << 20, 132, 3}) {
-      for (const int64_t rows : {int64_t{1}, int64_t{5}, int64_t{32}, int64_t{37}, int64_t{100}}) {
+      for (const int64_t rows : {int64_t{1}, int64_t{5}, int64_t{20}, int64_t{32}, int64_t{37}, int64_t{100}}) {
         SCOPED_TRACE("k " + std::to_string(k) + " sms " + std::to_string(sms) + " rows " + std::to_string(rows));
         EmulatorDevice dev;
         dev.sms = sms;

@@ -42,16 +42,20 @@ constexpr int kTcArch = 0;  // the CPU emulator
 #endif
 constexpr int kTcStages = gemm_tc_stages(kTcArch), kTcSmallStages = gemm_tc_small_stages(kTcArch);
 
-// Issues the copies of super-block sb into stage buffer st (every thread, then one commit by the caller).
-template <int WT, int K, bool SPLIT>
+// Issues the copies of super-block sb into stage buffer st (every thread, then one commit by the caller). MT: the
+// 16-row tiles each warp multiplies (2; 1 for the small-row kernel at 16 rows or fewer): the split tiling's second
+// row tile is then neither loaded nor multiplied.
+template <int WT, int K, bool SPLIT, int MT = 2>
 DEV void tc_load_stage(const GemmParams& p, unsigned char* st, int sb, int row0, int col0) {
   constexpr int KBP = K / 32, SB = K / 256, BB = tc_block_bytes(WT), RB = SB * BB, C = BB / 16;
   constexpr int ROWS = tc_rows(SPLIT), COLS = tc_cols(SPLIT), SA = ROWS * 256, SS = ROWS * 32;
+  static_assert(MT == 2 || SPLIT, "one row tile per warp: the split tiling only");
+  constexpr int LOADED = MT == 2 ? ROWS : 16;  // rows whose activations this stage holds
   const int tid = threadIdx.x;
   const unsigned long long ef = evict_first_policy();  // made here: one instruction, no register held across the loop
   // Activations: ROWS / 16 row tiles x 8 k-blocks x 512 bytes, each row tile's 4 KiB contiguous in global memory.
   UNROLL
-  for (int u = 0; u < SA / 16 / kTcThreads; ++u) {
+  for (int u = 0; u < LOADED * 256 / 16 / kTcThreads; ++u) {
     const int q = tid + u * kTcThreads, i = q >> 8, off = (q & 255) * 16;
     cp_async16(st + i * 4096 + off, p.a + ((static_cast<long long>(row0 / 16 + i) * KBP + sb * 8) * 32) * 16 + off);
   }
@@ -63,7 +67,7 @@ DEV void tc_load_stage(const GemmParams& p, unsigned char* st, int sb, int row0,
     cp_async16_ef(sw + col * BB + part * 16, p.w + static_cast<long long>(col0 + col) * RB + sb * BB + part * 16, ef);
   }
   // Activation sums: 16 int16 (two chunks) per row, one thread per row.
-  if (tid < ROWS) {
+  if (tid < LOADED) {
     const short* src = p.bs + (static_cast<long long>(row0 + tid) * KBP + sb * 8) * 2;
     cp_async16(st + SA + COLS * BB + tid * 32, src);
     cp_async16(st + SA + COLS * BB + tid * 32 + 16, src + 8);
@@ -85,7 +89,7 @@ DEV void add_scaled(int (&isum)[4], const int (&d)[4], uint2 sc) {
 
 // Q6_K: the products of 128-value half n, ql chunks [g0, g0 + GQN) (two sub-blocks each), into isum. The quants of a
 // column-tile pair are loaded per sub-block (two ldmatrix), so only 16 registers of operands are live at a time.
-template <int GQN>
+template <int GQN, int MT>
 DEV void tc_q6_half(int (&isum)[2][4][4], const unsigned char* sa, const unsigned char* sw, const int* dsc, int cols,
                     int n, int g0, int mrow, int mhalf, int lane, int wn, int t) {
   constexpr int BB = 208;
@@ -101,7 +105,7 @@ DEV void tc_q6_half(int (&isum)[2][4][4], const unsigned char* sa, const unsigne
         const int grp = gq + 2 * nib, j = 4 * n + grp;  // sub-block j: ql chunk gq, nibble nib, qh bits 2 grp
         uint4 a[2];
         UNROLL
-        for (int mt = 0; mt < 2; ++mt) a[mt] = lds_u4(sa + mt * 4096 + (j * 32 + lane) * 16);
+        for (int mt = 0; mt < MT; ++mt) a[mt] = lds_u4(sa + mt * 4096 + (j * 32 + lane) * 16);
         UNROLL
         for (int q = 0; q < 2; ++q) {
           const int nt = 2 * pair + q;
@@ -112,7 +116,7 @@ DEV void tc_q6_half(int (&isum)[2][4][4], const unsigned char* sa, const unsigne
             const u32 b = ((l >> (4 * nib)) & 0x0F0F0F0Fu) | (hs & 0x30303030u);
             const uint2 sc = lds_u2(dsc + (2 * j + hf) * cols + wn * 32 + nt * 8 + 2 * t);
             UNROLL
-            for (int mt = 0; mt < 2; ++mt) {
+            for (int mt = 0; mt < MT; ++mt) {
               int d[4] = {0, 0, 0, 0};
               mma_s8_16816(d, hf ? a[mt].z : a[mt].x, hf ? a[mt].w : a[mt].y, b);
               add_scaled(isum[mt][nt], d, sc);
@@ -143,7 +147,8 @@ DEV bool tc_lead_warp() {
 //   Q4_K / Q5_K  acc = fma(da, fma(d, float(isum), -(dmin * float(msum))), acc)
 //   Q6_K         acc = fma(da, d * float(isum - 32 msum), acc)
 // SPLIT: the split tiling (params.cuh): warp w multiplies sub-blocks of quarter w / 2 for column half w % 2.
-template <int WT, int N, int K, bool SPLIT, int S, class At, class End>
+// MT: row tiles per warp (tc_load_stage); with 1, acc[1] stays as it was.
+template <int WT, int N, int K, bool SPLIT, int S, int MT, class At, class End>
 DEV void tc_loop(const GemmParams& p, int nsteps, float (&acc)[2][4][4], At at, End end) {
   static_assert(WT == WT_Q4_K || WT == WT_Q5_K || WT == WT_Q6_K, "the tiled GEMM takes Q4_K, Q5_K and Q6_K");
   static_assert(N % 8 == 0 && K % 256 == 0, "bad K-quant GEMM shape");
@@ -165,7 +170,7 @@ DEV void tc_loop(const GemmParams& p, int nsteps, float (&acc)[2][4][4], At at, 
   for (int s = 0; s < S - 1; ++s) {
     if (s < nsteps) {
       const TcStep n = at(s);
-      tc_load_stage<WT, K, SPLIT>(p, smem + s * STAGE, n.sb, n.row0, n.col0);
+      tc_load_stage<WT, K, SPLIT, MT>(p, smem + s * STAGE, n.sb, n.row0, n.col0);
     }
     cp_async_commit();
   }
@@ -197,7 +202,7 @@ DEV void tc_loop(const GemmParams& p, int nsteps, float (&acc)[2][4][4], At at, 
     }
     if (step + S - 1 < nsteps) {
       const TcStep n = at(step + S - 1);
-      tc_load_stage<WT, K, SPLIT>(p, smem + ((step + S - 1) % S) * STAGE, n.sb, n.row0, n.col0);
+      tc_load_stage<WT, K, SPLIT, MT>(p, smem + ((step + S - 1) % S) * STAGE, n.sb, n.row0, n.col0);
     }
     cp_async_commit();
     block_sync();  // the decoded table is complete
@@ -215,7 +220,7 @@ DEV void tc_loop(const GemmParams& p, int nsteps, float (&acc)[2][4][4], At at, 
           const int j = 2 * c + h;
           uint4 a[2];
           UNROLL
-          for (int mt = 0; mt < 2; ++mt) a[mt] = lds_u4(sa + mt * 4096 + (j * 32 + lane) * 16);
+          for (int mt = 0; mt < MT; ++mt) a[mt] = lds_u4(sa + mt * 4096 + (j * 32 + lane) * 16);
           UNROLL
           for (int pair = 0; pair < 2; ++pair) {
             u32 wq[4], wh[4];  // nibbles of chunk c and the fifth bits (qh: bit j of byte l), same lanes
@@ -228,7 +233,7 @@ DEV void tc_loop(const GemmParams& p, int nsteps, float (&acc)[2][4][4], At at, 
               const u32 b1 = ((wq[2 * q + 1] >> (4 * h)) & 0x0F0F0F0Fu) | (((wh[2 * q + 1] >> j) << 4) & 0x10101010u);
               const uint2 sc = lds_u2(dsc + j * COLS + wn * 32 + nt * 8 + 2 * t);
               UNROLL
-              for (int mt = 0; mt < 2; ++mt) {
+              for (int mt = 0; mt < MT; ++mt) {
                 int d[4] = {0, 0, 0, 0};
                 mma_s8_16832(d, a[mt].x, a[mt].y, a[mt].z, a[mt].w, b0, b1);
                 add_scaled(isum[mt][nt], d, sc);
@@ -247,7 +252,7 @@ DEV void tc_loop(const GemmParams& p, int nsteps, float (&acc)[2][4][4], At at, 
         for (int h = 0; h < 2; ++h) {
           uint4 a[2];
           UNROLL
-          for (int mt = 0; mt < 2; ++mt) a[mt] = lds_u4(sa + mt * 4096 + ((2 * c + h) * 32 + lane) * 16);
+          for (int mt = 0; mt < MT; ++mt) a[mt] = lds_u4(sa + mt * 4096 + ((2 * c + h) * 32 + lane) * 16);
           UNROLL
           for (int nt = 0; nt < 4; ++nt) {
             const u32* wt = w[nt >> 1] + 2 * (nt & 1);
@@ -255,7 +260,7 @@ DEV void tc_loop(const GemmParams& p, int nsteps, float (&acc)[2][4][4], At at, 
             const u32 b0 = wt[0] & mask, b1 = wt[1] & mask;
             const uint2 sc = lds_u2(dsc + (2 * c + h) * COLS + wn * 32 + nt * 8 + 2 * t);
             UNROLL
-            for (int mt = 0; mt < 2; ++mt) {
+            for (int mt = 0; mt < MT; ++mt) {
               int d[4] = {0, 0, 0, 0};
               mma_s8u8_16832(d, a[mt].x, a[mt].y, a[mt].z, a[mt].w, b0, b1);
               add_scaled(isum[mt][nt], d, sc);
@@ -265,10 +270,10 @@ DEV void tc_loop(const GemmParams& p, int nsteps, float (&acc)[2][4][4], At at, 
       }
     } else {
       if (SPLIT) {  // warp wk: half wk / 2, ql chunk wk % 2
-        tc_q6_half<1>(isum, sa, sw, dsc, COLS, wk >> 1, wk & 1, mrow, mhalf, lane, wn, t);
+        tc_q6_half<1, MT>(isum, sa, sw, dsc, COLS, wk >> 1, wk & 1, mrow, mhalf, lane, wn, t);
       } else {
         UNROLL_1
-        for (int n = 0; n < 2; ++n) tc_q6_half<2>(isum, sa, sw, dsc, COLS, n, 0, mrow, mhalf, lane, wn, t);
+        for (int n = 0; n < 2; ++n) tc_q6_half<2, MT>(isum, sa, sw, dsc, COLS, n, 0, mrow, mhalf, lane, wn, t);
       }
     }
 
@@ -277,7 +282,7 @@ DEV void tc_loop(const GemmParams& p, int nsteps, float (&acc)[2][4][4], At at, 
       if (wk > 0) {
         int* mine = part + ((wk - 1) * 2 + wn) * 32 * 32;
         UNROLL
-        for (int mt = 0; mt < 2; ++mt)
+        for (int mt = 0; mt < MT; ++mt)
           UNROLL
           for (int nt = 0; nt < 4; ++nt)
             UNROLL
@@ -289,7 +294,7 @@ DEV void tc_loop(const GemmParams& p, int nsteps, float (&acc)[2][4][4], At at, 
         for (int q = 0; q < 3; ++q) {
           const int* other = part + (q * 2 + wn) * 32 * 32;
           UNROLL
-          for (int mt = 0; mt < 2; ++mt)
+          for (int mt = 0; mt < MT; ++mt)
             UNROLL
             for (int nt = 0; nt < 4; ++nt)
               UNROLL
@@ -304,7 +309,7 @@ DEV void tc_loop(const GemmParams& p, int nsteps, float (&acc)[2][4][4], At at, 
       u32 lo[2][2], hi[2][2];
       float da[2][2];
       UNROLL
-      for (int mt = 0; mt < 2; ++mt) {
+      for (int mt = 0; mt < MT; ++mt) {
         UNROLL
         for (int h = 0; h < 2; ++h) {
           const int r = wm * 32 + mt * 16 + g + 8 * h;
@@ -332,7 +337,7 @@ DEV void tc_loop(const GemmParams& p, int nsteps, float (&acc)[2][4][4], At at, 
           m1 = ddm[2 * cc + 3];
         }
         UNROLL
-        for (int mt = 0; mt < 2; ++mt) {
+        for (int mt = 0; mt < MT; ++mt) {
           int ml[4] = {0, 0, 0, 0}, mh[4] = {0, 0, 0, 0};
           mma_u8s8_16816(ml, lo[mt][0], lo[mt][1], bm);
           mma_s8_16816(mh, hi[mt][0], hi[mt][1], bm);
@@ -383,7 +388,7 @@ DEV void gemm_tc_tile(const GemmParams& p, int bx, int by) {
   zero_tiles(acc);
   if constexpr (SPLIT) {
     float* xs = reinterpret_cast<float*>(dyn_smem() + kTcStages * tc_stage_bytes(WT, true) + tc_decoded_bytes(WT, true));
-    tc_loop<WT, N, K, true, kTcStages>(p, K / 256, acc, at, [&](int i, float (&a)[2][4][4]) {
+    tc_loop<WT, N, K, true, kTcStages, 2>(p, K / 256, acc, at, [&](int i, float (&a)[2][4][4]) {
       if ((i + 1) % CH != 0) return;
       block_sync();  // the leading warps are done with the exchange area of this step
       if (wk == 0) {
@@ -403,7 +408,7 @@ DEV void gemm_tc_tile(const GemmParams& p, int bx, int by) {
   } else {
     float total[2][4][4];
     zero_tiles(total);
-    tc_loop<WT, N, K, false, kTcStages>(p, K / 256, acc, at, [&](int i, float (&a)[2][4][4]) {
+    tc_loop<WT, N, K, false, kTcStages, 2>(p, K / 256, acc, at, [&](int i, float (&a)[2][4][4]) {
       if ((i + 1) % CH == 0) tc_fold(total, a);
     });
     UNROLL
@@ -427,9 +432,9 @@ DEV void gemm_tc_tile(const GemmParams& p, int bx, int by) {
 // go to p.part ([item][32 rows][64 columns], rows below p.rows only); the last item of a column block to arrive (an
 // arrival counter per column block, p.count, reset to zero after use) adds the chunks' sums in order from zero, into
 // y. With one chunk the item stores y itself. Rows past p.rows are never read or written. done(column block) runs on
-// every thread of the block that stored a column block's final outputs.
-template <int WT, int N, int K, class Done>
-DEV void gemm_tc_small_tile(const GemmParams& p, int blk, int nblk, Done done) {
+// every thread of the block that stored a column block's final outputs. MT: 16-row tiles multiplied (gemm_tc_small_tile).
+template <int WT, int N, int K, int MT, class Done>
+DEV void gemm_tc_small_rows(const GemmParams& p, int blk, int nblk, Done done) {
   constexpr int NC = tc_chunks(N, K), CH = K / 256 / NC, ITEMS = tc_col_blocks(N, true) * NC, COLS = tc_cols(true);
   const int mine = blk < ITEMS ? (ITEMS - 1 - blk) / nblk + 1 : 0;
   if (mine == 0) return;
@@ -438,7 +443,7 @@ DEV void gemm_tc_small_tile(const GemmParams& p, int blk, int nblk, Done done) {
   int* last = reinterpret_cast<int*>(dyn_smem() + gemm_tc_small_smem_bytes(WT, kTcArch) - 16);  // this block's arrival
   float acc[2][4][4];
   zero_tiles(acc);
-  tc_loop<WT, N, K, true, kTcSmallStages>(
+  tc_loop<WT, N, K, true, kTcSmallStages, MT>(
       p, mine * CH, acc,
       [&](int i) {
         const int item = blk + (i / CH) * nblk;
@@ -453,7 +458,7 @@ DEV void gemm_tc_small_tile(const GemmParams& p, int blk, int nblk, Done done) {
             zero_tiles(total);
             tc_fold(total, a);
             UNROLL
-            for (int mt = 0; mt < 2; ++mt)
+            for (int mt = 0; mt < MT; ++mt)
               UNROLL
               for (int nt = 0; nt < 4; ++nt)
                 gemm_store_tile<N>(p, mt * 16 + g, bx * COLS + wn * 32 + nt * 8 + 2 * t, total[mt][nt]);
@@ -464,7 +469,7 @@ DEV void gemm_tc_small_tile(const GemmParams& p, int blk, int nblk, Done done) {
         if (lead) {
           float* part = p.part + static_cast<long long>(item) * kTcSmallRows * COLS;
           UNROLL
-          for (int mt = 0; mt < 2; ++mt)
+          for (int mt = 0; mt < MT; ++mt)
             UNROLL
             for (int nt = 0; nt < 4; ++nt)
               UNROLL
@@ -492,6 +497,15 @@ DEV void gemm_tc_small_tile(const GemmParams& p, int blk, int nblk, Done done) {
         if (tid == 0) p.count[bx] = 0u;  // every chunk has arrived: ready for the next launch
         done(bx);
       });
+}
+
+// The small-row kernel's work at 1-16 rows multiplies one 16-row tile per warp (its activations alone loaded), at 17-32
+// two: the same sums for every row it stores, so the same bits, with half the tensor-core work and integer scaling,
+// exchange and epilogue at the row counts where the kernel streams weights and issue slots bound it.
+template <int WT, int N, int K, class Done>
+DEV void gemm_tc_small_tile(const GemmParams& p, int blk, int nblk, Done done) {
+  if (p.rows <= 16) gemm_tc_small_rows<WT, N, K, 1>(p, blk, nblk, done);
+  else gemm_tc_small_rows<WT, N, K, 2>(p, blk, nblk, done);
 }
 
 template <int WT, int N, int K, bool SPLIT>
