@@ -118,7 +118,9 @@ void check_batch(const std::string& path, std::vector<Case> (*cases)(const model
     while (step()) {
     }
     EXPECT_GE(most, 2);  // passes were shared
-    if (limits.max_rows == 0) EXPECT_LE(most, limits.max_sequences);
+    if (limits.max_rows == 0) {
+      EXPECT_LE(most, limits.max_sequences);
+    }
     auto done = batch.take_finished();
     ASSERT_EQ(done.size(), cs.size());
     for (auto& [id, result] : done) {
@@ -145,7 +147,9 @@ TEST(Batch, CancelledSequenceLeavesTheOthersUntouched) {
   batch.cancel(a);
   batch.run();
   for (auto& [id, r] : batch.take_finished()) {
-    if (id == a) EXPECT_TRUE(r.cancelled);
+    if (id == a) {
+      EXPECT_TRUE(r.cancelled);
+    }
     if (id == b) expect_same(r, alone);
   }
 }
