@@ -1526,6 +1526,55 @@ TEST(GpuEmulated, LaunchesPerLayer) {
   }
 }
 
+// DLLM_GPU_PROFILE on a device with timers marks each timed group and reads the marks after the pass: no pass
+// synchronises, the split is there, and profiling changes no logit. On a device without timers the executor
+// synchronises around each group instead (the old profile), with the same logits.
+TEST(GpuEmulated, ProfileTimesGroupsWithDeviceTimersWithoutWaiting) {
+  const std::string path = data_path("models/tiny-llada-Q4_K_M.gguf");
+  model::LoadOptions opt;
+  opt.threads = 2;
+  const auto cpu = model::Model::load(path, opt);
+  const model::HParams& hp = cpu->hparams();
+  const LogitsCase lc = logits_case("tiny-llada-Q4_K_M", "c2_canvas_midgen_len37");
+  std::vector<float> logits[3];
+  for (int mode = 0; mode < 3; ++mode) {  // 0: not profiled, 1: device timers, 2: no timers (synchronised)
+    SCOPED_TRACE(mode);
+    if (mode > 0) setenv("DLLM_GPU_PROFILE", "1", 1);
+    auto owned = std::make_unique<EmulatorDevice>();
+    EmulatorDevice& dev = *owned;
+    dev.timers_ = mode != 2;
+    ThreadPool pool(2);
+    jc::GpuExecutor gpu(std::move(owned), pool);
+    unsetenv("DLLM_GPU_PROFILE");
+    const model::ForwardWeights fw = model::prepare_forward_weights(hp, cpu->tensors(), gpu);
+    std::vector<float> got(lc.rows.size() * static_cast<size_t>(cpu->n_vocab()));
+    model::forward(hp, fw, gpu, model::ForwardRequest{lc.ids, lc.rows, got.data()});  // compiles, sizes buffers
+    const size_t syncs0 = dev.synchronizes(), marks0 = dev.marks_made();
+    for (int pass = 0; pass < 2; ++pass) model::forward(hp, fw, gpu, model::ForwardRequest{lc.ids, lc.rows, got.data()});
+    logits[mode] = got;
+    if (mode == 0) {
+      EXPECT_FALSE(gpu.profiling());
+      EXPECT_EQ(dev.marks_made(), 0u);
+      continue;
+    }
+    const jc::GpuProfile& p = *gpu.profile();
+    EXPECT_EQ(p.steps, 3);
+    EXPECT_EQ(p.timers, mode == 1);
+    for (double s : {p.gemm_s, p.attention_s, p.lm_head_s, p.transfer_s}) EXPECT_GT(s, 0.0);
+    if (mode == 1) {
+      EXPECT_EQ(dev.synchronizes() - syncs0, 0u) << "a profiled pass waited on the device";
+      EXPECT_GT(dev.marks_made() - marks0, static_cast<size_t>(4 * hp.n_layer));  // two per timed group
+      EXPECT_NE(p.report().find("device timers"), std::string::npos) << p.report();
+    } else {
+      EXPECT_EQ(dev.marks_made(), 0u);
+      EXPECT_GT(dev.synchronizes() - syncs0, static_cast<size_t>(4 * hp.n_layer));
+      EXPECT_NE(p.report().find("synchronised"), std::string::npos) << p.report();
+    }
+  }
+  EXPECT_EQ(logits[0], logits[1]);
+  EXPECT_EQ(logits[0], logits[2]);
+}
+
 // A step run as one graph gives the bits of the same step launched kernel by kernel. The executor's first pass runs
 // launch by launch (it compiles and uploads tables once); from the second on every pass is one graph. A step of the
 // same shape, or with fewer logit rows, updates the cached graph instead of building one (the same topology; a step

@@ -451,7 +451,7 @@ def speed_report(out_dir, dllm=None):
                "note": "hbm_fraction: device weight bytes / step time (weights read once per step); "
                        "int8_peak_fraction: 2 * rows * projection parameters (+ LM head on at most the rows the "
                        "sampler reads) / step time; profile split measured in a separate DLLM_GPU_PROFILE=1 run "
-                       "(synchronised per kernel group)",
+                       "(device timers around each kernel group, graphs off)",
                "rows": rows})
     for row in rows:
         print(" ".join(f"{k}={row[k]}" for k in fields if k in row))

@@ -213,7 +213,7 @@ json gpu_profile_json(const jit::cuda::ExecutorReport& e) {
               {"attention_ms_per_step", p.per_step_ms(p.attention_s)},
               {"lm_head_ms_per_step", p.per_step_ms(p.lm_head_s)},
               {"transfer_ms_per_step", p.per_step_ms(p.transfer_s)},
-              {"synchronised", true}};
+              {"synchronised", !p.timers}};
 }
 
 // --top-logprobs: one object per answer token, {"id", "logprob", "top_logprobs": [{"id", "logprob"}]} (null

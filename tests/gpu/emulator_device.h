@@ -8,6 +8,7 @@
 // executable graphs is the runtime's GraphCache, whose update succeeds when the topology (the sequence of
 // operations and kernels) is the same, as CUDA's does.
 #pragma once
+#include <chrono>
 #include <cstdlib>
 #include <functional>
 #include <map>
@@ -285,8 +286,25 @@ class EmulatorDevice : public jit::cuda::Device {
     std::memcpy(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
   }
   void synchronize() override {
+    ++synchronizes_;
     if (capturing_) end_capture({});
   }
+  // The profile's timers: the host's clock when the mark is made (work outside a capture runs at its call).
+  bool has_timers() const override { return timers_; }
+  size_t mark() override {
+    if (capturing_) throw std::runtime_error("emulator: a profile timer inside a capture");
+    marks_.push_back(std::chrono::steady_clock::now());
+    ++marks_made_;
+    return marks_.size() - 1;
+  }
+  double seconds_between(size_t a, size_t b) override {
+    if (a >= marks_.size() || b >= marks_.size()) throw std::runtime_error("emulator: an unknown profile timer");
+    return std::chrono::duration<double>(marks_[b] - marks_[a]).count();
+  }
+  void clear_marks() override { marks_.clear(); }
+  bool timers_ = true;  // false: a device without timers (the executor synchronises instead)
+  size_t synchronizes() const { return synchronizes_; }
+  size_t marks_made() const { return marks_made_; }
 
   void load_kernels(const jit::cuda::KernelSet& set) override {
     bool added = false;
@@ -400,6 +418,8 @@ class EmulatorDevice : public jit::cuda::Device {
   jit::cuda::KernelLoadStats stats_;
   size_t overruns_ = 0, bad_frees_ = 0, launches_ = 0, downloads_ = 0, download_bytes_ = 0;
   size_t eager_launches_ = 0, copies_ = 0, graph_launches_ = 0, captured_kernels_ = 0;
+  size_t synchronizes_ = 0, marks_made_ = 0;
+  std::vector<std::chrono::steady_clock::time_point> marks_;
   bool capturing_ = false;
   std::vector<std::pair<std::string, std::function<void()>>> recorded_;
   std::vector<jit::cuda::DevAddr> deferred_free_;

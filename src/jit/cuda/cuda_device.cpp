@@ -111,6 +111,7 @@ CudaDevice::~CudaDevice() {
   staging_.clear();
   if (down_.p) d_.cuMemFreeHost(down_.p);
   if (done_) d_.cuEventDestroy(done_);
+  for (CUevent e : marks_) d_.cuEventDestroy(e);
   if (stream_) d_.cuStreamDestroy(stream_);
   for (CUmodule m : modules_) d_.cuModuleUnload(m);
   d_.cuDevicePrimaryCtxRelease(dev_);
@@ -189,6 +190,27 @@ void CudaDevice::download(void* dst, DevAddr src, size_t bytes) {
     std::memcpy(static_cast<char*>(dst) + at, down_.p, n);
   }
   idle();  // the stream is idle now: staging reusable, deferred frees done
+}
+
+size_t CudaDevice::mark() {
+  bind();
+  if (capturing_) throw Error("internal error: a profile timer inside a graph capture");
+  if (marks_used_ == marks_.size()) {
+    CUevent e = nullptr;
+    CU_CHECK(d_, cuEventCreate, &e, 0);  // timing enabled
+    marks_.push_back(e);
+  }
+  CU_CHECK(d_, cuEventRecord, marks_[marks_used_], stream_);
+  return marks_used_++;
+}
+
+double CudaDevice::seconds_between(size_t a, size_t b) {
+  bind();
+  if (a >= marks_used_ || b >= marks_used_) throw Error("internal error: an unknown profile timer");
+  CU_CHECK(d_, cuEventSynchronize, marks_[b]);
+  float ms = 0;
+  CU_CHECK(d_, cuEventElapsedTime, &ms, marks_[a], marks_[b]);
+  return ms / 1e3;
 }
 
 void CudaDevice::zero(DevAddr dst, size_t bytes) {

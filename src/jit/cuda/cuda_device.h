@@ -42,6 +42,10 @@ class CudaDevice : public Device {
   bool end_capture(std::span<const int64_t> key) override;
   bool capturing() const override { return capturing_; }
   GraphStats graph_stats() const override { return graph_stats_; }
+  bool has_timers() const override { return true; }
+  size_t mark() override;
+  double seconds_between(size_t a, size_t b) override;
+  void clear_marks() override { marks_used_ = 0; }
 
   const DeviceInfo& info() const { return info_; }
   // The NVRTC target used for this device: "sm_90", or "compute_YY" when NVRTC does not know the
@@ -76,6 +80,8 @@ class CudaDevice : public Device {
   std::vector<std::string> notes_;
   CUstream stream_ = nullptr;
   CUevent done_ = nullptr;
+  std::vector<CUevent> marks_;  // the profile's timers (timing enabled), reused after clear_marks()
+  size_t marks_used_ = 0;
   StagingArena staging_;  // upload staging (pinned)
   Pinned down_;                  // download staging
   std::vector<DevAddr> deferred_free_;

@@ -130,6 +130,20 @@ class Device {
   }
   virtual bool capturing() const { return false; }
   virtual GraphStats graph_stats() const { return {}; }
+
+  // --- the profile's timers (DLLM_GPU_PROFILE), never used in a capture ---
+  // mark() records a timestamp in the device's work queue after everything issued so far, without waiting, and returns
+  // its index; seconds_between(a, b) waits until mark b has been reached and returns the device time from mark a to b;
+  // clear_marks() drops every mark. A device without timers (has_timers() false) has the executor synchronise around
+  // each timed group instead.
+  virtual bool has_timers() const { return false; }
+  virtual size_t mark() { return 0; }
+  virtual double seconds_between(size_t a, size_t b) {
+    (void)a;
+    (void)b;
+    return 0;
+  }
+  virtual void clear_marks() {}
 };
 
 // A device allocation freed on destruction.

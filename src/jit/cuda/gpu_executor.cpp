@@ -35,9 +35,8 @@ std::string internal(const std::string& what) { return "internal error: " + what
 std::string GpuProfile::report() const {
   if (steps == 0) return "gpu profile: no whole-model pass ran";
   char buf[256];
-  std::snprintf(buf, sizeof buf,
-                "gpu profile (synchronised per kernel group, not for benchmarking), per step: gemm %.2f ms, "
-                "attention %.2f ms, lm head %.2f ms, transfer %.2f ms",
+  std::snprintf(buf, sizeof buf, "gpu profile (%s), per step: gemm %.2f ms, attention %.2f ms, lm head %.2f ms, transfer %.2f ms",
+                timers ? "device timers per kernel group, graphs off" : "synchronised per kernel group, not for benchmarking",
                 per_step_ms(gemm_s), per_step_ms(attention_s), per_step_ms(lm_head_s), per_step_ms(transfer_s));
   return buf;
 }
@@ -46,6 +45,7 @@ GpuExecutor::GpuExecutor(std::unique_ptr<Device> device, ThreadPool& pool)
     : Executor(&pool), dev_(std::move(device)), pool_(pool) {
   const char* prof = std::getenv("DLLM_GPU_PROFILE");
   profiling_ = prof && *prof && std::string(prof) != "0";
+  profile_.timers = profiling_ && dev_->has_timers();
   const char* graphs = std::getenv("DLLM_GPU_GRAPHS");
   graphs_wanted_ = !(graphs && std::string(graphs) == "0");
 }
@@ -271,11 +271,23 @@ void GpuExecutor::timed(double& slot, F&& f) {
     f();
     return;
   }
+  if (profile_.timers) {  // marks around the group's work; read at the end of the pass (settle_profile)
+    const size_t from = dev_->mark();
+    f();
+    pending_times_.push_back(PendingTime{&slot, from, dev_->mark()});
+    return;
+  }
   dev_->synchronize();
   const auto t0 = std::chrono::steady_clock::now();
   f();
   dev_->synchronize();
   slot += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void GpuExecutor::settle_profile() const {
+  for (const PendingTime& t : pending_times_) *t.slot += dev_->seconds_between(t.from, t.to);
+  pending_times_.clear();
+  dev_->clear_marks();
 }
 
 size_t GpuExecutor::workspace_bytes(const model::HParams& hp, int64_t n, int64_t m) {
@@ -320,6 +332,7 @@ void GpuExecutor::end_step_graph(bool logits) {
 }
 
 void GpuExecutor::embed(const gguf::TensorInfo& table, std::span<const int32_t> ids, model::Act x) {
+  if (!pending_times_.empty()) settle_profile();  // the last pass's groups (it may have ended without logits)
   ++profile_.steps;  // every pass of the forward program starts here
   const int64_t n = static_cast<int64_t>(ids.size()), D = table.ne[0];
   end_step_graph(false);  // a pass without logits (keys and values only) ends where the next one starts
@@ -857,7 +870,7 @@ std::vector<std::string> GpuExecutor::describe() const {
     for (const std::string& n : cd->notes()) lines.push_back("gpu " + n);
   }
   lines.push_back(graphs_line());
-  if (profiling_) lines.push_back(profile_.report());
+  if (profiling_) lines.push_back(profile()->report());
   return lines;
 }
 

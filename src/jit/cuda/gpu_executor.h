@@ -37,6 +37,7 @@ struct GpuProfile {
   double attention_s = 0;  // key/value stores, head packing + flash attention
   double lm_head_s = 0;    // final norm + vocabulary projection
   double transfer_s = 0;   // embeddings up, logits down, row gathers on the device
+  bool timers = false;     // timed by the device's timers (events on its stream), else synchronised per group
   // Mean milliseconds per step of one of the totals above (0 before the first step).
   double per_step_ms(double total_s) const { return steps > 0 ? 1e3 * total_s / steps : 0.0; }
   std::string report() const;  // one line for --verbose
@@ -129,7 +130,10 @@ class GpuExecutor : public model::Executor {
   static size_t workspace_bytes(const model::HParams& hp, int64_t n, int64_t m);
   // Profiling of the forward program's operations (DLLM_GPU_PROFILE=1 enables it at construction).
   bool profiling() const { return profiling_; }
-  const GpuProfile* profile() const { return &profile_; }
+  const GpuProfile* profile() const {
+    settle_profile();
+    return &profile_;
+  }
   // Lines for --verbose: device, kernel compile/load time, weight memory, cache notes, graphs, the profile.
   std::vector<std::string> describe() const;
   // "gpu graphs: on, 12 step(s) as one graph each (1 built, 11 updated), 0 cut short", or off and why.
@@ -190,7 +194,15 @@ class GpuExecutor : public model::Executor {
   AttentionKernels attn_checked_{};  // the attention geometry last found launchable
   bool attn_checked_valid_ = false;
   bool profiling_ = false;
-  GpuProfile profile_;
+  // The split so far; with device timers (Device::has_timers) the groups' times are read lazily, so the profile
+  // never waits inside a step: pending_times_ holds each timed group's marks until settle_profile() adds them up.
+  struct PendingTime {
+    double* slot;
+    size_t from, to;
+  };
+  mutable GpuProfile profile_;
+  mutable std::vector<PendingTime> pending_times_;
+  void settle_profile() const;
   // One graph per step (device.h): each forward pass is captured from embed() to final_logits() and launched as
   // one graph, unless DLLM_GPU_GRAPHS=0, profiling, a device without graphs, or a pass that needed the host.
   bool graphs_wanted_ = true;
