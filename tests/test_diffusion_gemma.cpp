@@ -340,7 +340,10 @@ TEST(DiffusionGemmaCli, LogitsAndRunFlagsAreChecked) {
   const std::string mf = dg_path("gguf/tiny-diffusion-gemma-A-Q8_0.gguf");
   const std::string out = ::testing::TempDir() + "dg_logits.f32";
   std::string ids;  // prompt of 4 ids, then a 16-id canvas
-  for (int i = 0; i < 20; ++i) ids += (i ? "," : "") + std::to_string(i == 0 ? 2 : 100 + i);
+  for (int i = 0; i < 20; ++i) {
+    if (i) ids += ',';
+    ids += std::to_string(i == 0 ? 2 : 100 + i);
+  }
   auto r = test::run_dllm({"logits", "--model", mf, "--tokens", ids, "--rows", "4,19", "--out", out});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::vector<float> cached = read_f32(out);
@@ -425,7 +428,10 @@ TEST(DiffusionGemmaCli, SelfCondTopKIsOptInAndExactAtTheVocabulary) {
   const std::string mf = dg_path("gguf/tiny-diffusion-gemma-A-Q8_0.gguf");
   const std::string out = ::testing::TempDir() + "dg_topk.f32", sc = ::testing::TempDir() + "dg_topk_sc.f32";
   std::string ids;  // prompt of 4 ids, then a 16-id canvas
-  for (int i = 0; i < 20; ++i) ids += (i ? "," : "") + std::to_string(i == 0 ? 2 : 100 + i);
+  for (int i = 0; i < 20; ++i) {
+    if (i) ids += ',';
+    ids += std::to_string(i == 0 ? 2 : 100 + i);
+  }
   {
     std::mt19937 rng(9);
     std::normal_distribution<float> n(0.0f, 3.0f);
