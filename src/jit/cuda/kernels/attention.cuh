@@ -68,12 +68,7 @@ DEV void attn_quant_arrive(const AttnParams& p, int col0) {
   constexpr int W = D < 128 ? D : 128, K = H * D;
   SHARED_ALIGN16 int last;
   const int tile = blockIdx.x, span = tile * (K / 256) + col0 / 256;
-  thread_fence();  // the outputs are visible device-wide before the arrival is counted
-  block_sync();
-  if (threadIdx.x == 0) last = atomic_add_u32(p.span + span, 1u) == static_cast<unsigned>(256 / W - 1);
-  block_sync();
-  if (!last) return;
-  thread_fence();
+  if (!last_arrival(p.span + span, 256 / W, &last)) return;
   const int r1 = min(tile * kAttnQRows + kAttnQRows, p.n_q);
   for (int r = tile * kAttnQRows + (threadIdx.x >> 5); r < r1; r += kAttnWarps)
     quant_q8k_block<QR_PLAIN, K / 32>(p.quant, p.q_row0 + r, 0, p.out + static_cast<long long>(r) * K, 1.0, col0 / 256);

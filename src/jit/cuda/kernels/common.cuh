@@ -161,6 +161,20 @@ DEV int half_warp_sum_i(int v) {
   return v;
 }
 
+// A last-block reduction's arrival: every thread of the block calls it after storing what the last block reads; it
+// makes those stores visible device-wide, counts the block at *counter (one of `arrivals`), and returns true in every
+// thread of the block that arrives last, which then sees every other block's stores. flag: an int in shared memory.
+// The last block resets *counter to zero when done, for the next launch.
+DEV bool last_arrival(unsigned* counter, unsigned arrivals, int* flag) {
+  thread_fence();
+  block_sync();
+  if (threadIdx.x == 0) *flag = atomic_add_u32(counter, 1u) == arrivals - 1;
+  block_sync();
+  if (!*flag) return false;
+  thread_fence();
+  return true;
+}
+
 DEV u32 u4_get(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
 #endif

@@ -479,12 +479,7 @@ DEV void gemm_tc_small_rows(const GemmParams& p, int blk, int nblk, Done done) {
                 a[mt][nt][e] = 0.f;
               }
         }
-        thread_fence();  // the sums are visible device-wide before the arrival is counted
-        block_sync();
-        if (tid == 0) *last = atomic_add_u32(p.count + bx, 1u) == static_cast<unsigned>(NC - 1);
-        block_sync();
-        if (!*last) return;
-        thread_fence();
+        if (!last_arrival(p.count + bx, NC, last)) return;
         const float* base = p.part + static_cast<long long>(bx) * NC * kTcSmallRows * COLS;
         for (int e = tid; e < p.rows * COLS; e += kTcThreads) {
           const int col = bx * COLS + e % COLS;
@@ -527,12 +522,7 @@ DEV void swiglu_arrive(const GemmGroupParams& p, int tile, int row0, int col0, i
   static_assert(F % 256 == 0, "the SwiGLU quantiser takes whole Q8_K blocks");
   if (col0 >= F) return;  // a padding column block (the whole block)
   const int span = tile * (F / 256) + col0 / 256;
-  thread_fence();  // the outputs are visible device-wide before the arrival is counted
-  block_sync();
-  if (threadIdx.x == 0) *last = atomic_add_u32(p.span + span, 1u) == static_cast<unsigned>(2 * 256 / cols - 1);
-  block_sync();
-  if (!*last) return;
-  thread_fence();
+  if (!last_arrival(p.span + span, static_cast<unsigned>(2 * 256 / cols), last)) return;
   for (int r = row0 + (threadIdx.x >> 5); r < row0 + ROWS; r += kTcThreads / 32)
     quant_q8k_block<QR_SWIGLU, F / 32>(p.q, r, r, p.q.x + static_cast<long long>(r) * p.q.ld, 1.0, col0 / 256);
   if (threadIdx.x == 0) p.span[span] = 0u;
