@@ -85,7 +85,9 @@ void expect_logprobs_of_full_logits(Model& m, const GenerateConfig& cfg, const s
   c.top_logprobs = 5;
   auto src = make_model_logit_source(m);
   const GenerateResult res = generate(*src, c, prompt, hooks);
-  if (expected) EXPECT_EQ(std::vector<int32_t>(res.generated().begin(), res.generated().end()), *expected);
+  if (expected) {
+    EXPECT_EQ(std::vector<int32_t>(res.generated().begin(), res.generated().end()), *expected);
+  }
   ASSERT_EQ(res.logprobs.size(), static_cast<size_t>(cfg.max_tokens));
   const int64_t P = static_cast<int64_t>(prompt.size());
   const bool shifted = arch_spec(cfg.arch).sampler != SamplerKind::Blocks;

@@ -68,8 +68,9 @@ model::HParams dream_7b() {
   return hp;
 }
 
-// Every kernel of the six quantised tiny fixtures (from their files; diffusion-gemma's with key ranges) and of the two real shapes, in every
-// weight format (Q5_K and Q5_0 included).
+// Every kernel of the six quantised tiny fixtures (from their files; diffusion-gemma's with key ranges) in every weight
+// format (Q5_K and Q5_0 included), and of the two real shapes in Q4_K, Q6_K and Q8_0 (Q5_K and Q5_0 run the same code as
+// Q4_K and Q8_0 with other constants: their tiny shapes cover them, and the unit compiles in a few minutes).
 jc::KernelSet all_kernels() {
   jc::KernelSet set;
   for (const char* name : {"tiny-llada-Q8_0", "tiny-llada-Q4_K_M", "tiny-dream-Q8_0", "tiny-dream-Q4_K_M"}) {
@@ -87,10 +88,10 @@ jc::KernelSet all_kernels() {
     model::HParams hp;
     hp.n_layer = 2, hp.n_head = 16, hp.rope_style = model::RopeStyle::Neox;
     hp.layer_attn = {model::LayerAttention{8, 256, 256, 1e4f, true, false}, model::LayerAttention{2, 512, 512, 1e6f, false, true}};
-    jc::add_attention_kernels(set, hp);
+    jc::add_attention_kernels(set, hp, {jc::ActFormat::Q8_K, jc::ActFormat::Q8_0});
   }
   for (const model::HParams& hp : {llada_8b(), dream_7b()}) {
-    set.add(jc::kernels_for_hparams(hp, {jc::WeightFormat::Q8_0, jc::WeightFormat::Q4_K, jc::WeightFormat::Q5_K, jc::WeightFormat::Q6_K, jc::WeightFormat::Q5_0}));
+    set.add(jc::kernels_for_hparams(hp, {jc::WeightFormat::Q8_0, jc::WeightFormat::Q4_K, jc::WeightFormat::Q6_K}));
   }
   return set;
 }
@@ -129,20 +130,17 @@ TEST(GpuKernelSet, NamesSourceAndShapesOfTheRealModels) {
   // Deterministic text and unit name; a different set gives a different name.
   EXPECT_EQ(set.source(), jc::kernels_for_hparams(llada_8b(), {jc::WeightFormat::Q4_K}).source());
   EXPECT_NE(set.unit_name(), jc::kernels_for_hparams(dream_7b(), {jc::WeightFormat::Q4_K}).unit_name());
-  // Launch geometry of the repacked formats: a block covers 128 columns and 32 rows; rows are padded to 64.
-  const jc::Launch g = jc::gemm_launch(jc::GemmDesc{jc::WeightFormat::Q8_0, 126464, 4096}, 37, 90, 132);
-  EXPECT_EQ(g.grid_x, 988u);
-  EXPECT_EQ(g.grid_y, 2u);
-  EXPECT_EQ(g.block_x, 128u);
-  EXPECT_EQ(g.shared_bytes, 0u);
-  // The tiled K-quant GEMMs: the wide tiling covers 128 columns and 64 rows per block of 256 threads, with a pipeline
-  // of three super-block stages in dynamic shared memory (two on sm_86 / sm_89, whose blocks get at most 99 KiB). A
-  // stage: 16 KiB of activations, 128 weight records (Q4_K 144 bytes, Q5_K 176, Q6_K 208 and its d), 2 KiB of
-  // activation sums. When that grid has fewer blocks than the GPU has SMs, the split tiling (32 x 64, plus 24 KiB to
-  // exchange the warps' int32 sums) takes over.
+  // The tiled GEMMs of every format: the wide tiling covers 128 columns and 64 rows per block of 256 threads, with a
+  // pipeline of three stages of 256 values of k in dynamic shared memory (two on sm_86 / sm_89, whose blocks get at most
+  // 99 KiB). A stage: 16 KiB of activations, 128 weight records (Q4_K 144 bytes, Q5_K 176, Q6_K 208 and its d, Q8_0 272,
+  // Q5_0 176), 2 KiB of activation sums or scales; then the decoded table. When that grid has fewer blocks than the GPU
+  // has SMs, or its stages do not fit (Q8_0 on sm_86 / sm_89), the split tiling (32 x 64, plus 24 KiB to exchange the
+  // warps' sums) takes over.
   for (auto [f, bytes] : {std::pair{jc::WeightFormat::Q4_K, 3u * (16384 + 128 * 144 + 2048) + 128 * 48},
                           std::pair{jc::WeightFormat::Q5_K, 3u * (16384 + 128 * 176 + 2048) + 128 * 48},
-                          std::pair{jc::WeightFormat::Q6_K, 3u * (16384 + 128 * 208 + 2048 + 512) + 128 * 64}}) {
+                          std::pair{jc::WeightFormat::Q6_K, 3u * (16384 + 128 * 208 + 2048 + 512) + 128 * 64},
+                          std::pair{jc::WeightFormat::Q8_0, 3u * (16384 + 128 * 272 + 2048) + 128 * 32},
+                          std::pair{jc::WeightFormat::Q5_0, 3u * (16384 + 128 * 176 + 2048) + 128 * 32}}) {
     SCOPED_TRACE(jc::weight_format_name(f));
     const jc::GemmDesc big{f, 126464, 4096}, small{f, 4096, 4096};
     const jc::Launch t = jc::gemm_launch(big, 65, 90, 132);
@@ -150,20 +148,26 @@ TEST(GpuKernelSet, NamesSourceAndShapesOfTheRealModels) {
     EXPECT_EQ(t.grid_y, 2u);
     EXPECT_EQ(t.block_x, 256u);
     EXPECT_EQ(t.shared_bytes, bytes);
-    EXPECT_EQ(jc::gemm_kernel_name(big, 65, 132), big.name());
+    EXPECT_EQ(jc::gemm_kernel_name(big, 65, 90, 132), big.name());
     EXPECT_LE(t.shared_bytes, 227u * 1024) << "an H100/H200 block";
     // 4096 columns at 65 rows: 32 x 2 wide blocks on 132 SMs, so 64 x 4 split blocks.
     const jc::Launch sp = jc::gemm_launch(small, 65, 90, 132);
-    EXPECT_EQ(jc::gemm_kernel_name(small, 65, 132), small.name() + "_split");
+    EXPECT_EQ(jc::gemm_kernel_name(small, 65, 90, 132), small.name() + "_split");
     EXPECT_EQ(sp.grid_x, 64u);
     EXPECT_EQ(sp.grid_y, 4u);
     EXPECT_EQ(sp.block_x, 256u);
-    EXPECT_EQ(jc::gemm_kernel_name(small, 65, 0), small.name()) << "no SM count: the wide tiling";
+    EXPECT_EQ(jc::gemm_kernel_name(small, 65, 90, 0), small.name()) << "no SM count: the wide tiling";
+    EXPECT_EQ(jc::gemm_kernel_name(big, 5, 90, 132), big.name() + "_small");
     for (int arch : {80, 86, 89, 90}) {
-      for (bool split : {false, true}) {
-        const unsigned limit = arch == 90 ? 227u * 1024 : arch == 80 ? 163u * 1024 : 99u * 1024;
-        EXPECT_LE(jc::gemm_launch(split ? small : big, 65, arch, 132).shared_bytes, limit) << "sm_" << arch;
+      const unsigned limit = arch == 90 ? 227u * 1024 : arch == 80 ? 163u * 1024 : 99u * 1024;
+      for (int64_t rows : {5, 65}) {
+        for (const jc::GemmDesc& d : {big, small}) {
+          SCOPED_TRACE("sm_" + std::to_string(arch) + " " + std::to_string(rows) + " rows, " + d.name());
+          EXPECT_LE(jc::gemm_launch(d, rows, arch, 132).shared_bytes, limit);
+        }
       }
+      const bool wide = jc::gemm_kernel_name(big, 65, arch, 132) == big.name();
+      EXPECT_EQ(wide, !(f == jc::WeightFormat::Q8_0 && (arch == 86 || arch == 89))) << "sm_" << arch;
     }
   }
   EXPECT_EQ(jc::attn_launch(jc::AttnDesc{28, 4, 128}, 65).grid_x, 2u);
@@ -283,8 +287,9 @@ std::map<std::string, std::vector<SassInstr>> parse_sass(const std::string& text
   return fns;
 }
 
-// The tiled GEMMs (Q4_K, Q5_K, Q6_K) as NVRTC compiles them for sm_90, sm_80, sm_86 and sm_89 (two stages), disassembled: the innermost loop (the one that
-// multiplies) issues at least one IMMA per 10 instructions with no branch but its back edge (no ladder); the
+// The tiled GEMMs (every format) as NVRTC compiles them for sm_90, sm_80, sm_86 and sm_89 (two stages), disassembled: the
+// innermost loop (the one that multiplies) issues at least one IMMA per 10 instructions (the per-32 types, which
+// scale every block of 32 in float: per_imma below) with no branch but its back edge (no ladder); the
 // k-loop around it fills the pipeline with LDGSTS (cp.async) and the multiply loop reads the nibbles with LDSM;
 // no indirect branch; at most 128 registers (255 for a grouped launch, one block per SM) and no local memory (no spills).
 TEST(GpuSass, TiledGemmMainLoop) {
@@ -300,6 +305,10 @@ TEST(GpuSass, TiledGemmMainLoop) {
     set.add(jc::GemmDesc{jc::WeightFormat::Q5_K, n, k});
     set.add(jc::GemmDesc{jc::WeightFormat::Q6_K, n, k});
   }
+  // The per-32 types at LLaDA-8B's square shape, and Q5_0 at DiffusionGemma's down projection (a short last step).
+  set.add(jc::GemmDesc{jc::WeightFormat::Q8_0, 4096, 4096});
+  set.add(jc::GemmDesc{jc::WeightFormat::Q5_0, 4096, 4096});
+  set.add(jc::GemmDesc{jc::WeightFormat::Q5_0, 2816, 704});
   // A grouped launch (LLaDA-8B's Q, K, V at their GQA widths, mixed formats): three tiles' code in one kernel, held to
   // the same spills and multiply loop.
   set.add(jc::GemmGroupDesc{{jc::GemmDesc{jc::WeightFormat::Q4_K, 4096, 4096}, jc::GemmDesc{jc::WeightFormat::Q4_K, 1024, 4096},
@@ -327,7 +336,7 @@ TEST(GpuSass, TiledGemmMainLoop) {
     const std::string sass = run_output(cuobjdump + " -sass " + cubin.string() + " 2>&1");
     const auto fns = parse_sass(sass);
     // wide, split and small-row per shape
-    ASSERT_EQ(fns.size(), 33u) << cuobjdump << " -sass printed:\n" << sass.substr(0, 2000);
+    ASSERT_EQ(fns.size(), 42u) << cuobjdump << " -sass printed:\n" << sass.substr(0, 2000);
     for (const auto& [name, code] : fns) {
       SCOPED_TRACE(name);
       // Resources: "Function NAME:\n REG:128 STACK:0 SHARED:... LOCAL:0 ..."
@@ -376,7 +385,11 @@ TEST(GpuSass, TiledGemmMainLoop) {
         return name.size() > tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
       };
       const bool split = ends("_split") || ends("_small");  // the small-row kernel runs the split tiling's loop
-      const size_t per = name.find("_q5_k_") != std::string::npos ? 13 : 10;
+      // Q8_0 and Q5_0 scale every block of 32 by its own activation and weight scales: per output and block a
+      // conversion, the scales' product and an accumulation, 12 instructions per IMMA before any load; Q5_0 assembles
+      // its quants from nibbles and fifth bits on top. Their bounds are those floors with the loads.
+      const bool q80 = name.find("_q8_0_") != std::string::npos, q50 = name.find("_q5_0_") != std::string::npos;
+      const size_t per = q80 ? 20 : q50 ? 26 : name.find("_q5_k_") != std::string::npos ? 13 : 10;
       if (!split) {
         EXPECT_LE(len, per * immas) << "fewer than one IMMA per " << per << " instructions in the multiply loop";
         EXPECT_EQ(branches, 1u) << "branches inside the multiply loop (a ladder?)";

@@ -193,7 +193,8 @@ TEST(GpuWeightPack, PackedFixtureWeightsDecodeToTheReferenceValues) {
 }
 
 // The device keeps every weight type at the GGUF's size (at most 5% more): Q4_K and Q5_K are the file's bytes, Q6_K
-// its bytes with d as an f32 (212 / 210), Q8_0 and Q5_0 repacked into fragments with the same integers and f16 d.
+// its bytes with d as an f32 (212 / 210), Q8_0 and Q5_0 rearranged eight blocks a record with the same integers and
+// f16 d: exactly the file's size where k is a multiple of 256, a little more where the last record is short.
 // Shapes of LLaDA-8B and of DiffusionGemma's down projections (k = 2112 and 704: k-blocks not a multiple of 8).
 TEST(GpuWeightPack, DeviceBytesAreTheGgufsSize) {
   for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::Q5_0}) {
@@ -211,7 +212,8 @@ TEST(GpuWeightPack, DeviceBytesAreTheGgufsSize) {
       const double file = double(n) * double(k) / ti->block_size * ti->type_size;
       const double ratio = double(jc::packed_layout(t).device_bytes()) / file;
       EXPECT_GE(ratio, 1.0) << ggml_type_name(type) << " " << n << " x " << k;
-      EXPECT_LE(ratio, type == GgmlType::Q6_K ? 212.0 / 210.0 + 1e-9 : 1.0) << ggml_type_name(type) << " " << n << " x " << k;
+      EXPECT_LE(ratio, type == GgmlType::Q6_K ? 212.0 / 210.0 + 1e-9 : k % 256 == 0 ? 1.0 : 1.05)
+          << ggml_type_name(type) << " " << n << " x " << k;
     }
   }
   // A whole Q4_K_M model: its matrices' device bytes within 5% of the file's.
@@ -313,19 +315,20 @@ TEST(GpuEmulated, QuantRowsQ8_K) { check_quant(jc::ActFormat::Q8_K, 512); }
 
 // y = act . W^T through quant + GEMM on the emulator, against the exact product of the quantised
 // activations and the dequantised weights (only f32 accumulation separates them).
-// y = x W^T through the plain Q8_K quantiser and the GEMM of a K-quant tensor on dev, downloaded.
+// y = x W^T through the plain quantiser of t's activation format (Q8_K, Q8_0) and the GEMM of t on dev, downloaded.
 // work: the GEMM's workspace, when the caller looks at it afterwards.
 std::vector<float> k_quant_gemm(EmulatorDevice& dev, const gguf::TensorInfo& t, const std::vector<float>& x, int64_t rows,
                                 jc::GemmWorkspace* work = nullptr) {
   const int64_t n = t.ne[1], k = t.ne[0];
   const jc::GpuWeight w = upload_weight(dev, t);
+  const jc::ActFormat fmt = jc::act_format_for(w.layout.format);
   jc::KernelSet set;
   set.add(w.desc());
-  set.add(jc::QuantDesc{jc::QuantMode::Plain, jc::ActFormat::Q8_K, k});
+  set.add(jc::QuantDesc{jc::QuantMode::Plain, fmt, k});
   dev.load_kernels(set);
   Upload xd(dev, x.data(), x.size() * 4);
   jc::ActBuffers act;
-  jc::gpu_quant(dev, jc::QuantMode::Plain, jc::ActFormat::Q8_K, k, xd.buf.addr(), 0, 0, 0, rows, k, 0.f, act);
+  jc::gpu_quant(dev, jc::QuantMode::Plain, fmt, k, xd.buf.addr(), 0, 0, 0, rows, k, 0.f, act);
   DeviceBuffer y(dev, static_cast<size_t>(rows * n) * 4);
   jc::GemmWorkspace own;
   jc::gpu_gemm(dev, work ? *work : own, w, act, rows, y.addr(), n, false);
@@ -421,7 +424,13 @@ TEST(GpuEmulated, TiledGemmEveryTilingGivesTheSameBits) {
     shapes.push_back({type, 136, 512});
   }
   shapes.push_back({GgmlType::Q4_K, 4096, 4096});
+  // The per-32 types: their float sums per quarter, exchanged in order; k = 704 ends each row with a short step of
+  // 6 blocks (tc_last_blocks), in three chunks of one step.
+  shapes.push_back({GgmlType::Q8_0, 136, 512});
+  shapes.push_back({GgmlType::Q5_0, 136, 704});
+  shapes.push_back({GgmlType::Q8_0, 24, 704});
   static_assert(tc_chunks(4096, 4096) == 8 && tc_chunks(264, 2048) == 8 && tc_chunks(136, 512) == 2);
+  static_assert(tc_chunks(136, 704) == 3 && tc_last_blocks(704) == 6);
   for (const Shape& sh : shapes) {
     const int64_t n = sh.n, k = sh.k;
     SCOPED_TRACE(ggml_type_name(sh.type) + " " + std::to_string(n) + " x " + std::to_string(k));
@@ -466,12 +475,15 @@ TEST(GpuEmulated, TiledGemmEveryTilingGivesTheSameBits) {
 // below 2^24, so no float rounding can hide an error).
 void check_integer_parts(GgmlType type) {
   SCOPED_TRACE(ggml_type_name(type));
-  constexpr int64_t n = 136, k = 512, rows = 70;
-  const size_t bb = type == GgmlType::Q4_K ? 144 : type == GgmlType::Q5_K ? 176 : 210;
+  const bool per32 = type == GgmlType::Q8_0 || type == GgmlType::Q5_0;
+  const int64_t n = 136, k = per32 ? 704 : 512, rows = 70;
+  const size_t bb = type == GgmlType::Q4_K ? 144 : type == GgmlType::Q5_K ? 176 : type == GgmlType::Q6_K ? 210 : type == GgmlType::Q8_0 ? 34 : 22;
   SynthTensor t = synth_tensor(type, n, k, 23);
   const uint16_t one = quant::f32_to_fp16(1.f);
   for (size_t off = 0; off < t.bytes.size(); off += bb) {
-    if (type != GgmlType::Q6_K) {
+    if (per32) {
+      std::memcpy(&t.bytes[off], &one, 2);
+    } else if (type != GgmlType::Q6_K) {
       std::memcpy(&t.bytes[off], &one, 2);
       std::memcpy(&t.bytes[off + 2], &one, 2);
     } else {
@@ -481,12 +493,33 @@ void check_integer_parts(GgmlType type) {
   std::mt19937 rng(5);
   std::uniform_int_distribution<int> val(-126, 127);
   std::vector<float> x(static_cast<size_t>(rows * k));
-  for (size_t i = 0; i < x.size(); ++i) x[i] = i % 256 == 0 ? -127.f : static_cast<float>(val(rng));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = i % (per32 ? 32 : 256) == 0 ? -127.f : static_cast<float>(val(rng));
 
   EmulatorDevice dev;
   const std::vector<float> got = k_quant_gemm(dev, t.info, x, rows);
 
-  for (int64_t r = 0; r < rows; ++r) {
+  for (int64_t r = 0; r < rows && per32; ++r) {  // Q8_0 / Q5_0: sum over blocks of sum_i q_i a_i (Q5_0: q - 16)
+    for (int64_t j = 0; j < n; ++j) {
+      const uint8_t* row = t.bytes.data() + j * (k / 32) * bb;
+      int64_t total = 0;
+      for (int64_t kb = 0; kb < k / 32; ++kb) {
+        for (int l = 0; l < 32; ++l) {
+          int q = 0;
+          if (type == GgmlType::Q8_0) {
+            q = static_cast<int8_t>(row[kb * bb + 2 + l]);
+          } else {
+            quant::BlockQ5_0 b;
+            std::memcpy(&b, row + kb * bb, sizeof b);
+            q = quant::q5_0_quant(b, l) - 16;
+          }
+          total += q * static_cast<int64_t>(x[r * k + kb * 32 + l]);
+        }
+        ASSERT_LT(std::abs(total), 1 << 24);
+      }
+      ASSERT_EQ(got[r * n + j], static_cast<float>(total)) << "row " << r << " column " << j;
+    }
+  }
+  for (int64_t r = 0; r < rows && !per32; ++r) {
     for (int64_t j = 0; j < n; ++j) {
       const uint8_t* row = t.bytes.data() + j * (k / 256) * bb;
       int64_t total = 0;
@@ -537,6 +570,8 @@ TEST(GpuEmulated, TiledGemmIntegerPartsAreExact) {
   check_integer_parts(GgmlType::Q4_K);
   check_integer_parts(GgmlType::Q5_K);
   check_integer_parts(GgmlType::Q6_K);
+  check_integer_parts(GgmlType::Q8_0);  // k 704: a short last step
+  check_integer_parts(GgmlType::Q5_0);
 }
 
 // The emulator runs cp.async as the hardware may: shared memory changes only when a wait retires the group, so a
@@ -565,27 +600,32 @@ TEST(GpuEmulated, AsyncCopiesLandOnlyAtTheirWait) {
   EXPECT_EQ(seen, (std::vector<int>{0xff, 5, 0xff, 105}));
 }
 
-// Random rows of k values (seeded) quantised plain to Q8_K on dev: the tiled GEMMs' input.
-jc::ActPair plain_q8k_rows(EmulatorDevice& dev, int64_t rows, int64_t k, uint32_t seed) {
+// Random rows of k values (seeded) quantised plain to Q8_K (and, with both, to Q8_0 too) on dev: the GEMMs' input.
+jc::ActPair plain_q8k_rows(EmulatorDevice& dev, int64_t rows, int64_t k, uint32_t seed, bool both = false) {
   const std::vector<float> x = random_rows(rows, k, seed);
   Upload xd(dev, x.data(), x.size() * 4);
   jc::ActPair act;
-  jc::gpu_quant(dev, jc::QuantMode::Plain, jc::ActFormat::Q8_K, k, xd.buf.addr(), 0, 0, 0, rows, k, 0.f,
-                act[static_cast<size_t>(jc::ActFormat::Q8_K)]);
+  for (const jc::ActFormat f : {jc::ActFormat::Q8_K, jc::ActFormat::Q8_0}) {
+    if (f == jc::ActFormat::Q8_K || both)
+      jc::gpu_quant(dev, jc::QuantMode::Plain, f, k, xd.buf.addr(), 0, 0, 0, rows, k, 0.f, act[static_cast<size_t>(f)]);
+  }
   return act;
 }
 
-// Two or three tiled GEMMs of one activation in one launch give each product the bits of its own launch, in both
-// tilings, with members of different formats and widths (a partial column block among them).
+// Two or three tiled GEMMs of one activation in one launch give each product the bits of its own launch, in every
+// tiling, with members of different formats and widths (a partial column block among them): K-quants, and per-32
+// types beside a K-quant (each member reads its own activation format).
 TEST(GpuEmulated, GroupedGemmsEqualTheirOwnLaunches) {
   for (const int sms : {132, 0}) {
-    for (const int64_t rows : {int64_t{37}, int64_t{1}, int64_t{24}}) {
-      SCOPED_TRACE("sms " + std::to_string(sms) + " rows " + std::to_string(rows));
+    for (const int64_t rows : {int64_t{37}, int64_t{1}, int64_t{24}})
+    for (const bool per32 : {false, true}) {
+      SCOPED_TRACE("sms " + std::to_string(sms) + " rows " + std::to_string(rows) + (per32 ? " Q8_0, Q5_0, Q4_K" : ""));
       EmulatorDevice dev;
       dev.sms = sms;
       const int64_t k = 512;
-      const SynthTensor t0 = synth_tensor(GgmlType::Q4_K, 136, k, 21), t1 = synth_tensor(GgmlType::Q6_K, 24, k, 22),
-                        t2 = synth_tensor(GgmlType::Q5_K, 136, k, 23);
+      const SynthTensor t0 = synth_tensor(per32 ? GgmlType::Q8_0 : GgmlType::Q4_K, 136, k, 21),
+                        t1 = synth_tensor(per32 ? GgmlType::Q5_0 : GgmlType::Q6_K, 24, k, 22),
+                        t2 = synth_tensor(per32 ? GgmlType::Q4_K : GgmlType::Q5_K, 136, k, 23);
       const jc::GpuWeight w0 = upload_weight(dev, t0.info), w1 = upload_weight(dev, t1.info), w2 = upload_weight(dev, t2.info);
       for (const size_t members : {size_t{3}, size_t{2}}) {
         const jc::GpuWeight* ws[3] = {&w0, &w1, &w2};
@@ -594,8 +634,9 @@ TEST(GpuEmulated, GroupedGemmsEqualTheirOwnLaunches) {
         for (const jc::GpuWeight* w : group) set.add(w->desc());
         set.add(jc::gemm_group_of(group));
         set.add(jc::QuantDesc{jc::QuantMode::Plain, jc::ActFormat::Q8_K, k});
+        set.add(jc::QuantDesc{jc::QuantMode::Plain, jc::ActFormat::Q8_0, k});
         dev.load_kernels(set);
-        const jc::ActPair act = plain_q8k_rows(dev, rows, k, 5);
+        const jc::ActPair act = plain_q8k_rows(dev, rows, k, 5, true);
         jc::GemmWorkspace work;
         std::vector<DeviceBuffer> own, grouped;
         std::vector<jc::DevAddr> ys;
@@ -621,8 +662,7 @@ TEST(GpuEmulated, GroupedGemmsEqualTheirOwnLaunches) {
       EXPECT_EQ(dev.live_overruns(), 0u);
     }
   }
-  EXPECT_FALSE(jc::gemm_group_ok({jc::GemmDesc{jc::WeightFormat::Q4_K, 256, 256}, jc::GemmDesc{jc::WeightFormat::Q8_0, 256, 256}}))
-      << "Q8_0 runs the untiled GEMM";
+  EXPECT_TRUE(jc::gemm_group_ok({jc::GemmDesc{jc::WeightFormat::Q4_K, 256, 256}, jc::GemmDesc{jc::WeightFormat::Q8_0, 256, 256}}));
   EXPECT_FALSE(jc::gemm_group_ok({jc::GemmDesc{jc::WeightFormat::Q4_K, 256, 256}, jc::GemmDesc{jc::WeightFormat::Q4_K, 256, 512}}));
   EXPECT_FALSE(jc::gemm_group_ok({jc::GemmDesc{jc::WeightFormat::Q4_K, 256, 256}}));
 }
@@ -631,11 +671,15 @@ TEST(GpuEmulated, GroupedGemmsEqualTheirOwnLaunches) {
 // each 256-column span quantised by its last writer) gives the bits of the plain group followed by the standalone SwiGLU
 // quantiser: the same gate and up, and the same int8 fragments, block scales and 16-value sums for every row it covers
 // (every padded row for the tiled kernels, the first 32 for the small-row one). Its span counters are zero after each
-// launch. Two shapes: one and two column blocks per span (wide tiling), mixed Q4_K / Q6_K.
+// launch. Three shapes: one and two column blocks per span (wide tiling), mixed Q4_K / Q6_K quantising Q8_K, and mixed
+// Q8_0 / Q5_0 quantising Q8_0 (eight blocks a span; a Q8_0 down projection's input).
 TEST(GpuEmulated, SwiGluGroupQuantisesAsTheStandaloneQuantiser) {
-  for (const int64_t k : {int64_t{256}, int64_t{512}}) {
+  for (const int64_t k : {int64_t{256}, int64_t{512}, int64_t{-512}}) {
     const int64_t f = 768;
-    const SynthTensor tg = synth_tensor(GgmlType::Q4_K, f, k, 31), tu = synth_tensor(k == 256 ? GgmlType::Q4_K : GgmlType::Q6_K, f, k, 32);
+    const bool per32 = k < 0;
+    const jc::ActFormat in = per32 ? jc::ActFormat::Q8_0 : jc::ActFormat::Q8_K;  // the group's and the down's format
+    const SynthTensor tg = synth_tensor(per32 ? GgmlType::Q8_0 : GgmlType::Q4_K, f, std::abs(k), 31),
+                      tu = synth_tensor(per32 ? GgmlType::Q5_0 : k == 256 ? GgmlType::Q4_K : GgmlType::Q6_K, f, std::abs(k), 32);
     for (const int sms : {0, 1 << 20, 132, 3}) {
       for (const int64_t rows : {int64_t{1}, int64_t{5}, int64_t{20}, int64_t{32}, int64_t{37}, int64_t{100}}) {
         SCOPED_TRACE("k " + std::to_string(k) + " sms " + std::to_string(sms) + " rows " + std::to_string(rows));
@@ -647,11 +691,13 @@ TEST(GpuEmulated, SwiGluGroupQuantisesAsTheStandaloneQuantiser) {
         jc::GemmGroupDesc fused = jc::gemm_group_of(ws);
         set.add(fused);
         fused.swiglu = true;
+        fused.swiglu_act = in;
         set.add(fused);
-        set.add(jc::QuantDesc{jc::QuantMode::Plain, jc::ActFormat::Q8_K, k});
-        set.add(jc::QuantDesc{jc::QuantMode::SwiGlu, jc::ActFormat::Q8_K, f});
+        set.add(jc::QuantDesc{jc::QuantMode::Plain, jc::ActFormat::Q8_K, std::abs(k)});
+        set.add(jc::QuantDesc{jc::QuantMode::Plain, jc::ActFormat::Q8_0, std::abs(k)});
+        set.add(jc::QuantDesc{jc::QuantMode::SwiGlu, in, f});
         dev.load_kernels(set);
-        const jc::ActPair act = plain_q8k_rows(dev, rows, k, 7);
+        const jc::ActPair act = plain_q8k_rows(dev, rows, std::abs(k), 7, per32);
         jc::GemmWorkspace work;
         const size_t bytes = static_cast<size_t>(rows * f) * 4;
         DeviceBuffer g0(dev, bytes), u0(dev, bytes), g1(dev, bytes), u1(dev, bytes);
@@ -659,18 +705,19 @@ TEST(GpuEmulated, SwiGluGroupQuantisesAsTheStandaloneQuantiser) {
         const int64_t lds[2] = {f, f};
         jc::gpu_gemm_group(dev, work, ws, act, rows, plain_ys, lds);
         jc::ActBuffers ref, out;
-        jc::gpu_quant(dev, jc::QuantMode::SwiGlu, jc::ActFormat::Q8_K, f, g0.addr(), u0.addr(), 0, 0, rows, f, 0.f, ref);
+        jc::gpu_quant(dev, jc::QuantMode::SwiGlu, in, f, g0.addr(), u0.addr(), 0, 0, rows, f, 0.f, ref);
         const size_t before = dev.launches();
-        jc::gpu_gemm_group_swiglu(dev, work, ws, act, rows, fused_ys, f, out);
+        jc::gpu_gemm_group_swiglu(dev, work, ws, act, rows, fused_ys, f, in, out);
+        EXPECT_EQ(out.format, in);
         EXPECT_EQ(dev.launches() - before, 1u);
-        EXPECT_EQ(dev.launch_counts().count(jc::gemm_group_kernel_name(fused, rows, sms)), 1u);
+        EXPECT_EQ(dev.launch_counts().count(jc::gemm_group_kernel_name(fused, rows, 0, sms)), 1u);
         for (auto [a, b] : {std::pair{&g0, &g1}, std::pair{&u0, &u1}}) {
           std::vector<float> va(static_cast<size_t>(rows * f)), vb(va.size());
           dev.download(va.data(), a->addr(), bytes);
           dev.download(vb.data(), b->addr(), bytes);
           EXPECT_EQ(std::memcmp(va.data(), vb.data(), bytes), 0) << "gate / up";
         }
-        const bool small = jc::gemm_group_tiling(fused, rows, sms) == jc::TcTiling::Small;
+        const bool small = jc::gemm_group_tiling(fused, rows, 0, sms) == jc::TcTiling::Small;
         const int64_t covered = small ? 32 : jc::pad_rows(rows), kbp = jc::padded_kblocks(f);
         const auto same = [&](const jc::DeviceBuffer& a, const jc::DeviceBuffer& b, size_t n, const char* what) {
           std::vector<unsigned char> va(n), vb(n);
@@ -819,16 +866,18 @@ TEST(GpuEmulated, AttentionKeyRangesEqualExactSoftmaxOverEachRowsKeys) {
 // standalone quantiser gives; two launches fill one output at rows 0 and 37 (as the batch's parts do), each quantising
 // only its own rows. Heads of 64 (four per span), 128 (two), 256 and 512 (128-wide slices); the counters end at zero.
 TEST(GpuEmulated, AttentionQuantisesItsOutputAsTheStandaloneQuantiser) {
-  for (auto [H, Hkv, d] : {std::tuple<int64_t, int64_t, int64_t>{4, 2, 64}, {2, 1, 128}, {2, 1, 256}, {2, 1, 512}}) {
-    SCOPED_TRACE("H=" + std::to_string(H) + " d=" + std::to_string(d));
+  for (auto [H, Hkv, d] : {std::tuple<int64_t, int64_t, int64_t>{4, 2, 64}, {2, 1, 128}, {2, 1, 256}, {2, 1, 512}})
+  for (const jc::ActFormat fmt : {jc::ActFormat::Q8_K, jc::ActFormat::Q8_0}) {  // a K-quant's or a Q8_0 projection's input
+    SCOPED_TRACE("H=" + std::to_string(H) + " d=" + std::to_string(d) + (fmt == jc::ActFormat::Q8_0 ? " Q8_0" : " Q8_K"));
     const int64_t nq = 70, nkv = 45, K = H * d, kbp = jc::padded_kblocks(K);
     EmulatorDevice dev;
     const jc::PackDesc pq{H, d, d, jc::PackStyle::None, false}, pk{Hkv, d, d, jc::PackStyle::None, false};
     const jc::PackDesc pv{Hkv, d, d, jc::PackStyle::None, true};
     const jc::AttnDesc ad{H, Hkv, d};
     jc::KernelSet set;
-    set.add(pq), set.add(pk), set.add(pv), set.add(ad), set.add(jc::AttnDesc{H, Hkv, d, true});
-    set.add(jc::QuantDesc{jc::QuantMode::Plain, jc::ActFormat::Q8_K, K});
+    const jc::AttnDesc quant{H, Hkv, d, true, fmt};
+    set.add(pq), set.add(pk), set.add(pv), set.add(ad), set.add(quant);
+    set.add(jc::QuantDesc{jc::QuantMode::Plain, fmt, K});
     dev.load_kernels(set);
     const std::vector<float> q = random_rows(nq, K, 41, 2.f), k = random_rows(nkv, Hkv * d, 42, 2.f);
     const std::vector<float> v = random_rows(nkv, Hkv * d, 43);
@@ -840,7 +889,7 @@ TEST(GpuEmulated, AttentionQuantisesItsOutputAsTheStandaloneQuantiser) {
     jc::gpu_pack(dev, pv, vd.buf.addr(), nkv, Hkv * d, 0, 0, 0, 0, vt.addr());
     jc::ActBuffers ref, out;
     out.ensure(dev, nq, K);
-    out.format = jc::ActFormat::Q8_K, out.rows = nq, out.k = K;
+    out.format = fmt, out.rows = nq, out.k = K;
     jc::GemmWorkspace work;
     const float scale = 0.1f;
     for (const int64_t r0 : {int64_t{0}, int64_t{37}}) {
@@ -851,8 +900,8 @@ TEST(GpuEmulated, AttentionQuantisesItsOutputAsTheStandaloneQuantiser) {
       jc::gpu_attention(dev, ad, qh.addr(), n, kh.addr(), vt.addr(), nkv, scale, fused.addr() + static_cast<size_t>(r0 * K) * 4,
                         0, &aq);
     }
-    EXPECT_EQ(dev.launch_counts().at(jc::AttnDesc{H, Hkv, d, true}.name()), 2u);
-    jc::gpu_quant(dev, jc::QuantMode::Plain, jc::ActFormat::Q8_K, K, plain.addr(), 0, 0, 0, nq, K, 0.f, ref);
+    EXPECT_EQ(dev.launch_counts().at(quant.name()), 2u);
+    jc::gpu_quant(dev, jc::QuantMode::Plain, fmt, K, plain.addr(), 0, 0, 0, nq, K, 0.f, ref);
     std::vector<float> a(static_cast<size_t>(nq * K)), b(a.size());
     dev.download(a.data(), plain.addr(), a.size() * 4);
     dev.download(b.data(), fused.addr(), b.size() * 4);
@@ -1473,14 +1522,14 @@ TEST(GpuEmulated, HeadDimensionsBeyondTheKernelNameTheLayer) {
   EXPECT_THROW(gpu.prepare_model(hp), Error);
 }
 
-// Kernels per layer of a whole forward pass, counted on the emulated device and listed by kernel: 8 (Q, K, V one grouped
+// Kernels per layer of a whole forward pass (K-quant and Q8_0 files), counted on the emulated device and listed by kernel: 8 (Q, K, V one grouped
 // GEMM; the attention's three head packs one launch; the attention quantises its output for the output projection;
 // gate and up another grouped GEMM that also quantises SwiGLU for the down projection), 10 with those fusions off, and
 // the same logits either way; one dllm_copy_rows for the logit rows;
 // device copies only for the keys and values; with graphs on (the default) the pass is one graph launch: no kernel is
 // launched on its own.
 TEST(GpuEmulated, LaunchesPerLayer) {
-  for (const char* name : {"tiny-llada-Q4_K_M", "tiny-dream-Q4_K_M"}) {
+  for (const char* name : {"tiny-llada-Q4_K_M", "tiny-dream-Q4_K_M", "tiny-llada-Q8_0", "tiny-dream-Q8_0"}) {
     std::vector<float> logits[2];
     for (const bool fused : {true, false}) {
       SCOPED_TRACE(std::string(name) + (fused ? " fused" : " unfused"));

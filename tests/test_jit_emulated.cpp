@@ -116,7 +116,9 @@ void check_matrix(GgmlType t, int64_t n, int64_t k, const uint8_t* w, int64_t ro
       const Outcome o = run_family(m, a, prefetch);
       EXPECT_GT(o.instructions, 0);
       EXPECT_EQ(first_difference(o.emulated, want, n), "") << "emulated kernel vs the portable family";
-      if (!o.native.empty()) EXPECT_EQ(first_difference(o.emulated, o.native, n), "") << "emulator vs this CPU";
+      if (!o.native.empty()) {
+        EXPECT_EQ(first_difference(o.emulated, o.native, n), "") << "emulator vs this CPU";
+      }
     }
   }
 }

@@ -87,8 +87,10 @@ TEST(Q5kModel, SameValuesGiveTheQ4KLogitsOnEveryExecutor) {
     for (const auto& isa : executors) {
       SCOPED_TRACE(model + " " + (isa ? jit::isa_name(*isa) : "reference"));
       auto m4 = load(q4, isa), m5 = load(q5, isa);
-      if (isa) EXPECT_EQ(dynamic_cast<jit::CpuExecutor&>(m5->executor()).fallback_matrices(), 0);
-      if (isa) EXPECT_EQ(m5->executor().load_warning(), "");
+      if (isa) {
+        EXPECT_EQ(dynamic_cast<jit::CpuExecutor&>(m5->executor()).fallback_matrices(), 0);
+        EXPECT_EQ(m5->executor().load_warning(), "");
+      }
       for (const Case& c : cases) {
         const auto a = m4->forward(c.ids, c.rows), b = m5->forward(c.ids, c.rows);
         ASSERT_EQ(a.size(), b.size());

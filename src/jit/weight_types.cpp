@@ -33,19 +33,19 @@ const WeightTypeTraits kTable[] = {
     // type            name    tag     cpu_tag      block bytes act            quant meta temps avx2 row nib   2vec  pf amx
     {GgmlType::Q4_K, "Q4_K", "q4_k", "q4k_q8k", 256, 144, ActFormat::Q8_K, 128, 20, 6, 5 + 1, 4, true, false, 4096, true,
      portable<BlockQ4_K, BlockQ8_K, kernel_order_dot_q4_K>, ref_q4_k,
-     /*gpu*/ true, /*tiled*/ true},
+     /*gpu*/ true},
     {GgmlType::Q5_K, "Q5_K", "q5_k", "q5k_q8k", 256, 176, ActFormat::Q8_K, 160, 20, 5, 5 + 1, 4, true, false, 4096, true,
      portable<BlockQ5_K, BlockQ8_K, kernel_order_dot_q5_K>, ref_q5_k,
-     /*gpu*/ true, /*tiled*/ true},
+     /*gpu*/ true},
     {GgmlType::Q6_K, "Q6_K", "q6_k", "q6k_q8k", 256, 210, ActFormat::Q8_K, 256, 18, 4, 4 + 2, 4, false, true, 4096, true,
      portable<BlockQ6_K, BlockQ8_K, kernel_order_dot_q6_K>, ref_q6_k,
-     /*gpu*/ true, /*tiled*/ true},
+     /*gpu*/ true},
     {GgmlType::Q8_0, "Q8_0", "q8_0", "q8_0_q8_0", 32, 34, ActFormat::Q8_0, 32, 2, 5, 5 + 1, 3, false, false, 8192, true,
      portable<BlockQ8_0, BlockQ8_0, kernel_order_dot_q8_0>, vec_dot_q8_0_q8_0,
-     /*gpu*/ true, /*tiled*/ false},
+     /*gpu*/ true},
     {GgmlType::Q5_0, "Q5_0", "q5_0", "q5_0_q8_0", 32, 22, ActFormat::Q8_0, 20, 2, 5, 5 + 1, 3, true, false, 8192, false,
      portable<BlockQ5_0, BlockQ8_0, kernel_order_dot_q5_0>, ref_q5_0,
-     /*gpu*/ true, /*tiled*/ false},
+     /*gpu*/ true},
 };
 constexpr int kCount = static_cast<int>(sizeof(kTable) / sizeof(kTable[0]));
 

@@ -40,9 +40,8 @@ struct WeightTypeTraits {
   // The reference dot product of the same (model/quant_ref_dot.h), ggml's scalar kernel.
   float (*reference_dot)(int64_t k, const void* w_row, const void* act_row);
 
-  // ---- GPU (cuda/kernel_set.h, cuda/weight_pack.h, kernels/gemm.cuh) ----
-  bool gpu;                // an int8 tensor-core GEMM exists
-  bool gpu_tiled;          // read by the tiled GEMM (gemm_tc.cuh); else repacked for gemm.cuh (both at the GGUF's size)
+  // ---- GPU (cuda/kernel_set.h, cuda/weight_pack.h, kernels/gemm_tc.cuh) ----
+  bool gpu;                // the tiled int8 tensor-core GEMM takes it
 };
 
 // The row of a weight type with CPU kernels, or null.

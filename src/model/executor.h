@@ -159,6 +159,9 @@ class Executor {
     (void)up;
     (void)down;
   }
+  // Load time, after prepare_weight: an attention output projection, whose input expect_projection will announce, so
+  // that a device backend can build the attention launch that quantises for it. A hint. Default: nothing.
+  virtual void prepare_output_projection(WeightHandle wo) { (void)wo; }
 
   // Load time: prepare a 2-D weight tensor of `n` rows (ne1) of `k` values (ne0), stored as the file
   // stores it (any type quant::can_dequantize accepts). The tensor's bytes live in the file's mapping,

@@ -129,6 +129,7 @@ ForwardWeights prepare_forward_weights(const HParams& hp, const ModelTensors& t,
     l.wk = ex.prepare_weight(*lt.wk);
     if (lt.wv) l.wv = ex.prepare_weight(*lt.wv);  // absent: the values are the raw keys (Gemma-4 global layers)
     l.wo = ex.prepare_weight(*lt.wo);
+    if (!hp.prompt_regions) ex.prepare_output_projection(l.wo);  // attention's quantising launch (expect_projection)
     l.q_norm = prepare_vector(ex, lt.attn_q_norm);
     l.k_norm = prepare_vector(ex, lt.attn_k_norm);
     l.post_attn_norm = prepare_vector(ex, lt.post_attention_norm);

@@ -472,6 +472,8 @@ inline u32 lds_u32(const void* p) { return load_as<u32>(p); }
 inline u32 ld_u16(const void* p) { return load_as<unsigned short>(p); }
 inline uint2 ld_u2(const void* p) { return load_as<uint2>(p); }
 inline uint2 lds_u2(const void* p) { return load_as<uint2>(p); }
+inline float lds_f(const void* p) { return load_as<float>(p); }
+inline float2 lds_f2(const void* p) { return load_as<float2>(p); }
 inline float ld_f(const float* p) { return *p; }
 
 // The kernels themselves, compiled for the host.

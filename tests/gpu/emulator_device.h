@@ -39,16 +39,12 @@ Launcher make_launcher(Body body) {
 template <int WT, int N, int K>
 void add_gemm(std::map<std::string, Launcher>& r) {
   const jit::cuda::GemmDesc d{static_cast<jit::cuda::WeightFormat>(WT), N, K};
-  if constexpr (WT == WT_Q4_K || WT == WT_Q5_K || WT == WT_Q6_K) {
-    r[d.name()] = make_launcher<GemmParams>([](const GemmParams& p) { gemm_tc_body<WT, N, K, false>(p); });
-    r[d.name() + "_split"] = make_launcher<GemmParams>([](const GemmParams& p) { gemm_tc_body<WT, N, K, true>(p); });
-    r[d.name() + "_small"] = make_launcher<GemmParams>([](const GemmParams& p) { gemm_tc_small_body<WT, N, K>(p); });
-  } else {
-    r[d.name()] = make_launcher<GemmParams>([](const GemmParams& p) { gemm_body<WT, N, K>(p); });
-  }
+  r[d.name()] = make_launcher<GemmParams>([](const GemmParams& p) { gemm_tc_body<WT, N, K, false>(p); });
+  r[d.name() + "_split"] = make_launcher<GemmParams>([](const GemmParams& p) { gemm_tc_body<WT, N, K, true>(p); });
+  r[d.name() + "_small"] = make_launcher<GemmParams>([](const GemmParams& p) { gemm_tc_small_body<WT, N, K>(p); });
 }
 // A group of tiled GEMMs of one activation (N2 = 0: two), every tiling; SWIGLU: the gate/up variant that quantises.
-template <int K, int WT0, int N0, int WT1, int N1, int WT2 = 0, int N2 = 0, bool SWIGLU = false>
+template <int K, int WT0, int N0, int WT1, int N1, int WT2 = 0, int N2 = 0, bool SWIGLU = false, int QACT = ACT_Q8_K>
 void add_gemm_group(std::map<std::string, Launcher>& r) {
   using jit::cuda::GemmDesc;
   using jit::cuda::WeightFormat;
@@ -56,17 +52,19 @@ void add_gemm_group(std::map<std::string, Launcher>& r) {
   d.members = {GemmDesc{static_cast<WeightFormat>(WT0), N0, K}, GemmDesc{static_cast<WeightFormat>(WT1), N1, K}};
   if (N2 > 0) d.members.push_back(GemmDesc{static_cast<WeightFormat>(WT2), N2, K});
   d.swiglu = SWIGLU;
+  d.swiglu_act = static_cast<jit::cuda::ActFormat>(QACT);
   r[d.name()] = make_launcher<GemmGroupParams>(
-      [](const GemmGroupParams& p) { gemm_tc_group_body<false, K, WT0, N0, WT1, N1, WT2, N2, SWIGLU>(p); });
+      [](const GemmGroupParams& p) { gemm_tc_group_body<false, K, WT0, N0, WT1, N1, WT2, N2, SWIGLU, QACT>(p); });
   r[d.name() + "_split"] = make_launcher<GemmGroupParams>(
-      [](const GemmGroupParams& p) { gemm_tc_group_body<true, K, WT0, N0, WT1, N1, WT2, N2, SWIGLU>(p); });
+      [](const GemmGroupParams& p) { gemm_tc_group_body<true, K, WT0, N0, WT1, N1, WT2, N2, SWIGLU, QACT>(p); });
   r[d.name() + "_small"] = make_launcher<GemmGroupParams>(
-      [](const GemmGroupParams& p) { gemm_tc_group_small_body<K, WT0, N0, WT1, N1, WT2, N2, SWIGLU>(p); });
+      [](const GemmGroupParams& p) { gemm_tc_group_small_body<K, WT0, N0, WT1, N1, WT2, N2, SWIGLU, QACT>(p); });
 }
 template <int N, int K>
 void add_gemm_all_formats(std::map<std::string, Launcher>& r) {
   add_gemm<WT_Q8_0, N, K>(r);
-  if constexpr (K % 256 == 0) {  // the tiled K-quants
+  add_gemm<WT_Q5_0, N, K>(r);
+  if constexpr (K % 256 == 0) {  // the K-quants
     add_gemm<WT_Q4_K, N, K>(r);
     add_gemm<WT_Q5_K, N, K>(r);
     add_gemm<WT_Q6_K, N, K>(r);
@@ -102,9 +100,10 @@ template <int H, int HKV, int D>
 void add_attn(std::map<std::string, Launcher>& r) {
   const jit::cuda::AttnDesc d{H, HKV, D};
   r[d.name()] = make_launcher<AttnParams>([](const AttnParams& p) { attention_body<H, HKV, D>(p); });
-  if constexpr (attn_quant_ok(H, D)) {  // the variant that quantises its output for the output projection
-    const jit::cuda::AttnDesc q{H, HKV, D, true};
-    r[q.name()] = make_launcher<AttnParams>([](const AttnParams& p) { attention_body<H, HKV, D, true>(p); });
+  if constexpr (attn_quant_ok(H, D)) {  // the variants that quantise their output for the output projection
+    const jit::cuda::AttnDesc q{H, HKV, D, true, jit::cuda::ActFormat::Q8_K}, q0{H, HKV, D, true, jit::cuda::ActFormat::Q8_0};
+    r[q.name()] = make_launcher<AttnParams>([](const AttnParams& p) { attention_body<H, HKV, D, true, ACT_Q8_K>(p); });
+    r[q0.name()] = make_launcher<AttnParams>([](const AttnParams& p) { attention_body<H, HKV, D, true, ACT_Q8_0>(p); });
   }
 }
 
@@ -123,13 +122,13 @@ inline const std::map<std::string, Launcher>& emulated_kernels() {
     add_gemm<WT_Q4_K, 4096, 4096>(m);  // split-K chunks of two super-blocks (tc_chunks)
     add_quant<QR_PLAIN, ACT_Q8_K, 4096>(m);
     add_quant<QR_PLAIN, ACT_Q8_K, 1024>(m);  // the quantising attention of two heads of 512
+    add_quant<QR_PLAIN, ACT_Q8_0, 1024>(m);
     add_gemm<WT_Q4_K, 264, 2048>(m);   // the tiled GEMMs: a deep pipeline, several blocks each way
     add_gemm<WT_Q6_K, 264, 2048>(m);
     add_gemm<WT_Q5_K, 264, 2048>(m);
     add_gemm<WT_Q4_K, 136, 512>(m);
     add_gemm<WT_Q6_K, 136, 512>(m);
     add_gemm<WT_Q5_K, 136, 512>(m);
-    add_gemm<WT_Q5_0, 136, 96>(m);     // Q5_0 unit tests (no fixture model has Q5_0): the same, and
     add_gemm<WT_Q5_0, 24, 704>(m);     // DiffusionGemma's down-projection width (22 k-blocks -> 24)
     // tiny-diffusion-gemma-A (D 256, 4 heads of 64 sliding / 128 global, F 192, 8 experts of 64, vocabulary
     // 1536) as Q8_0 and Q4_K_M (Q4_K, Q5_K, Q6_K, Q8_0, Q5_0).
@@ -198,6 +197,28 @@ inline const std::map<std::string, Launcher>& emulated_kernels() {
     add_gemm_group<256, WT_Q4_K, 192, WT_Q4_K, 192>(m);  // diffusion-gemma: the shared MLP, self-conditioning
     add_gemm_group<512, WT_Q4_K, 136, WT_Q6_K, 24, WT_Q5_K, 136>(m);  // unit test: mixed formats and widths
     add_gemm_group<512, WT_Q4_K, 136, WT_Q6_K, 24>(m);
+    // The Q8_0 fixtures' groups (the SwiGLU variant quantises Q8_0 for their down projections).
+    add_gemm_group<256, WT_Q8_0, 768, WT_Q8_0, 768, 0, 0, true, ACT_Q8_0>(m);
+    add_gemm_group<512, WT_Q8_0, 768, WT_Q5_0, 768, 0, 0, true, ACT_Q8_0>(m);  // unit tests: mixed per-32 types
+    add_gemm_group<512, WT_Q8_0, 768, WT_Q5_0, 768>(m);
+    add_gemm_group<256, WT_Q8_0, 256, WT_Q8_0, 256, WT_Q8_0, 256>(m);  // llada, llada-moe, rnd1
+    add_gemm_group<256, WT_Q8_0, 256, WT_Q8_0, 256>(m);
+    add_gemm_group<256, WT_Q8_0, 768, WT_Q8_0, 768>(m);
+    add_gemm_group<256, WT_Q8_0, 256, WT_Q8_0, 128, WT_Q8_0, 128>(m);  // dream, diffusion-gemma
+    add_gemm_group<256, WT_Q8_0, 128, WT_Q8_0, 128>(m);
+    add_gemm_group<256, WT_Q8_0, 192, WT_Q8_0, 192>(m);
+    add_gemm_group<256, WT_Q8_0, 512, WT_Q8_0, 128>(m);  // diffusion-gemma's global layers (q, k)
+    add_gemm_group<256, WT_Q4_K, 256, WT_Q8_0, 256, WT_Q8_0, 256>(m);  // Q4_K_M fixtures whose k and v are Q8_0
+    add_gemm_group<256, WT_Q8_0, 256, WT_Q8_0, 256>(m);
+    add_gemm_group<256, WT_Q4_K, 256, WT_Q8_0, 128, WT_Q8_0, 128>(m);
+    add_gemm_group<256, WT_Q4_K, 512, WT_Q8_0, 128>(m);
+    add_gemm_group<512, WT_Q8_0, 136, WT_Q5_0, 24, WT_Q4_K, 136>(m);  // unit test: per-32 members beside a K-quant
+    add_gemm_group<512, WT_Q8_0, 136, WT_Q5_0, 24>(m);
+    add_gemm<WT_Q8_0, 136, 512>(m);
+    add_gemm<WT_Q5_0, 24, 512>(m);
+    add_gemm<WT_Q5_0, 136, 704>(m);  // unit tests: a short last step (tc_last_blocks), several chunks
+    add_gemm<WT_Q8_0, 136, 704>(m);
+    add_gemm<WT_Q8_0, 24, 704>(m);
     // The fused packs of the forward program's attention, per fixture geometry.
     add_pack_qkv<4, 4, 64, 64, PK_NORM>(m);   // llada
     add_pack_qkv<4, 2, 64, 64, PK_NEOX>(m);   // dream, diffusion-gemma's sliding layers

@@ -61,7 +61,8 @@ std::unique_ptr<GpuExecutor> GpuExecutor::open(ThreadPool& pool, int ordinal) {
 void GpuExecutor::prepare_model(const model::HParams& hp) {
   if (const std::string err = attention_geometry_error(hp); !err.empty()) throw Error(err);
   model_d_ = hp.n_embd, model_f_ = hp.n_ff, model_ctx_ = hp.n_ctx;
-  add_attention_kernels(kernels_, hp);  // every layer's geometry (Gemma-4: two)
+  hp_ = hp;
+  add_attention_kernels(kernels_, hp, {});  // every layer's geometry (Gemma-4: two)
   kernels_.add_row_copy();
   kernels_loaded_ = false;
 }
@@ -398,6 +399,15 @@ void GpuExecutor::prepare_swiglu_ffn(model::WeightHandle gate, model::WeightHand
   kernels_loaded_ = false;
 }
 
+void GpuExecutor::prepare_output_projection(model::WeightHandle wo) {
+  if (!wo.valid()) return;
+  KernelSet quant;
+  add_attention_kernels(quant, hp_, {act_format_for(weight(wo).layout.format)});
+  for (const AttnDesc& d : quant.attns()) {
+    if (d.quant && !kernels_.contains(d)) kernels_.add(d), kernels_loaded_ = false;
+  }
+}
+
 void GpuExecutor::norm_swiglu_ffn(model::Act x, int64_t rows, model::VectorHandle norm, float eps,
                                   model::WeightHandle gate_w, model::WeightHandle up_w, model::WeightHandle down_w,
                                   model::Act gate, model::Act up) {
@@ -414,7 +424,7 @@ void GpuExecutor::norm_swiglu_ffn(model::Act x, int64_t rows, model::VectorHandl
   timed(profile_.gemm_s, [&] {
     gpu_quant_for(*dev_, QuantMode::RmsNorm, rs, at(x), 0, vector_addr(norm), 0, rows, act(x).cols, eps, act_);
     const DevAddr ys[2] = {at(gate), at(up)};
-    gpu_gemm_group_swiglu(*dev_, gemm_ws_, rs, act_, rows, ys, act(gate).cols, act_ffn_);
+    gpu_gemm_group_swiglu(*dev_, gemm_ws_, rs, act_, rows, ys, act(gate).cols, g.swiglu_act, act_ffn_);
     gpu_gemm(*dev_, gemm_ws_, *down, act_ffn_, rows, at(x), act(x).cols, true);  // the residual added in the epilogue
   });
 }
@@ -423,9 +433,9 @@ void GpuExecutor::expect_projection(model::Act out, int64_t rows, model::WeightH
   proj_ = Projection{};
   if (!fusion_ || rows <= 0 || !w.valid()) return;
   const GpuWeight& wo = weight(w);
-  if (act_format_for(wo.layout.format) != ActFormat::Q8_K || wo.layout.k != act(out).cols) return;
+  if (wo.layout.k != act(out).cols) return;
   act_att_.ensure(*dev_, rows, wo.layout.k);
-  act_att_.format = ActFormat::Q8_K;
+  act_att_.format = act_format_for(wo.layout.format);
   act_att_.rows = rows;
   act_att_.k = wo.layout.k;
   proj_ = Projection{out.slot, w.index, rows, 0};
@@ -818,6 +828,7 @@ void GpuExecutor::attend(model::KvHandle h, int64_t layer, int64_t n_kv, model::
   // The announced output projection's input, quantised in this launch (expect_projection).
   AttnDesc quant_desc = ak.attn;
   quant_desc.quant = true;
+  quant_desc.quant_act = act_att_.format;
   const bool fuse = proj_.slot == out.slot && row0 + rows <= proj_.rows && kernels_.contains(quant_desc);
   if (fuse) proj_.covered += rows;
   else if (proj_.slot == out.slot) proj_ = Projection{};  // a row not quantised here: matmul_add quantises them all

@@ -60,6 +60,7 @@ class GpuExecutor : public model::Executor {
   // Q, K(, V) and gate, up of tiled formats: one launch each (a GemmGroupDesc in the model's unit).
   void prepare_shared(const model::WeightHandle* ws, int n) override;
   void prepare_swiglu_ffn(model::WeightHandle gate, model::WeightHandle up, model::WeightHandle down) override;
+  void prepare_output_projection(model::WeightHandle wo) override;
   void matmul(model::WeightHandle w, const float* x, int64_t rows, float* y) override;
   // One upload and one activation quantisation for all the products of x (Q/K/V; gate/up).
   void matmul_shared(const model::WeightHandle* ws, float* const* ys, int n, const float* x, int64_t rows) override;
@@ -189,6 +190,7 @@ class GpuExecutor : public model::Executor {
   std::vector<GpuWeight> weights_;
   size_t weight_bytes_ = 0;
   int64_t model_d_ = 0, model_f_ = 0, model_ctx_ = 0;  // n_embd, n_ff, n_ctx once prepare_model() ran
+  model::HParams hp_;  // what prepare_model() was given
   KernelSet kernels_;                  // the model's unit: GEMMs, quantisers, head packers, attention
   bool kernels_loaded_ = false;
   AttentionKernels attn_checked_{};  // the attention geometry last found launchable

@@ -104,12 +104,12 @@ void gpu_gemm(Device& dev, GemmWorkspace& ws, const GpuWeight& w, const ActBuffe
               int64_t ldy, bool accumulate, int64_t act_row0) {
   GemmParams p = gemm_params(w, act, rows, y, ldy, accumulate, act_row0);
   const GemmDesc d = w.desc();
-  if (gemm_tiling(d, rows, dev.sm_count()) == TcTiling::Small) {
+  if (gemm_tiling(d, rows, dev.arch(), dev.sm_count()) == TcTiling::Small) {
     ws.ensure(dev, gemm_small_part_bytes(d), gemm_small_counters(d));
     p.part = ws.part.as<float>();
     p.count = ws.count.as<unsigned>();
   }
-  dev.launch(gemm_kernel_name(d, rows, dev.sm_count()), gemm_launch(d, rows, dev.arch(), dev.sm_count()), &p, sizeof p);
+  dev.launch(gemm_kernel_name(d, rows, dev.arch(), dev.sm_count()), gemm_launch(d, rows, dev.arch(), dev.sm_count()), &p, sizeof p);
 }
 
 GemmGroupDesc gemm_group_of(std::span<const GpuWeight* const> ws) {
@@ -130,7 +130,7 @@ void launch_group(Device& dev, GemmWorkspace& work, const GemmGroupDesc& g, std:
     const ActBuffers& a = act[static_cast<size_t>(act_format_for(ws[i]->layout.format))];
     p.m[i] = gemm_params(*ws[i], a, rows, ys[i], ldys[i], false);
   }
-  if (gemm_group_tiling(g, rows, dev.sm_count()) == TcTiling::Small) {  // the members' workspaces side by side
+  if (gemm_group_tiling(g, rows, dev.arch(), dev.sm_count()) == TcTiling::Small) {  // the members' workspaces side by side
     size_t part = 0, counters = 0;
     for (const GemmDesc& m : g.members) part += gemm_small_part_bytes(m), counters += gemm_small_counters(m);
     work.ensure(dev, part, counters);
@@ -142,7 +142,7 @@ void launch_group(Device& dev, GemmWorkspace& work, const GemmGroupDesc& g, std:
       counters += gemm_small_counters(g.members[i]);
     }
   }
-  dev.launch(gemm_group_kernel_name(g, rows, dev.sm_count()), gemm_group_launch(g, rows, dev.arch(), dev.sm_count()), &p,
+  dev.launch(gemm_group_kernel_name(g, rows, dev.arch(), dev.sm_count()), gemm_group_launch(g, rows, dev.arch(), dev.sm_count()), &p,
              sizeof p);
 }
 }  // namespace
@@ -154,15 +154,16 @@ void gpu_gemm_group(Device& dev, GemmWorkspace& work, std::span<const GpuWeight*
 }
 
 void gpu_gemm_group_swiglu(Device& dev, GemmWorkspace& work, std::span<const GpuWeight* const> ws, const ActPair& act,
-                           int64_t rows, std::span<const DevAddr> ys, int64_t ldy, ActBuffers& out) {
+                           int64_t rows, std::span<const DevAddr> ys, int64_t ldy, ActFormat fmt, ActBuffers& out) {
   GemmGroupDesc g = gemm_group_of(ws);
   g.swiglu = true;
+  g.swiglu_act = fmt;
   const int64_t f = ws.empty() ? 0 : ws[0]->layout.n;
   for (const ActBuffers& a : act) {
     if (&a == &out) throw Error("internal error: the SwiGLU quantiser would overwrite the group's input");
   }
   out.ensure(dev, rows, f);
-  out.format = ActFormat::Q8_K;
+  out.format = fmt;
   out.rows = rows;
   out.k = f;
   // Counters for the finest row tiles (32 rows: the split tiling and the small-row kernel) of every 256 columns.
@@ -224,11 +225,12 @@ void gpu_attention(Device& dev, const AttnDesc& d, DevAddr q, int64_t n_q, DevAd
   if (quant) {  // the quantising variant: rows [row0, row0 + n_q) of quant->act
     ActBuffers& a = *quant->act;
     const int64_t k = d.n_head * d.head_dim;
-    if (!attn_quant_ok(static_cast<int>(d.n_head), static_cast<int>(d.head_dim)) || a.format != ActFormat::Q8_K ||
-        a.k != k || quant->row0 + n_q > a.rows || a.q.bytes() < act_bytes(a.rows, k)) {
+    if (!attn_quant_ok(static_cast<int>(d.n_head), static_cast<int>(d.head_dim)) || a.k != k ||
+        quant->row0 + n_q > a.rows || a.q.bytes() < act_bytes(a.rows, k)) {
       throw Error("internal error: the attention's output does not fit the buffers it would quantise into");
     }
     desc.quant = true;
+    desc.quant_act = a.format;
     quant->work->ensure(dev, 0, 0, static_cast<size_t>(attn_launch(d, n_q).grid_x) * static_cast<size_t>(k / 256));
     p.quant.q = dev_ptr<unsigned char>(a.q.addr());
     p.quant.da = dev_ptr<float>(a.da.addr());

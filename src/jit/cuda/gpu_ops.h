@@ -75,10 +75,10 @@ GemmGroupDesc gemm_group_of(std::span<const GpuWeight* const> ws);
 void gpu_gemm_group(Device& dev, GemmWorkspace& work, std::span<const GpuWeight* const> ws, const ActPair& act,
                     int64_t rows, std::span<const DevAddr> ys, std::span<const int64_t> ldys);
 // A feed-forward's gate (ws[0]) and up (ws[1]) as gpu_gemm_group, whose launch also quantises silu(gate) * up into out
-// (Q8_K, k = their width) as gpu_quant's SwiGlu mode would: the bits of gpu_gemm_group then gpu_quant. Needs the
-// group's swiglu variant (GemmGroupDesc::swiglu) loaded; out must not be a buffer of act.
+// (format fmt, k = their width) as gpu_quant's SwiGlu mode would: the bits of gpu_gemm_group then gpu_quant. Needs the
+// group's swiglu variant (GemmGroupDesc::swiglu, swiglu_act = fmt) loaded; out must not be a buffer of act.
 void gpu_gemm_group_swiglu(Device& dev, GemmWorkspace& work, std::span<const GpuWeight* const> ws, const ActPair& act,
-                           int64_t rows, std::span<const DevAddr> ys, int64_t ldy, ActBuffers& out);
+                           int64_t rows, std::span<const DevAddr> ys, int64_t ldy, ActFormat fmt, ActBuffers& out);
 
 // out <- split-f16 per-head layout of x ([rows][ld] f32) with bias and RoPE (double tables
 // [positions][n_rot/2], positions per row in pos) as the descriptor says. out holds d.n_head * pad_rows(rows) * d.head_dim halves.
@@ -95,8 +95,8 @@ struct PackArgs {
 void gpu_pack_qkv(Device& dev, const AttentionKernels& a, const PackArgs& q, const PackArgs& k, const PackArgs& v,
                   DevAddr cos_t, DevAddr sin_t);
 
-// Where the quantising attention (AttnDesc::quant) puts its output's Q8_K rows: rows [row0, row0 + n_q) of act
-// (format Q8_K, k = H * d, sized and described by the caller), its arrival counters in work.
+// Where the quantising attention (AttnDesc::quant) puts its output's quantised rows: rows [row0, row0 + n_q) of act
+// (format Q8_K or Q8_0, k = H * d, sized and described by the caller), its arrival counters in work.
 struct AttnQuant {
   ActBuffers* act = nullptr;
   int64_t row0 = 0;

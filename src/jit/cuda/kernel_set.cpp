@@ -15,9 +15,9 @@ namespace dllm::jit::cuda {
 
 namespace {
 
-// Threads per block of each family; must match kernels/*.cuh (kGemmThreads, kQuantThreads, ...).
-constexpr unsigned kGemmThreads = 128, kQuantThreads = 128, kPackThreads = 256, kAttnThreads = 128, kCopyThreads = 256;
-constexpr int64_t kGemmBlockRows = 32, kGemmBlockTiles = 16, kAttnQRows = 64;
+// Threads per block of each family; must match kernels/*.cuh (kQuantThreads, ...; the GEMMs' kTcThreads is params.cuh's).
+constexpr unsigned kQuantThreads = 128, kPackThreads = 256, kAttnThreads = 128, kCopyThreads = 256;
+constexpr int64_t kAttnQRows = 64;
 
 const char* quant_mode_name(QuantMode m) {
   switch (m) {
@@ -74,7 +74,8 @@ std::string PackDesc::name() const {
 std::string GemmGroupDesc::name() const {
   std::string s = "dllm_gemmgrp_k" + std::to_string(members.empty() ? 0 : members[0].k);
   for (const GemmDesc& m : members) s += std::string("_") + weight_format_name(m.format) + "_n" + std::to_string(m.n);
-  return swiglu ? s + "_swiglu" : s;
+  if (!swiglu) return s;
+  return s + (swiglu_act == ActFormat::Q8_0 ? "_swiglu_q8_0" : "_swiglu");
 }
 
 bool gemm_group_ok(const std::vector<GemmDesc>& members, bool swiglu) {
@@ -87,8 +88,8 @@ bool gemm_group_ok(const std::vector<GemmDesc>& members, bool swiglu) {
 }
 
 GemmGroupDesc swiglu_group(const GemmDesc& gate, const GemmDesc& up, const GemmDesc& down) {
-  GemmGroupDesc g{{gate, up}, true};
-  if (!gemm_group_ok(g.members, true) || act_format_for(down.format) != ActFormat::Q8_K || down.k != gate.n) return {};
+  GemmGroupDesc g{{gate, up}, true, act_format_for(down.format)};
+  if (!gemm_group_ok(g.members, true) || !tiled_gemm(down.format) || down.k != gate.n) return {};
   return g;
 }
 
@@ -98,12 +99,12 @@ std::string PackQkvDesc::name() const {
 }
 std::string AttnDesc::name() const {
   return "dllm_attn_h" + std::to_string(n_head) + "_kv" + std::to_string(n_head_kv) + "_d" + std::to_string(head_dim) +
-         (quant ? "_quant" : "");
+         (!quant ? "" : quant_act == ActFormat::Q8_0 ? "_quant_q8_0" : "_quant");
 }
 
 bool tiled_gemm(WeightFormat f) {
   const WeightTypeTraits* w = weight_traits(f);
-  return w && w->gpu_tiled;
+  return w && w->gpu;
 }
 
 namespace {
@@ -111,7 +112,7 @@ namespace {
 // so its one-block register bound (source()) costs no occupancy.
 constexpr int smem_per_sm(int arch) { return arch == 90 ? 228 * 1024 : arch == 80 ? 164 * 1024 : 100 * 1024; }
 constexpr bool wide_fits_once(int arch) {
-  for (int wt : {12, 13, 14})
+  for (int wt : {6, 8, 12, 13, 14})
     if (2 * (gemm_tc_smem_bytes(wt, arch, false) + 1024) <= smem_per_sm(arch)) return false;
   return true;
 }
@@ -121,45 +122,44 @@ const char* tiling_suffix(TcTiling t) { return t == TcTiling::Small ? "_small" :
 int64_t wide_blocks(const GemmDesc& d, int64_t rows) {
   return padded_ntiles(d.n) * 8 / tc_cols(false) * (pad_rows(rows) / tc_rows(false));
 }
-TcTiling choose_tiling(int64_t rows, int64_t wide, int sms) {
+// wide_fits: the wide tiling's stages fit the device's shared memory (gemm_tc_fits) for every product of the launch.
+TcTiling choose_tiling(int64_t rows, int64_t wide, int sms, bool wide_fits) {
   if (sms > 0 && rows <= kTcSmallRows) return TcTiling::Small;
-  return wide < sms ? TcTiling::Split : TcTiling::Wide;
+  return wide < sms || !wide_fits ? TcTiling::Split : TcTiling::Wide;
 }
+bool wide_fits(const GemmDesc& d, int arch) { return gemm_tc_fits(static_cast<int>(d.format), arch, false); }
 }  // namespace
 
-TcTiling gemm_tiling(const GemmDesc& d, int64_t rows, int sms) {
-  if (!tiled_gemm(d.format)) return TcTiling::Wide;
-  return choose_tiling(rows, wide_blocks(d, rows), sms);
+TcTiling gemm_tiling(const GemmDesc& d, int64_t rows, int arch, int sms) {
+  return choose_tiling(rows, wide_blocks(d, rows), sms, wide_fits(d, arch));
 }
 
-std::string gemm_kernel_name(const GemmDesc& d, int64_t rows, int sms) {
-  return d.name() + tiling_suffix(gemm_tiling(d, rows, sms));
+std::string gemm_kernel_name(const GemmDesc& d, int64_t rows, int arch, int sms) {
+  return d.name() + tiling_suffix(gemm_tiling(d, rows, arch, sms));
 }
 
 Launch gemm_launch(const GemmDesc& d, int64_t rows, int arch, int sms) {
-  if (tiled_gemm(d.format)) {
-    static_assert(kRowPad % tc_rows(false) == 0 && kGemmBlockTiles * 8 == tc_cols(false), "tiles must divide the padding");
-    const TcTiling t = gemm_tiling(d, rows, sms);
-    const int wt = static_cast<int>(d.format);
-    if (t == TcTiling::Small) {  // persistent blocks, one per SM
-      const int64_t items = tc_small_items(static_cast<int>(d.n), static_cast<int>(d.k));
-      return {to_unsigned(std::min<int64_t>(items, sms), "grid"), 1,
-              static_cast<unsigned>(kTcThreads), static_cast<unsigned>(gemm_tc_small_smem_bytes(wt, arch))};
-    }
-    const bool split = t == TcTiling::Split;
-    return {to_unsigned(padded_ntiles(d.n) * 8 / tc_cols(split), "grid"), to_unsigned(pad_rows(rows) / tc_rows(split), "grid"),
-            static_cast<unsigned>(kTcThreads), static_cast<unsigned>(gemm_tc_smem_bytes(wt, arch, split))};
+  static_assert(kRowPad % tc_rows(false) == 0, "tiles must divide the padding");
+  if (!tiled_gemm(d.format)) throw Error(std::string("internal error: no GPU GEMM for ") + weight_format_name(d.format));
+  const TcTiling t = gemm_tiling(d, rows, arch, sms);
+  const int wt = static_cast<int>(d.format);
+  if (t == TcTiling::Small) {  // persistent blocks, one per SM
+    const int64_t items = tc_small_items(static_cast<int>(d.n), static_cast<int>(d.k));
+    return {to_unsigned(std::min<int64_t>(items, sms), "grid"), 1,
+            static_cast<unsigned>(kTcThreads), static_cast<unsigned>(gemm_tc_small_smem_bytes(wt, arch))};
   }
-  return {to_unsigned(padded_ntiles(d.n) / kGemmBlockTiles, "grid"),
-          to_unsigned((pad_rows(rows) + kGemmBlockRows - 1) / kGemmBlockRows, "grid"), kGemmThreads};
+  const bool split = t == TcTiling::Split;
+  return {to_unsigned(padded_ntiles(d.n) * 8 / tc_cols(split), "grid"), to_unsigned(pad_rows(rows) / tc_rows(split), "grid"),
+          static_cast<unsigned>(kTcThreads), static_cast<unsigned>(gemm_tc_smem_bytes(wt, arch, split))};
 }
-TcTiling gemm_group_tiling(const GemmGroupDesc& g, int64_t rows, int sms) {
+TcTiling gemm_group_tiling(const GemmGroupDesc& g, int64_t rows, int arch, int sms) {
   int64_t wide = 0;
-  for (const GemmDesc& m : g.members) wide += wide_blocks(m, rows);
-  return choose_tiling(rows, wide, sms);
+  bool fits = true;
+  for (const GemmDesc& m : g.members) wide += wide_blocks(m, rows), fits = fits && wide_fits(m, arch);
+  return choose_tiling(rows, wide, sms, fits);
 }
 Launch gemm_group_launch(const GemmGroupDesc& g, int64_t rows, int arch, int sms) {
-  const TcTiling t = gemm_group_tiling(g, rows, sms);
+  const TcTiling t = gemm_group_tiling(g, rows, arch, sms);
   const bool split = t != TcTiling::Wide;
   Launch l{0, t == TcTiling::Small ? 1u : to_unsigned(pad_rows(rows) / tc_rows(split), "grid"),
            static_cast<unsigned>(kTcThreads), 0};
@@ -174,8 +174,8 @@ Launch gemm_group_launch(const GemmGroupDesc& g, int64_t rows, int arch, int sms
   if (t == TcTiling::Small) l.grid_x = to_unsigned(std::min<int64_t>(items, sms), "grid");  // persistent, one per SM
   return l;
 }
-std::string gemm_group_kernel_name(const GemmGroupDesc& g, int64_t rows, int sms) {
-  return g.name() + tiling_suffix(gemm_group_tiling(g, rows, sms));
+std::string gemm_group_kernel_name(const GemmGroupDesc& g, int64_t rows, int arch, int sms) {
+  return g.name() + tiling_suffix(gemm_group_tiling(g, rows, arch, sms));
 }
 size_t gemm_small_part_bytes(const GemmDesc& d) {
   return tiled_gemm(d.format) ? static_cast<size_t>(tc_small_part_floats(static_cast<int>(d.n), static_cast<int>(d.k))) * 4 : 0;
@@ -219,10 +219,8 @@ std::vector<std::string> KernelSet::names() const {
   for (const auto& d : quant_) out.push_back(d.name());
   for (const auto& d : gemm_) {
     out.push_back(d.name());
-    if (tiled_gemm(d.format)) {
-      out.push_back(d.name() + "_split");
-      out.push_back(d.name() + "_small");
-    }
+    out.push_back(d.name() + "_split");
+    out.push_back(d.name() + "_small");
   }
   for (const auto& d : group_) {
     out.push_back(d.name());
@@ -254,22 +252,16 @@ std::string KernelSet::source() const {
       << ", " << d.k << ">(p); }\n";
   }
   for (const auto& d : gemm_) {
-    if (tiled_gemm(d.format)) {
-      // The wide tiling's shared memory allows one block per SM on every target (wide_fits_once): up to 255
-      // registers, room for its split-K total. The split tiling runs two: at most 128. The small-row kernel runs one
-      // with a deeper pipeline (gemm_tc_small_stages).
-      for (const bool split : {false, true}) {
-        s << "extern \"C\" __global__ void __launch_bounds__(" << kTcThreads << ", " << (split ? 2 : 1) << ") " << d.name()
-          << (split ? "_split" : "") << "(const GemmParams p) { gemm_tc_body<" << static_cast<int>(d.format) << ", "
-          << d.n << ", " << d.k << ", " << (split ? "true" : "false") << ">(p); }\n";
-      }
-      s << "extern \"C\" __global__ void __launch_bounds__(" << kTcThreads << ", 1) " << d.name()
-        << "_small(const GemmParams p) { gemm_tc_small_body<" << static_cast<int>(d.format) << ", " << d.n << ", " << d.k
-        << ">(p); }\n";
-      continue;
+    // The wide tiling's shared memory allows one block per SM on every target (wide_fits_once): up to 255 registers,
+    // room for its split-K total. The split tiling runs two: at most 128. The small-row kernel runs one with a deeper
+    // pipeline (gemm_tc_small_stages).
+    for (const bool split : {false, true}) {
+      s << "extern \"C\" __global__ void __launch_bounds__(" << kTcThreads << ", " << (split ? 2 : 1) << ") " << d.name()
+        << (split ? "_split" : "") << "(const GemmParams p) { gemm_tc_body<" << static_cast<int>(d.format) << ", "
+        << d.n << ", " << d.k << ", " << (split ? "true" : "false") << ">(p); }\n";
     }
-    s << "extern \"C\" __global__ void __launch_bounds__(" << kGemmThreads << ") " << d.name()
-      << "(const GemmParams p) { gemm_body<" << static_cast<int>(d.format) << ", " << d.n << ", " << d.k
+    s << "extern \"C\" __global__ void __launch_bounds__(" << kTcThreads << ", 1) " << d.name()
+      << "_small(const GemmParams p) { gemm_tc_small_body<" << static_cast<int>(d.format) << ", " << d.n << ", " << d.k
       << ">(p); }\n";
   }
   for (const auto& d : pack_) {
@@ -288,7 +280,8 @@ std::string KernelSet::source() const {
         if (i < d.members.size()) s << ", " << static_cast<int>(d.members[i].format) << ", " << d.members[i].n;
         else s << ", 0, 0";
       }
-      s << (d.swiglu ? ", true" : "") << ">(p); }\n";
+      if (d.swiglu) s << ", true, " << static_cast<int>(d.swiglu_act);
+      s << ">(p); }\n";
     }
   }
   for (const auto& d : pack_qkv_) {
@@ -299,7 +292,7 @@ std::string KernelSet::source() const {
   for (const auto& d : attn_) {
     s << "extern \"C\" __global__ void __launch_bounds__(" << kAttnThreads << ") " << d.name()
       << "(const AttnParams p) { attention_body<" << d.n_head << ", " << d.n_head_kv << ", " << d.head_dim
-      << (d.quant ? ", true" : "") << ">(p); }\n";
+      << (d.quant ? ", true, " + std::to_string(static_cast<int>(d.quant_act)) : std::string()) << ">(p); }\n";
   }
   if (row_copy_) {
     s << "extern \"C\" __global__ void __launch_bounds__(" << kCopyThreads << ") " << kRowCopyKernel
@@ -342,7 +335,7 @@ AttentionKernels attention_kernels(const model::RopeSpec& rope, const model::Att
           AttnDesc{sh.n_head, sh.n_head_kv, sh.head_dim}};
 }
 
-void add_attention_kernels(KernelSet& set, const model::HParams& hp) {
+void add_attention_kernels(KernelSet& set, const model::HParams& hp, const std::vector<ActFormat>& quant_acts) {
   for (int64_t l = 0; l < std::max<int64_t>(hp.n_layer, 1); ++l) {
     const model::LayerAttention g = hp.attn(l);
     const AttentionKernels a = attention_kernels(model::RopeSpec{hp.rope_style, g.n_rot, g.rope_base},
@@ -351,9 +344,12 @@ void add_attention_kernels(KernelSet& set, const model::HParams& hp) {
     set.add(a.attn);
     // The output projection's quantiser in the attention's launch (not for Gemma-4, whose output goes through a norm).
     if (!hp.prompt_regions && attn_quant_ok(static_cast<int>(hp.n_head), static_cast<int>(g.head_dim))) {
-      AttnDesc q = a.attn;
-      q.quant = true;
-      set.add(q);
+      for (const ActFormat f : quant_acts) {
+        AttnDesc q = a.attn;
+        q.quant = true;
+        q.quant_act = f;
+        set.add(q);
+      }
     }
   }
 }
@@ -471,7 +467,14 @@ KernelSet kernels_for_model(const model::HParams& hp, const model::ModelTensors&
     }
   }
   group({tensors.self_cond_gate, tensors.self_cond_up});
-  add_attention_kernels(set, hp);
+  std::vector<ActFormat> quant_acts;  // the output projections' activation formats
+  for (const model::LayerTensors& l : tensors.layers) {
+    WeightFormat f = WeightFormat::Q8_0;
+    if (l.wo && weight_format_of(l.wo->type(), &f) &&
+        std::find(quant_acts.begin(), quant_acts.end(), act_format_for(f)) == quant_acts.end())
+      quant_acts.push_back(act_format_for(f));
+  }
+  add_attention_kernels(set, hp, quant_acts);
   set.add_row_copy();
   return set;
 }
@@ -495,7 +498,11 @@ KernelSet kernels_for_hparams(const model::HParams& hp, const std::vector<Weight
   set.add(PackDesc{hp.n_head_kv, hp.head_dim, hp.head_dim, PackStyle::None, false});
   set.add(PackDesc{hp.n_head_kv, hp.head_dim, hp.head_dim, PackStyle::None, true});
   set.add(attn_desc(hp));
-  add_attention_kernels(set, hp);  // the fused packs the forward program runs
+  std::vector<ActFormat> quant_acts;
+  for (WeightFormat f : formats) {
+    if (std::find(quant_acts.begin(), quant_acts.end(), act_format_for(f)) == quant_acts.end()) quant_acts.push_back(act_format_for(f));
+  }
+  add_attention_kernels(set, hp, quant_acts);  // the fused packs the forward program runs
   set.add_row_copy();
   return set;
 }

@@ -39,15 +39,17 @@ struct GemmDesc {
 // Two or three tiled GEMMs of one activation (a layer's Q, K, V; K, V; gate, up) in one launch.
 struct GemmGroupDesc {
   std::vector<GemmDesc> members;  // 2 or 3 (gemm_group_ok)
-  bool swiglu = false;  // a feed-forward's gate and up that also quantise silu(gate) * up (Q8_K) for the down projection
+  bool swiglu = false;  // a feed-forward's gate and up that also quantise silu(gate) * up for the down projection,
+  ActFormat swiglu_act = ActFormat::Q8_K;  // in the down projection's activation format
   auto operator<=>(const GemmGroupDesc&) const = default;
-  std::string name() const;  // dllm_gemmgrp_k4096_q4_k_n4096_q4_k_n1024_q6_k_n1024, ..._swiglu
+  // dllm_gemmgrp_k4096_q4_k_n4096_q4_k_n1024_q6_k_n1024, ..._swiglu (Q8_K), ..._swiglu_q8_0
+  std::string name() const;
 };
 // True when the products can share a launch: 2 or 3 of them, every one a tiled format, one k (with swiglu: two of one
 // width, a multiple of 256).
 bool gemm_group_ok(const std::vector<GemmDesc>& members, bool swiglu = false);
-// The SwiGLU variant of a gate/up group for this down projection (gemm_group_ok with swiglu, and down reads Q8_K
-// activations of the group's width), or an empty descriptor when the down projection needs its own quantiser.
+// The SwiGLU variant of a gate/up group for this down projection (gemm_group_ok with swiglu, and down reads activations
+// of the group's width; they are quantised in down's format), or an empty descriptor when down needs its own quantiser.
 GemmGroupDesc swiglu_group(const GemmDesc& gate, const GemmDesc& up, const GemmDesc& down);
 struct QuantDesc {
   QuantMode mode;
@@ -72,9 +74,10 @@ struct PackQkvDesc {
 };
 struct AttnDesc {
   int64_t n_head, n_head_kv, head_dim;
-  bool quant = false;  // also quantises its output plain to Q8_K for the output projection (attn_quant_ok)
+  bool quant = false;  // also quantises its output plain for the output projection (attn_quant_ok),
+  ActFormat quant_act = ActFormat::Q8_K;  // in its activation format
   auto operator<=>(const AttnDesc&) const = default;
-  std::string name() const;  // dllm_attn_h32_kv32_d128, ..._quant
+  std::string name() const;  // dllm_attn_h32_kv32_d128, ..._quant (Q8_K), ..._quant_q8_0
 };
 
 // Launch geometry (grid x/y, block x) of each kernel for a given number of rows.
@@ -90,21 +93,22 @@ inline int64_t padded_kblocks(int64_t k) { return (k / 32 + 3) / 4 * 4; }
 inline int64_t padded_ntiles(int64_t n) { return (n / 8 + 15) / 16 * 16; }
 
 // arch: 10 * major + minor of the device (0: the emulator), which sets the tiled GEMM's pipeline depth; sms: its SM
-// count. The tiled formats take the small-row kernel at 1-32 rows (kTcSmallRows; split-K over persistent blocks),
-// otherwise the wide tiling unless its grid has fewer blocks than SMs (then the split one). All three give every
-// output the same bits. sms 0 (the emulator's tests) always takes the wide tiling.
+// count. Every format takes the small-row kernel at 1-32 rows (kTcSmallRows; split-K over persistent blocks),
+// otherwise the wide tiling unless its grid has fewer blocks than SMs or its stages do not fit the device's shared
+// memory (Q8_0 on sm_86/87/89; then the split one). All three give every output the same bits. sms 0 (the emulator's
+// tests) always takes the wide tiling.
 enum class TcTiling { Wide, Split, Small };
-TcTiling gemm_tiling(const GemmDesc& d, int64_t rows, int sms);
+TcTiling gemm_tiling(const GemmDesc& d, int64_t rows, int arch, int sms);
 Launch gemm_launch(const GemmDesc& d, int64_t rows, int arch, int sms);
-std::string gemm_kernel_name(const GemmDesc& d, int64_t rows, int sms);  // d.name() + "", "_split" or "_small"
+std::string gemm_kernel_name(const GemmDesc& d, int64_t rows, int arch, int sms);  // d.name() + "", "_split" or "_small"
 // A group's tiling (as one product whose wide grid is the members' together), launch and name.
-TcTiling gemm_group_tiling(const GemmGroupDesc& g, int64_t rows, int sms);
+TcTiling gemm_group_tiling(const GemmGroupDesc& g, int64_t rows, int arch, int sms);
 Launch gemm_group_launch(const GemmGroupDesc& g, int64_t rows, int arch, int sms);
-std::string gemm_group_kernel_name(const GemmGroupDesc& g, int64_t rows, int sms);
+std::string gemm_group_kernel_name(const GemmGroupDesc& g, int64_t rows, int arch, int sms);
 // The small-row kernel's workspace for one product: bytes of chunk sums and arrival counters (0 with one chunk).
 size_t gemm_small_part_bytes(const GemmDesc& d);
 size_t gemm_small_counters(const GemmDesc& d);
-// True for the weight formats the tiled GEMM (kernels/gemm_tc.cuh) runs.
+// True for the weight formats the tiled GEMM (kernels/gemm_tc.cuh) runs: every one with a GPU kernel.
 bool tiled_gemm(WeightFormat f);
 Launch quant_launch(int64_t rows);
 Launch pack_launch(const PackDesc& d, int64_t rows);
@@ -168,8 +172,9 @@ struct AttentionKernels {
   bool operator==(const AttentionKernels&) const = default;
 };
 AttentionKernels attention_kernels(const model::RopeSpec& rope, const model::AttentionShape& shape);
-// The fused packs and attention of every layer's geometry (Gemma-4: sliding and global layers) added to `set`.
-void add_attention_kernels(KernelSet& set, const model::HParams& hp);
+// The fused packs and attention of every layer's geometry (Gemma-4: sliding and global layers) added to `set`, with the
+// variants that quantise their output in each of the output projections' activation formats `quant_acts`.
+void add_attention_kernels(KernelSet& set, const model::HParams& hp, const std::vector<ActFormat>& quant_acts);
 
 // The pack descriptors of the forward pass (the model's scalar geometry): queries/keys with the model's RoPE, values transposed.
 PackDesc q_pack_desc(const model::HParams& hp);

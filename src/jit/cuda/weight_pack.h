@@ -1,10 +1,10 @@
-// The device layouts of Q4_K / Q5_K / Q6_K / Q8_0 / Q5_0 weight matrices. The tiled GEMM's types (the table's
-// `gpu_tiled`, kernels/gemm_tc.cuh) keep the GGUF's size: Q4_K its rows byte for byte, Q6_K each block's scales,
-// low nibbles and high bits as one 208-byte record per column and super-block, its d in an f32 plane (the "scales",
-// [tile][super-block][8 columns]). Q8_0 and Q5_0 are repacked into the fragment layout kernels/gemm.cuh reads, at
-// the GGUF's size too: Q8_0's quants as bytes, Q5_0's as nibbles and fifth bits, then each block's f16 d. Every
-// layout keeps the file's integers and scales, so the packed weights decode to the reference values bit for bit.
-// Columns are processed in ranges of 8-column tiles so a large matrix can be packed and uploaded piece by piece.
+// The device layouts of Q4_K / Q5_K / Q6_K / Q8_0 / Q5_0 weight matrices, read by the tiled GEMM (kernels/gemm_tc.cuh),
+// at the GGUF's size: each column's records one after another (params.cuh tc_column_bytes). Q4_K and Q5_K are its rows
+// byte for byte; Q6_K each block's scales, low nibbles and high bits as one 208-byte record per column and
+// super-block, its d in an f32 plane (the "scales", [tile][super-block][8 columns]); Q8_0 and Q5_0 eight blocks a
+// record, their f16 d first (Q5_0's fifth bits rearranged for the mma fragments). Every layout keeps the file's
+// integers and scales, so the packed weights decode to the reference values bit for bit. Columns are processed in
+// ranges of 8-column tiles so a large matrix can be packed and uploaded piece by piece.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -21,7 +21,6 @@ struct PackedLayout {
   WeightFormat format = WeightFormat::Q8_0;
   int64_t n = 0, k = 0;
   int64_t ntiles = 0;  // 8-column tiles, padded to a whole GEMM block
-  bool tiled() const;  // read by the tiled GEMM
   size_t quant_bytes_per_tile() const;  // every byte of 8 columns but Q6_K's d
   size_t scales_per_tile() const;       // f32 values of the scale plane per tile (Q6_K's d; 0 for the others)
   size_t quant_bytes() const { return quant_bytes_per_tile() * static_cast<size_t>(ntiles); }

@@ -59,10 +59,11 @@ DEV void load_q_frags(const unsigned short* qp, long long q_plane, int c0, int g
   }
 }
 
-// The attention output's own Q8_K quantiser (the output projection's input; attention_body's QUANT): after a block has
-// stored its rows of columns [col0, col0 + W), W = min(D, 128), it counts its arrival at its 256-column span; the span's
-// last writer (of 256 / W) quantises the span for the block's rows below n_q, as quant_rows_body's plain mode.
-template <int H, int D>
+// The attention output's own quantiser (the output projection's input, in its format QACT, Q8_K or Q8_0; attention_body's
+// QUANT): after a block has stored its rows of columns [col0, col0 + W), W = min(D, 128), it counts its arrival at its
+// 256-column span; the span's last writer (of 256 / W) quantises the span for the block's rows below n_q, as
+// quant_rows_body's plain mode.
+template <int H, int D, int QACT>
 DEV void attn_quant_arrive(const AttnParams& p, int col0) {
   static_assert(attn_quant_ok(H, D), "the head does not tile a Q8_K block");
   constexpr int W = D < 128 ? D : 128, K = H * D;
@@ -71,11 +72,11 @@ DEV void attn_quant_arrive(const AttnParams& p, int col0) {
   if (!last_arrival(p.span + span, 256 / W, &last)) return;
   const int r1 = min(tile * kAttnQRows + kAttnQRows, p.n_q);
   for (int r = tile * kAttnQRows + (threadIdx.x >> 5); r < r1; r += kAttnWarps)
-    quant_q8k_block<QR_PLAIN, K / 32>(p.quant, p.q_row0 + r, 0, p.out + static_cast<long long>(r) * K, 1.0, col0 / 256);
+    quant_span<QR_PLAIN, QACT, K / 32>(p.quant, p.q_row0 + r, 0, p.out + static_cast<long long>(r) * K, 1.0, col0 / 256);
   if (threadIdx.x == 0) p.span[span] = 0u;
 }
 
-template <int H, int HKV, int D, bool QUANT = false>
+template <int H, int HKV, int D, bool QUANT = false, int QACT = ACT_Q8_K>
 DEV void attention_body(const AttnParams& p) {
   static_assert(H % HKV == 0 && ((D % 16 == 0 && D <= 128) || (D % 128 == 0 && D <= 512)),
                 "bad attention geometry (a multiple of 16 up to 128, or of 128 up to 512)");
@@ -238,7 +239,7 @@ DEV void attention_body(const AttnParams& p) {
       out[1] = o[dt][3] / l1;
     }
   }
-  if constexpr (QUANT) attn_quant_arrive<H, D>(p, h * D + slice * DC);
+  if constexpr (QUANT) attn_quant_arrive<H, D, QACT>(p, h * D + slice * DC);
 }
 
 #endif

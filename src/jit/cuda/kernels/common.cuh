@@ -135,6 +135,8 @@ DEV uint4 lds_u4(const void* p) { return *reinterpret_cast<const uint4*>(p); }
 DEV void st_u4(void* p, uint4 v) { *reinterpret_cast<uint4*>(p) = v; }
 DEV u32 lds_u32(const void* p) { return *reinterpret_cast<const u32*>(p); }
 DEV uint2 lds_u2(const void* p) { return *reinterpret_cast<const uint2*>(p); }
+DEV float lds_f(const void* p) { return *reinterpret_cast<const float*>(p); }
+DEV float2 lds_f2(const void* p) { return *reinterpret_cast<const float2*>(p); }
 DEV u32 ld_u32(const void* p) { return __ldg(reinterpret_cast<const u32*>(p)); }
 DEV uint2 ld_u2(const void* p) { return __ldg(reinterpret_cast<const uint2*>(p)); }
 DEV u32 ld_u16(const void* p) { return __ldg(reinterpret_cast<const unsigned short*>(p)); }

@@ -34,34 +34,62 @@ struct GemmParams {
   unsigned* count;         // its arrival counter per column block: zero before the launch, zero after
 };
 
-// The tiled GEMMs (gemm_tc.cuh) of the K-quants Q4_K (wt 12), Q5_K (13) and Q6_K (14): a block of kTcThreads streams
-// one super-block (256 values of k) per pipeline stage through dynamic shared memory. Two tilings of the same
-// arithmetic: the wide one computes 64 x 128 outputs (a warp per 32 x 32), the split one 32 x 64 with four warps per
-// 32 x 32, each multiplying two of a super-block's eight sub-blocks; their int32 sums add up exactly, so both give
-// every output the same bits, and the host takes the split tiling when the wide grid would leave SMs idle. The host
-// sizes the launch with gemm_tc_smem_bytes(); the kernel takes its stage count from the same rule.
+// The tiled GEMMs (gemm_tc.cuh) of every GPU weight type: the K-quants Q4_K (wt 12), Q5_K (13), Q6_K (14) and the
+// per-32 types Q8_0 (8) and Q5_0 (6). A block of kTcThreads streams one step of 256 values of k (a K-quant super-block;
+// eight Q8_0 / Q5_0 blocks, the last step of a row whose k is not a multiple of 256 fewer) per pipeline stage through
+// dynamic shared memory. Two tilings of the same arithmetic: the wide one computes 64 x 128 outputs (a warp per
+// 32 x 32), the split one 32 x 64 with four warps per 32 x 32, each multiplying two of a step's eight sub-blocks; their
+// sums add up in a fixed order (exactly in int32 for the K-quants), so both give every output the same bits, and the
+// host takes the split tiling when the wide grid would leave SMs idle. The host sizes the launch with
+// gemm_tc_smem_bytes(); the kernel takes its stage count from the same rule.
 constexpr int kTcThreads = 256;
 constexpr int tc_rows(bool split) { return split ? 32 : 64; }
 constexpr int tc_cols(bool split) { return split ? 64 : 128; }
-// Device bytes of one column's super-block: Q4_K and Q5_K the GGUF block (d, dmin, scales, [high bits,] nibbles);
-// Q6_K the GGUF block's scales, low nibbles and high bits (d in a plane of its own, an f32 per column and super-block).
-constexpr int tc_block_bytes(int wt) { return wt == 14 ? 208 : wt == 13 ? 176 : 144; }
+// The per-32 types: a scale per 32 values, Q8_0 activations (a scale per 32 values too).
+constexpr bool tc_per32(int wt) { return wt == 8 || wt == 6; }
+// Device bytes of one column's step: Q4_K and Q5_K the GGUF block (d, dmin, scales, [high bits,] nibbles); Q6_K the
+// GGUF block's scales, low nibbles and high bits (d in a plane of its own, an f32 per column and super-block); Q8_0 the
+// eight blocks' f16 d (16 bytes), then their quants (32 bytes each); Q5_0 the eight d, the fifth bits rearranged (32
+// bytes: weight_pack.cpp), then the nibbles (16 bytes a block). Every record is a multiple of 16 bytes, and 8 of them
+// are the GGUF's bytes for 256 values.
+constexpr int tc_block_bytes(int wt) { return wt == 14 ? 208 : wt == 13 ? 176 : wt == 12 ? 144 : wt == 8 ? 272 : 176; }
+// Steps of a row of k values, the blocks of 32 of its last step (8 when whole), and that step's record: a prefix of a
+// whole record (the K-quants' k is a multiple of 256).
+constexpr int tc_steps(int k) { return (k + 255) / 256; }
+constexpr int tc_last_blocks(int k) { return k / 32 % 8 == 0 ? 8 : k / 32 % 8; }
+constexpr int tc_last_bytes(int wt, int k) {
+  return tc_last_blocks(k) == 8 ? tc_block_bytes(wt) : wt == 8 ? 16 + 32 * tc_last_blocks(k) : 48 + 16 * tc_last_blocks(k);
+}
+constexpr int tc_column_bytes(int wt, int k) { return (tc_steps(k) - 1) * tc_block_bytes(wt) + tc_last_bytes(wt, k); }
 // A stage: int8 activation fragments (256 bytes a row), the columns' weight records, the int16 activation sums per
-// 16 values (32 bytes a row), Q6_K's d (4 bytes a column).
+// 16 values (the K-quants) or the f32 activation scales per 32 values (the per-32 types; 32 bytes a row either way),
+// Q6_K's d (4 bytes a column).
 constexpr int tc_stage_bytes(int wt, bool split) {
   return tc_rows(split) * 256 + tc_cols(split) * tc_block_bytes(wt) + tc_rows(split) * 32 + (wt == 14 ? tc_cols(split) * 4 : 0);
 }
 // The per-stage table a thread per column decodes: Q4_K / Q5_K int32 scales [8][cols], mins [cols][8], (d, dmin) [cols];
-// Q6_K int32 scales [16][cols] (its d stays in the stage).
-constexpr int tc_decoded_bytes(int wt, bool split) { return tc_cols(split) * (wt == 14 ? 16 * 4 : 8 * 4 + 8 + 8); }
-// The split tiling's exchange: the int32 sums of three warps of each four, [3][2][32 lanes][32].
-constexpr int tc_partial_bytes(bool split) { return split ? 3 * 2 * 32 * 32 * 4 : 0; }
-// arch = 10 * major + minor (0: the CPU emulator). Ampere's and Ada's consumer parts allow 99 KiB per block: two
-// stages there, three elsewhere.
-constexpr int gemm_tc_stages(int arch) { return arch == 86 || arch == 87 || arch == 89 ? 2 : 3; }
-constexpr int gemm_tc_smem_bytes(int wt, int arch, bool split) {
-  return gemm_tc_stages(arch) * tc_stage_bytes(wt, split) + tc_decoded_bytes(wt, split) + tc_partial_bytes(split);
+// Q6_K int32 scales [16][cols] (its d stays in the stage); Q8_0 / Q5_0 f32 d [8][cols].
+constexpr int tc_decoded_bytes(int wt, bool split) {
+  return tc_cols(split) * (wt == 14 ? 16 * 4 : tc_per32(wt) ? 8 * 4 : 8 * 4 + 8 + 8);
 }
+// The split tiling's exchange: the sums (int32 or f32) of three warps of each four, [3][2][32 lanes][32].
+constexpr int tc_partial_bytes(bool split) { return split ? 3 * 2 * 32 * 32 * 4 : 0; }
+// arch = 10 * major + minor (0: the CPU emulator, sized as sm_90). Shared memory a block may take: 99 KiB on Ampere's
+// and Ada's consumer parts, 163 KiB on sm_80, 227 KiB on sm_90. The stage counts: three (two on the 99 KiB parts), fewer
+// where a type's stages would not fit (never below two; the host then avoids the tiling, gemm_tc_fits).
+constexpr bool tc_small_smem(int arch) { return arch == 86 || arch == 87 || arch == 89; }
+constexpr int tc_smem_limit(int arch) { return tc_small_smem(arch) ? 99 * 1024 : arch == 80 ? 163 * 1024 : 227 * 1024; }
+constexpr int tc_fit_stages(int wt, int arch, bool split, int want, int extra) {
+  int s = want;
+  while (s > 2 && s * tc_stage_bytes(wt, split) + tc_decoded_bytes(wt, split) + tc_partial_bytes(split) + extra > tc_smem_limit(arch)) --s;
+  return s;
+}
+constexpr int gemm_tc_stages(int wt, int arch, bool split) { return tc_fit_stages(wt, arch, split, tc_small_smem(arch) ? 2 : 3, 0); }
+constexpr int gemm_tc_smem_bytes(int wt, int arch, bool split) {
+  return gemm_tc_stages(wt, arch, split) * tc_stage_bytes(wt, split) + tc_decoded_bytes(wt, split) + tc_partial_bytes(split);
+}
+// False where the tiling's stages do not fit (Q8_0's wide tiling on the 99 KiB parts): the host takes the split one.
+constexpr bool gemm_tc_fits(int wt, int arch, bool split) { return gemm_tc_smem_bytes(wt, arch, split) <= tc_smem_limit(arch); }
 
 // Rows between two f32 activations (kernel dllm_copy_rows, one block per listed row): gather, dst row i = src row
 // rows[i]; scatter, dst row rows[i] = src row i.
@@ -84,7 +112,7 @@ constexpr int tc_col_blocks(int n, bool split) { return (n / 8 + 15) / 16 * 16 *
 constexpr int kTcSmallRows = 32;    // rows the small-row kernel takes (one row tile of the split tiling)
 constexpr int kTcSmallItems = 512;
 constexpr int tc_chunks(int n, int k) {
-  const int sb = k / 256, blocks = tc_col_blocks(n, true), want = (kTcSmallItems + blocks - 1) / blocks;
+  const int sb = tc_steps(k), blocks = tc_col_blocks(n, true), want = (kTcSmallItems + blocks - 1) / blocks;
   int c = 1;
   for (int d = 1; d <= sb && d <= want; ++d)
     if (sb % d == 0) c = d;
@@ -97,11 +125,12 @@ constexpr long long tc_small_part_floats(int n, int k) {
   return tc_chunks(n, k) > 1 ? static_cast<long long>(tc_small_items(n, k)) * kTcSmallRows * tc_cols(true) : 0;
 }
 constexpr int tc_small_counters(int n, int k) { return tc_chunks(n, k) > 1 ? tc_col_blocks(n, true) : 0; }
-// The small-row kernel streams weights: one block per SM with a deeper pipeline of the split tiling's stages (six, where
-// 99 KiB per block allow three), so that enough bytes are in flight per SM to approach the memory's bandwidth.
-constexpr int gemm_tc_small_stages(int arch) { return arch == 86 || arch == 87 || arch == 89 ? 3 : 6; }
+// The small-row kernel streams weights: one block per SM with a deeper pipeline of the split tiling's stages (six; three
+// on the 99 KiB parts; fewer where a type's stages would not fit), so that enough bytes are in flight per SM to approach
+// the memory's bandwidth.
+constexpr int gemm_tc_small_stages(int wt, int arch) { return tc_fit_stages(wt, arch, true, tc_small_smem(arch) ? 3 : 6, 16); }
 constexpr int gemm_tc_small_smem_bytes(int wt, int arch) {
-  return gemm_tc_small_stages(arch) * tc_stage_bytes(wt, true) + tc_decoded_bytes(wt, true) + tc_partial_bytes(true) + 16;
+  return gemm_tc_small_stages(wt, arch) * tc_stage_bytes(wt, true) + tc_decoded_bytes(wt, true) + tc_partial_bytes(true) + 16;
 }
 // Two or three tiled GEMMs of one activation in one launch (gemm_tc_group_body); m[2] unused for two.
 // With SwiGLU (a feed-forward's gate and up, gemm_tc_group_body's SWIGLU): q quantises silu(gate) * up for the down

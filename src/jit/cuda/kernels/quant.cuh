@@ -108,6 +108,35 @@ DEV void quant_q8k_block(const QuantRowsParams& p, int r, long long src, const f
   }
 }
 
+// One Q8_0 block (values [32 kb, 32 kb + 32) of output row r, input row src) quantised by one warp, a value per lane;
+// k-blocks at or past KB (the padding of KBP) and padding rows (r >= p.rows) are written as zeros.
+template <int MODE, int KBP>
+DEV void quant_q80_block(const QuantRowsParams& p, int r, long long src, const float* x, double scale, int kb, int KB) {
+  const int lane = threadIdx.x & 31, k = kb * 32 + lane;
+  const long long rk = static_cast<long long>(r) * KBP;
+  const float v = r < p.rows && kb < KB ? act_value<MODE>(p, x, src, scale, k) : 0.f;
+  const float amax = warp_max(fabsf(v));
+  const float d = amax / 127.f;
+  const float id = d != 0.f ? 1.f / d : 0.f;
+  const int q = static_cast<int>(roundf(v * id));
+  const int half = half_warp_sum_i(q);
+  store_quant(p, r, k, KBP, q);
+  if ((lane & 15) == 0) p.bs[2 * (rk + kb) + (lane >> 4)] = static_cast<short>(half);
+  if (lane == 0) p.da[rk + kb] = f16_to_f32(f32_to_f16(d));
+}
+
+// A span of 256 values (span b of output row r) quantised by one warp in format ACT: one Q8_K block, or eight Q8_0
+// blocks. For the launches that quantise their own output (gemm_tc_group_body's SwiGLU, attention_body's QUANT).
+template <int MODE, int ACT, int KBP>
+DEV void quant_span(const QuantRowsParams& p, int r, long long src, const float* x, double scale, int b) {
+  if (ACT == ACT_Q8_K) {
+    quant_q8k_block<MODE, KBP>(p, r, src, x, scale, b);
+  } else {
+    UNROLL_1
+    for (int i = 0; i < 8; ++i) quant_q80_block<MODE, KBP>(p, r, src, x, scale, 8 * b + i, KBP);
+  }
+}
+
 // One block of kQuantThreads per output row; gridDim.x = rows_pad (a multiple of 32).
 template <int MODE, int ACT, int K>
 DEV void quant_rows_body(const QuantRowsParams& p) {
@@ -143,21 +172,7 @@ DEV void quant_rows_body(const QuantRowsParams& p) {
   }
   if (ACT == ACT_Q8_0) {
     // A warp per block of 32, one value per lane.
-    for (int kb = warp; kb < KBP; kb += WARPS) {
-      const int k = kb * 32 + lane;
-      const float v = kb < KB ? act_value<MODE>(p, x, src, scale, k) : 0.f;
-      const float amax = warp_max(fabsf(v));
-      const float d = amax / 127.f;
-      const float id = d != 0.f ? 1.f / d : 0.f;
-      const int q = static_cast<int>(roundf(v * id));
-      const int half = half_warp_sum_i(q);
-      store_quant(p, r, k, KBP, q);
-      if ((lane & 15) == 0) p.bs[2 * (rk + kb) + (lane >> 4)] = static_cast<short>(half);
-      if (lane == 0) {
-        const float dh = f16_to_f32(f32_to_f16(d));
-        p.da[rk + kb] = dh;
-      }
-    }
+    for (int kb = warp; kb < KBP; kb += WARPS) quant_q80_block<MODE, KBP>(p, r, src, x, scale, kb, KB);
   } else {
     // A warp per block of 256.
     for (int b = warp; b < K / 256; b += WARPS) quant_q8k_block<MODE, KBP>(p, r, src, x, scale, b);
