@@ -315,6 +315,11 @@ TEST(GpuSass, TiledGemmMainLoop) {
                              jc::GemmDesc{jc::WeightFormat::Q6_K, 1024, 4096}}});
   // LLaDA-8B's gate and up, quantising SwiGLU for the down projection in the same launch.
   set.add(jc::GemmGroupDesc{{jc::GemmDesc{jc::WeightFormat::Q4_K, 12288, 4096}, jc::GemmDesc{jc::WeightFormat::Q4_K, 12288, 4096}}, true});
+  // A K-quant query beside Q8_0 keys and values, and a Q8_0 feed-forward quantising Q8_0 for its down projection.
+  set.add(jc::GemmGroupDesc{{jc::GemmDesc{jc::WeightFormat::Q4_K, 4096, 4096}, jc::GemmDesc{jc::WeightFormat::Q8_0, 1024, 4096},
+                             jc::GemmDesc{jc::WeightFormat::Q8_0, 1024, 4096}}});
+  set.add(jc::GemmGroupDesc{{jc::GemmDesc{jc::WeightFormat::Q8_0, 12288, 4096}, jc::GemmDesc{jc::WeightFormat::Q8_0, 12288, 4096}},
+                            true, jc::ActFormat::Q8_0});
   const fs::path dir = fs::temp_directory_path() / ("dllm-sass-" + std::to_string(::getpid()));
   fs::create_directories(dir);
   struct RemoveDir {
@@ -336,7 +341,7 @@ TEST(GpuSass, TiledGemmMainLoop) {
     const std::string sass = run_output(cuobjdump + " -sass " + cubin.string() + " 2>&1");
     const auto fns = parse_sass(sass);
     // wide, split and small-row per shape
-    ASSERT_EQ(fns.size(), 42u) << cuobjdump << " -sass printed:\n" << sass.substr(0, 2000);
+    ASSERT_EQ(fns.size(), 48u) << cuobjdump << " -sass printed:\n" << sass.substr(0, 2000);
     for (const auto& [name, code] : fns) {
       SCOPED_TRACE(name);
       // Resources: "Function NAME:\n REG:128 STACK:0 SHARED:... LOCAL:0 ..."
