@@ -60,7 +60,6 @@ std::unique_ptr<GpuExecutor> GpuExecutor::open(ThreadPool& pool, int ordinal) {
 
 void GpuExecutor::prepare_model(const model::HParams& hp) {
   if (const std::string err = attention_geometry_error(hp); !err.empty()) throw Error(err);
-  model_d_ = hp.n_embd, model_f_ = hp.n_ff, model_ctx_ = hp.n_ctx;
   hp_ = hp;
   add_attention_kernels(kernels_, hp, {});  // every layer's geometry (Gemma-4: two)
   kernels_.add_row_copy();
@@ -101,8 +100,8 @@ model::WeightHandle GpuExecutor::prepare_weight(const gguf::TensorInfo& t) {
   const ActFormat a = act_format_for(L.format);
   kernels_.add(w.desc());
   kernels_.add(QuantDesc{QuantMode::Plain, a, L.k});
-  if (model_d_ == 0 || L.k == model_d_) kernels_.add(QuantDesc{QuantMode::RmsNorm, a, L.k});
-  if (model_d_ == 0 || L.k == model_f_) kernels_.add(QuantDesc{QuantMode::SwiGlu, a, L.k});
+  if (hp_.n_embd == 0 || L.k == hp_.n_embd) kernels_.add(QuantDesc{QuantMode::RmsNorm, a, L.k});
+  if (hp_.n_embd == 0 || L.k == hp_.n_ff) kernels_.add(QuantDesc{QuantMode::SwiGlu, a, L.k});
   kernels_loaded_ = false;
   weights_.push_back(std::move(w));
   return model::WeightHandle{static_cast<int32_t>(weights_.size() - 1)};
@@ -728,7 +727,7 @@ void GpuExecutor::kv_store(model::KvHandle h, int64_t layer, model::Act k, model
 const GpuExecutor::RopeTable& GpuExecutor::ensure_rope(const model::RopeSpec& rope, int64_t n_pos) {
   const auto capacity = [&](int64_t have) {
     int64_t cap = std::max(pad_rows(n_pos), 2 * have);
-    if (model_ctx_ > 0) cap = std::max(pad_rows(n_pos), std::min(cap, pad_rows(model_ctx_)));
+    if (hp_.n_ctx > 0) cap = std::max(pad_rows(n_pos), std::min(cap, pad_rows(hp_.n_ctx)));
     return cap;
   };
   if (n_pos > pos_cap_) {

@@ -189,8 +189,7 @@ class GpuExecutor : public model::Executor {
   ThreadPool& pool_;
   std::vector<GpuWeight> weights_;
   size_t weight_bytes_ = 0;
-  int64_t model_d_ = 0, model_f_ = 0, model_ctx_ = 0;  // n_embd, n_ff, n_ctx once prepare_model() ran
-  model::HParams hp_;  // what prepare_model() was given
+  model::HParams hp_;  // what prepare_model() was given (n_embd 0 before it ran)
   KernelSet kernels_;                  // the model's unit: GEMMs, quantisers, head packers, attention
   bool kernels_loaded_ = false;
   AttentionKernels attn_checked_{};  // the attention geometry last found launchable

@@ -467,12 +467,9 @@ KernelSet kernels_for_model(const model::HParams& hp, const model::ModelTensors&
     }
   }
   group({tensors.self_cond_gate, tensors.self_cond_up});
-  std::vector<ActFormat> quant_acts;  // the output projections' activation formats
+  std::vector<ActFormat> quant_acts;  // the output projections' activation formats (the set keeps each kernel once)
   for (const model::LayerTensors& l : tensors.layers) {
-    WeightFormat f = WeightFormat::Q8_0;
-    if (l.wo && weight_format_of(l.wo->type(), &f) &&
-        std::find(quant_acts.begin(), quant_acts.end(), act_format_for(f)) == quant_acts.end())
-      quant_acts.push_back(act_format_for(f));
+    if (l.wo) quant_acts.push_back(act_format_for(desc(l.wo).format));
   }
   add_attention_kernels(set, hp, quant_acts);
   set.add_row_copy();
@@ -499,9 +496,7 @@ KernelSet kernels_for_hparams(const model::HParams& hp, const std::vector<Weight
   set.add(PackDesc{hp.n_head_kv, hp.head_dim, hp.head_dim, PackStyle::None, true});
   set.add(attn_desc(hp));
   std::vector<ActFormat> quant_acts;
-  for (WeightFormat f : formats) {
-    if (std::find(quant_acts.begin(), quant_acts.end(), act_format_for(f)) == quant_acts.end()) quant_acts.push_back(act_format_for(f));
-  }
+  for (WeightFormat f : formats) quant_acts.push_back(act_format_for(f));
   add_attention_kernels(set, hp, quant_acts);  // the fused packs the forward program runs
   set.add_row_copy();
   return set;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "jit/cuda/kernels/params.cuh"
 #include "model/arch.h"
 #include "model/executor.h"
 #include "model/ggml_types.h"
@@ -88,7 +89,7 @@ struct Launch {
 inline constexpr int64_t kRowPad = 64;  // activation rows are padded to a multiple of this
 inline int64_t pad_rows(int64_t rows) { return (rows + kRowPad - 1) / kRowPad * kRowPad; }
 // k-blocks of 32 per row, padded to a multiple of 4 (quant.cuh KBP).
-inline int64_t padded_kblocks(int64_t k) { return (k / 32 + 3) / 4 * 4; }
+inline int64_t padded_kblocks(int64_t k) { return act_kblocks(static_cast<int>(k)); }
 // 8-column weight tiles, padded to a whole GEMM block (16 tiles).
 inline int64_t padded_ntiles(int64_t n) { return (n / 8 + 15) / 16 * 16; }
 

@@ -21,7 +21,8 @@ Block block_at(const uint8_t* row, int64_t i) {
 }
 
 // Q8_0 / Q5_0 block kb of a column: its record (params.cuh tc_block_bytes: eight blocks a record) and its place there.
-uint8_t* record_of(const PackedLayout& L, uint8_t* column, int64_t kb) {
+template <class Byte>
+Byte* record_of(const PackedLayout& L, Byte* column, int64_t kb) {
   return column + static_cast<size_t>(kb / 8) * static_cast<size_t>(tc_block_bytes(static_cast<int>(L.format)));
 }
 // Q5_0's fifth bits: the byte of block i (of its record) that lane t of an mma B fragment reads, and the bit of value kk
@@ -124,11 +125,10 @@ void packed_row(const PackedLayout& L, const uint8_t* quants, const float* scale
   const size_t col_bytes = L.quant_bytes_per_tile() / 8;
   const uint8_t* rec = quants + static_cast<size_t>(j) * col_bytes;
   if (L.format == WeightFormat::Q8_0 || L.format == WeightFormat::Q5_0) {  // the records' integers and d
-    std::vector<uint8_t> column(rec, rec + col_bytes);
     for (int64_t c = 0; c < L.k; ++c) {
       const int64_t kb = c / 32;
       const int i = static_cast<int>(kb % 8), kk = static_cast<int>(c % 32);
-      const uint8_t* r = record_of(L, column.data(), kb);
+      const uint8_t* r = record_of(L, rec, kb);
       uint16_t dh = 0;
       std::memcpy(&dh, r + 2 * i, 2);
       const float d = quant::fp16_to_f32(dh);

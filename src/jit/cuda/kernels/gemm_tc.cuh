@@ -50,13 +50,13 @@ constexpr int kTcArch = 0;  // the CPU emulator
 // row tile is then neither loaded nor multiplied.
 template <int WT, int K, bool SPLIT, int MT = 2>
 DEV void tc_load_stage(const GemmParams& p, unsigned char* st, int sb, int row0, int col0) {
-  constexpr int KBP = (K / 32 + 3) / 4 * 4, SB = tc_steps(K), BB = tc_block_bytes(WT), RB = tc_column_bytes(WT, K);
+  constexpr int KBP = act_kblocks(K), BB = tc_block_bytes(WT), RB = tc_column_bytes(WT, K);
   constexpr int ROWS = tc_rows(SPLIT), COLS = tc_cols(SPLIT), SA = ROWS * 256, SS = ROWS * 32;
   constexpr int LAST = tc_last_blocks(K);
   static_assert(MT == 2 || SPLIT, "one row tile per warp: the split tiling only");
   constexpr int LOADED = MT == 2 ? ROWS : 16;  // rows whose activations this stage holds
   const int tid = threadIdx.x;
-  const bool short_step = LAST < 8 && sb == SB - 1;  // the per-32 types' last step of fewer than 8 blocks
+  const bool short_step = tc_short_step(K, sb);  // the per-32 types' last step of fewer than 8 blocks
   const unsigned long long ef = evict_first_policy();  // made here: one instruction, no register held across the loop
   // Activations: ROWS / 16 row tiles x 8 k-blocks x 512 bytes, each row tile's 4 KiB contiguous in global memory.
   if (!short_step) {
@@ -94,7 +94,7 @@ DEV void tc_load_stage(const GemmParams& p, unsigned char* st, int sb, int row0,
   // Q6_K: the columns' d, 8 per column tile in the plane [tile][super-block][8].
   if (WT == WT_Q6_K && tid < COLS / 4) {
     cp_async16(st + SA + COLS * BB + SS + tid * 16,
-               p.ws + (static_cast<long long>(col0 / 8 + (tid >> 1)) * SB + sb) * 8 + (tid & 1) * 4);
+               p.ws + (static_cast<long long>(col0 / 8 + (tid >> 1)) * tc_steps(K) + sb) * 8 + (tid & 1) * 4);
   }
 }
 
@@ -281,8 +281,7 @@ DEV void tc_loop(const GemmParams& p, int nsteps, float (&acc)[2][4][4], At at, 
   static_assert(WT == WT_Q4_K || WT == WT_Q5_K || WT == WT_Q6_K || WT == WT_Q8_0 || WT == WT_Q5_0, "not a GPU weight type");
   constexpr bool Q6 = WT == WT_Q6_K, Q5 = WT == WT_Q5_K, P32 = tc_per32(WT);
   static_assert(N % 8 == 0 && K % (P32 ? 32 : 256) == 0, "bad GEMM shape");
-  constexpr int KBP = (K / 32 + 3) / 4 * 4, BB = tc_block_bytes(WT), STAGE = tc_stage_bytes(WT, SPLIT);
-  constexpr int SB = tc_steps(K), LAST = tc_last_blocks(K);
+  constexpr int KBP = act_kblocks(K), BB = tc_block_bytes(WT), STAGE = tc_stage_bytes(WT, SPLIT);
   constexpr int ROWS = tc_rows(SPLIT), COLS = tc_cols(SPLIT), SA = ROWS * 256, SS = ROWS * 32;
   constexpr int QUARTERS = SPLIT ? 1 : 4;  // units of two sub-blocks each warp multiplies per super-block
   constexpr int NS = Q6 ? 16 : 8;  // scales per column and step in the decoded table
@@ -349,8 +348,9 @@ DEV void tc_loop(const GemmParams& p, int nsteps, float (&acc)[2][4][4], At at, 
     const int mrow = wn * 32 + (lane >> 4) * 8 + (lane & 7), mhalf = 16 * ((lane >> 3) & 1);
     if (P32) {
       const unsigned char* ss = st + SA + COLS * BB;
-      if (LAST < 8 && sb == SB - 1) {
-        tc_per32_quarters<WT, COLS, QUARTERS, MT, false>(fsum, sa, sw, ss, dtab, LAST, wk, wm, wn, mrow, mhalf, lane, g, t);
+      if (tc_short_step(K, sb)) {
+        tc_per32_quarters<WT, COLS, QUARTERS, MT, false>(fsum, sa, sw, ss, dtab, tc_last_blocks(K), wk, wm, wn, mrow, mhalf,
+                                                         lane, g, t);
       } else {
         tc_per32_quarters<WT, COLS, QUARTERS, MT, true>(fsum, sa, sw, ss, dtab, 8, wk, wm, wn, mrow, mhalf, lane, g, t);
       }

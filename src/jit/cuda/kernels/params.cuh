@@ -5,7 +5,9 @@
 #define DLLM_CUDA_PARAMS_CUH
 
 // int8 activation fragments (see quant.cuh): rows_pad / 16 row tiles x KBP k-blocks x 32 lanes x 16 bytes,
-// with per (row, k-block) scales da and the integer sums of each 16 quants, bs.
+// with per (row, k-block) scales da and the integer sums of each 16 quants, bs. KBP: the k-blocks of 32 of a row of
+// k values, padded to a multiple of 4 (the padding blocks are zeros).
+constexpr int act_kblocks(int k) { return (k / 32 + 3) / 4 * 4; }
 struct QuantRowsParams {
   const float* x;      // input rows [.., ld]: the activations (MODE plain / rmsnorm) or the gate (swiglu)
   const float* x2;     // swiglu: the up projection [.., ld]; otherwise unused
@@ -61,6 +63,8 @@ constexpr int tc_last_bytes(int wt, int k) {
   return tc_last_blocks(k) == 8 ? tc_block_bytes(wt) : wt == 8 ? 16 + 32 * tc_last_blocks(k) : 48 + 16 * tc_last_blocks(k);
 }
 constexpr int tc_column_bytes(int wt, int k) { return (tc_steps(k) - 1) * tc_block_bytes(wt) + tc_last_bytes(wt, k); }
+// True for step sb of a row of k values when it is a short last step (fewer than 8 blocks).
+constexpr bool tc_short_step(int k, int sb) { return tc_last_blocks(k) < 8 && sb == tc_steps(k) - 1; }
 // A stage: int8 activation fragments (256 bytes a row), the columns' weight records, the int16 activation sums per
 // 16 values (the K-quants) or the f32 activation scales per 32 values (the per-32 types; 32 bytes a row either way),
 // Q6_K's d (4 bytes a column).

@@ -141,7 +141,7 @@ DEV void quant_span(const QuantRowsParams& p, int r, long long src, const float*
 template <int MODE, int ACT, int K>
 DEV void quant_rows_body(const QuantRowsParams& p) {
   static_assert(K % (ACT == ACT_Q8_K ? 256 : 32) == 0, "rows must hold whole blocks");
-  constexpr int KB = K / 32, KBP = (KB + 3) / 4 * 4, WARPS = kQuantThreads / 32;
+  constexpr int KB = K / 32, KBP = act_kblocks(K), WARPS = kQuantThreads / 32;
   SHARED_ALIGN16 double red[WARPS];
   const int r = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const long long rk = static_cast<long long>(r) * KBP;
