@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <numeric>
@@ -367,4 +368,29 @@ TEST(FastMath, ExpDoubleWithinOneUlp) {
   EXPECT_TRUE(std::isnan(dllm::model::exp_f64(std::nan(""))));
   EXPECT_GT(dllm::model::exp_f64(-1e9), 0.0);
   EXPECT_LT(dllm::model::exp_f64(-1e9), 1e-300);
+}
+
+// (F64x8 values stay in always-inlined helpers: the vector ABI note does not apply.)
+#pragma GCC diagnostic ignored "-Wpsabi"
+// The eight-lane exponential the samplers' and self-conditioning's sums run (F64x8) is exp_f64 in every lane, bit
+// for bit: over the range, at the clamps, for infinities, NaN and signed zeros, whatever lane a value sits in.
+TEST(FastMath, ExpDoubleOnEightLanesIsTheScalarExpInEveryLane) {
+  std::vector<double> xs = {0.0, -0.0, 1.0, -1.0, 709.0, 709.5, -708.0, -708.5, -745.2, 1e9, -1e9,
+                            std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(),
+                            std::nan(""), 1e-300, -1e-300, 0.6931471805599453, -0.34657359027997264};
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> u(-720.0, 720.0);
+  while (xs.size() % 8 != 0 || xs.size() < 4096) xs.push_back(u(rng));
+  for (int shift = 0; shift < 8; ++shift) {  // every value in every lane
+    std::rotate(xs.begin(), xs.begin() + 1, xs.end());
+    for (size_t i = 0; i < xs.size(); i += 8) {
+      dllm::model::F64x8 x, e;
+      std::memcpy(&x, &xs[i], sizeof x);
+      dllm::model::exp_f64_into(e, x);
+      for (int l = 0; l < 8; ++l) {
+        const double want = dllm::model::exp_f64(xs[i + static_cast<size_t>(l)]);
+        ASSERT_EQ(std::memcmp(&e[l], &want, sizeof want), 0) << "x " << xs[i + static_cast<size_t>(l)] << " lane " << l;
+      }
+    }
+  }
 }

@@ -260,7 +260,7 @@ TEST(MoeRoute, SoftmaxTopKAndRenormalisation) {
   }
 }
 
-// The router's logits are dot_f64 of each expert's row, bit for bit, whether it takes experts four at a time or
+// The router's logits are dot_f64 of each expert's row, bit for bit, whether it takes rows and experts four at a time or
 // one (an expert count that is not a multiple of 4, a width that is not one of 8): the probabilities it writes
 // equal the softmax of the dot_f64 logits as moe_route defines it.
 TEST(MoeRoute, LogitsAreDotF64BitForBit) {
@@ -276,9 +276,21 @@ TEST(MoeRoute, LogitsAreDotF64BitForBit) {
       const double want = model::dot_f64(a.data(), b.data() + j * (len + 3), len);
       ASSERT_EQ(std::memcmp(&d[j], &want, sizeof want), 0) << "n " << len << " row " << j << ": " << d[j] << " " << want;
     }
+    // dot4x4_f64: four rows of a (stride len + 5) against the same four rows of b.
+    std::vector<float> a4(static_cast<size_t>(4 * (len + 5)));
+    for (float& v : a4) v = n(rng);
+    const std::vector<double> a4d(a4.begin(), a4.end());
+    double d16[16];
+    model::dot4x4_f64(a4d.data(), len + 5, b.data(), len + 3, len, d16);
+    for (int r = 0; r < 4; ++r) {
+      for (int j = 0; j < 4; ++j) {
+        const double want = model::dot_f64(a4.data() + r * (len + 5), b.data() + j * (len + 3), len);
+        ASSERT_EQ(std::memcmp(&d16[r * 4 + j], &want, sizeof want), 0) << "n " << len << " rows " << r << ", " << j;
+      }
+    }
   }
   for (auto [E, D] : {std::pair<int64_t, int64_t>{7, 37}, {128, 2816}, {4, 8}}) {
-    const int64_t rows = 5;
+    const int64_t rows = 9;  // two groups of four (dot4x4_f64) and a last row alone
     std::vector<float> router(static_cast<size_t>(E * D)), h(static_cast<size_t>(rows * D));
     for (float& v : router) v = n(rng);
     for (float& v : h) v = n(rng);

@@ -4,12 +4,15 @@
 // entropy-bound sampler (diffusion-gemma-sampler.md) on constructed logits and entropies.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <random>
 #include <set>
 
+#include "model/fast_math.h"
 #include "model/sampler.h"
 
 namespace dllm::model {
@@ -471,6 +474,49 @@ TEST(EntropyBound, PositionTakesArgmaxEntropyAndSampleOfTheTemperedSoftmax) {
   EXPECT_FALSE(eb_position(bad.data(), 3, t, r).finite);
   const std::vector<float> none{-inf, -inf};
   EXPECT_FALSE(eb_position(none.data(), 2, t, r).finite);
+}
+
+// On rows long enough for eight-lane vectors, eb_position's entropy and sample are the scalar definition's, bit for
+// bit: e_v = exp_f64(l_v / t - max) (0 for -inf), S and sum e_v z_v in eight partial sums (element v into sum v % 8)
+// combined in sum_lanes8's order, the sample the first v whose running sum of e reaches u * S.
+TEST(EntropyBound, VectorisedSumsEqualTheScalarDefinition) {
+  std::mt19937 gen(21);
+  std::normal_distribution<float> nd(0.0f, 4.0f);
+  for (int64_t V : {8, 9, 1003, 262147}) {
+    std::vector<float> l(static_cast<size_t>(V));
+    for (float& x : l) x = nd(gen);
+    l[static_cast<size_t>(V / 3)] = -std::numeric_limits<float>::infinity();
+    for (double t : {0.4, 1.0, 2.5}) {
+      const RowRandom r(5, RandomPurpose::EbSample, 1, static_cast<uint64_t>(V));
+      const EbPosition got = eb_position(l.data(), V, t, r);
+      const double inv_t = 1.0 / t;
+      const double mx = static_cast<double>(*std::max_element(l.begin(), l.end())) * inv_t;
+      double ls[8] = {}, lz[8] = {};
+      std::vector<double> e(l.size());
+      for (int64_t v = 0; v < V; ++v) {
+        const double z = static_cast<double>(l[static_cast<size_t>(v)]) * inv_t - mx;
+        const double ev = z == -std::numeric_limits<double>::infinity() ? 0.0 : model::exp_f64(z);
+        e[static_cast<size_t>(v)] = ev;
+        ls[v % 8] += ev;
+        lz[v % 8] += ev > 0 ? ev * z : 0.0;
+      }
+      const double sum = model::sum_lanes8(ls), ez = model::sum_lanes8(lz);
+      const double entropy = std::max(0.0, std::log(sum) - ez / sum);
+      const double target = r.uniform(0) * sum;
+      double run = 0;
+      int64_t pick = -1, last = 0;
+      for (int64_t v = 0; v < V && pick < 0; ++v) {
+        if (!(e[static_cast<size_t>(v)] > 0)) continue;
+        run += e[static_cast<size_t>(v)];
+        last = v;
+        if (run >= target) pick = v;
+      }
+      ASSERT_TRUE(got.finite);
+      EXPECT_EQ(std::memcmp(&got.entropy, &entropy, sizeof entropy), 0) << "V " << V << " t " << t << ": "
+                                                                        << got.entropy << " " << entropy;
+      EXPECT_EQ(got.sample, pick >= 0 ? pick : last) << "V " << V << " t " << t;
+    }
+  }
 }
 
 TEST(EntropyBound, RandomTokensAreUniformReproducibleAndIndependentPerPurpose) {

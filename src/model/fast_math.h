@@ -3,6 +3,8 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 namespace dllm::model {
 
@@ -40,16 +42,53 @@ inline float exp_f32(float x) {
   return er * std::bit_cast<float>(bits);
 }
 
+// Eight doubles in one GCC vector (a zmm on AVX-512, two ymm on AVX2, four xmm otherwise), its lane masks, and
+// what turns scalar code into code on them: lanes computed with the same operations in the same order as the
+// scalar code, so a vectorised sum or exponential equals the scalar one lane by lane in every clone. Functions
+// that take or return them by value must be inlined (a vector argument's ABI differs between the clones).
+typedef double F64x8 __attribute__((vector_size(64)));
+typedef int64_t I64x8 __attribute__((vector_size(64)));
+typedef float F32x8 __attribute__((vector_size(32)));
+
+// The helpers below are always inlined, so their vector arguments and results never cross a call: GCC's
+// warning that such a signature's ABI differs between AVX-512 and the other clones (-Wpsabi) does not apply;
+// files that use them turn it off.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+template <class T> struct Lanes { using Int = int64_t; };
+template <> struct Lanes<F64x8> { using Int = I64x8; };
+
+// c ? a : b per lane (c: a bool, or a lane mask from a vector comparison).
+template <class T, class C>
+[[gnu::always_inline]] inline T select(const C& c, const T& a, const T& b) {
+  return c ? a : b;
+}
+// v in every lane.
+template <class T>
+[[gnu::always_inline]] inline T splat(double v) {
+  if constexpr (std::is_same_v<T, double>) return v;
+  else return T{v, v, v, v, v, v, v, v};
+}
+// out = the eight floats at p, as doubles.
+[[gnu::always_inline]] inline void load8_f64(F64x8& out, const float* p) {
+  F32x8 f;
+  std::memcpy(&f, p, sizeof f);
+  out = __builtin_convertvector(f, F64x8);
+}
+
 // e^x in double for x in [-708, 709] (clamped outside), within about 1 ulp; NaN stays NaN. Range
 // reduction x = n ln2 + r (|r| <= ln2/2, ln2 split so that n * ln2_hi is exact), then the Taylor series
-// of e^r to degree 13 (truncation below 1e-17 relative) and 2^n through the exponent bits.
-inline double exp_f64(double x) {
-  const double xc = x < -708.0 ? -708.0 : x > 709.0 ? 709.0 : x == x ? x : 0.0;
+// of e^r to degree 13 (truncation below 1e-17 relative) and 2^n through the exponent bits. T is double or
+// F64x8 (the same operations on each lane).
+template <class T>
+[[gnu::always_inline]] inline void exp_f64_into(T& out, const T& x) {
+  using I = typename Lanes<T>::Int;
+  const T xc = select(x < -708.0, splat<T>(-708.0), select(x > 709.0, splat<T>(709.0), select(x == x, x, splat<T>(0.0))));
   constexpr double kShift = 6755399441055744.0;  // 1.5 * 2^52: adding it rounds to an integer in the low bits
-  const double shifted = xc * 1.4426950408889634 + kShift;
-  const double n = shifted - kShift;
-  const double r = (xc - n * 6.93147180369123816490e-01) - n * 1.90821492927058770002e-10;
-  double p = 1.0 / 6227020800.0;  // 1/13!
+  const T shifted = xc * 1.4426950408889634 + kShift;
+  const T n = shifted - kShift;
+  const T r = (xc - n * 6.93147180369123816490e-01) - n * 1.90821492927058770002e-10;
+  T p = splat<T>(1.0 / 6227020800.0);  // 1/13!
   p = p * r + 1.0 / 479001600.0;
   p = p * r + 1.0 / 39916800.0;
   p = p * r + 1.0 / 3628800.0;
@@ -64,10 +103,18 @@ inline double exp_f64(double x) {
   p = p * r + 1.0;
   p = p * r + 1.0;
   // n as an integer without a double -> int64 conversion (which AVX2 lacks): the difference of the bits.
-  const int64_t ni = std::bit_cast<int64_t>(shifted) - std::bit_cast<int64_t>(kShift);
-  const int64_t bits = (ni + 1023) << 52;
-  const double e = p * std::bit_cast<double>(bits);
-  return x == x ? e : x;
+  const I ni = std::bit_cast<I>(shifted) - std::bit_cast<int64_t>(kShift);
+  const I bits = (ni + 1023) << 52;
+  const T e = p * std::bit_cast<T>(bits);
+  out = select(x == x, e, x);
+}
+
+#pragma GCC diagnostic pop
+
+inline double exp_f64(double x) {
+  double e;
+  exp_f64_into(e, x);
+  return e;
 }
 
 // tanh(x) in double, vectorisable (no branches, no calls): the odd Taylor polynomial below 1/16 (terms to

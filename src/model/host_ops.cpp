@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <map>
@@ -18,6 +19,9 @@
 #include "model/fast_math.h"
 #include "model/quant.h"
 #include "common/thread_pool.h"
+
+// GCC vector types (fast_math.h) pass through always-inlined helpers only: no call crosses a vector ABI.
+#pragma GCC diagnostic ignored "-Wpsabi"
 
 namespace dllm::model {
 
@@ -409,12 +413,22 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) float max_of(const 
 __attribute__((target_clones("avx512f", "avx2", "default"))) double exp_row(const float* l, int64_t n, double inv_t,
                                                                            double mx, double* e) {
   constexpr int L = 16;
-  double lane[L] = {};
+  F64x8 s0 = {}, s1 = {};  // lanes 0-7 and 8-15
   int64_t v0 = 0;
   for (; v0 + L <= n; v0 += L) {
-#pragma omp simd
-    for (int i = 0; i < L; ++i) lane[i] += e[v0 + i] = exp_f64(static_cast<double>(l[v0 + i]) * inv_t - mx);
+    F64x8 z0, z1, e0, e1;
+    load8_f64(z0, l + v0);
+    load8_f64(z1, l + v0 + 8);
+    exp_f64_into(e0, z0 * inv_t - mx);
+    exp_f64_into(e1, z1 * inv_t - mx);
+    std::memcpy(e + v0, &e0, sizeof e0);
+    std::memcpy(e + v0 + 8, &e1, sizeof e1);
+    s0 += e0;
+    s1 += e1;
   }
+  double lane[L];
+  std::memcpy(lane, &s0, sizeof s0);
+  std::memcpy(lane + 8, &s1, sizeof s1);
   for (int i = 0; v0 + i < n; ++i) lane[i] += e[v0 + i] = exp_f64(static_cast<double>(l[v0 + i]) * inv_t - mx);
   for (int w = L / 2; w > 0; w /= 2)
     for (int i = 0; i < w; ++i) lane[i] += lane[i + w];
@@ -813,41 +827,100 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void dot4_f64(const
   }
 }
 
+// out[r * 4 + j] = dot_f64(a + r * astride, b + j * bstride, n) for r, j < 4, with a's rows given in double
+// (converted once by the caller: the products are the same): four rows against four, each product in its own 8
+// lanes reduced in dot_f64's order (bit for bit dot_f64), every element of a and b used four times. GCC's vector types (fast_math.h) keep the 16 sums in registers (an array of lanes stays in
+// memory); no contraction anywhere, so every clone is equal.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void dot4x4_f64(const double* a, int64_t astride,
+                                                                            const float* b, int64_t bstride,
+                                                                            int64_t n, double* out) {
+  constexpr int L = 8;
+  F64x8 s00 = {}, s01 = {}, s02 = {}, s03 = {}, s10 = {}, s11 = {}, s12 = {}, s13 = {};
+  F64x8 s20 = {}, s21 = {}, s22 = {}, s23 = {}, s30 = {}, s31 = {}, s32 = {}, s33 = {};
+  int64_t i = 0;
+  for (; i + L <= n; i += L) {
+    F64x8 b0, b1, b2, b3, x;
+    load8_f64(b0, b + i);
+    load8_f64(b1, b + bstride + i);
+    load8_f64(b2, b + 2 * bstride + i);
+    load8_f64(b3, b + 3 * bstride + i);
+    std::memcpy(&x, a + i, sizeof x);
+    s00 += x * b0, s01 += x * b1, s02 += x * b2, s03 += x * b3;
+    std::memcpy(&x, a + astride + i, sizeof x);
+    s10 += x * b0, s11 += x * b1, s12 += x * b2, s13 += x * b3;
+    std::memcpy(&x, a + 2 * astride + i, sizeof x);
+    s20 += x * b0, s21 += x * b1, s22 += x * b2, s23 += x * b3;
+    std::memcpy(&x, a + 3 * astride + i, sizeof x);
+    s30 += x * b0, s31 += x * b1, s32 += x * b2, s33 += x * b3;
+  }
+  const F64x8 sums[16] = {s00, s01, s02, s03, s10, s11, s12, s13, s20, s21, s22, s23, s30, s31, s32, s33};
+  for (int r = 0; r < 4; ++r) {
+    for (int j = 0; j < 4; ++j) {
+      double lane[L];
+      std::memcpy(lane, &sums[r * 4 + j], sizeof lane);
+      for (int l = 0; i + l < n; ++l)
+        lane[l] += a[r * astride + i + l] * b[j * bstride + i + l];
+      out[r * 4 + j] = sum_lanes8(lane);
+    }
+  }
+}
+
+namespace {
+
+// One row's routing from its E logits (overwritten with the probabilities): softmax (f32 probabilities, the sum
+// in double), the k most probable experts (ties: lower index) into ids, their probabilities (renormalised when
+// norm_weights) into weights, every probability into probs when given.
+void route_row(float* p, int64_t E, int64_t k, bool norm_weights, int32_t* ids, float* weights, float* probs) {
+  float mx = -INFINITY;
+  for (int64_t e = 0; e < E; ++e) mx = std::max(mx, p[e]);
+  double sum = 0;
+  for (int64_t e = 0; e < E; ++e) sum += (p[e] = std::exp(p[e] - mx));
+  for (int64_t e = 0; e < E; ++e) p[e] = static_cast<float>(p[e] / sum);
+  if (probs) std::copy(p, p + E, probs);
+  std::vector<int32_t> order(static_cast<size_t>(E));
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                    [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+  float wsum = 0;
+  for (int64_t j = 0; j < k; ++j) wsum += p[order[static_cast<size_t>(j)]];
+  for (int64_t j = 0; j < k; ++j) {
+    const int32_t e = order[static_cast<size_t>(j)];
+    ids[j] = e;
+    weights[j] = norm_weights ? p[e] / wsum : p[e];
+  }
+}
+
+}  // namespace
+
 void moe_route(std::span<const float> router, const float* h, int64_t rows, int64_t D, int64_t E, int64_t k,
                bool norm_weights, int32_t* ids, float* weights, float* probs, ThreadPool* pool) {
   if (static_cast<int64_t>(router.size()) != E * D || k < 1 || k > E) throw Error("internal error: bad router shape");
-  for_rows(pool, rows, [&](int64_t r) {
-    std::vector<float> p(static_cast<size_t>(E));
-    std::vector<int32_t> order(static_cast<size_t>(E));
-    const float* hr = h + r * D;
-    float mx = -INFINITY;
+  // Rows go four at a time (dot4x4_f64), the last group's rest and experts past a multiple of 4 one by one; every
+  // logit is dot_f64's value whichever way it is computed.
+  constexpr int64_t G = 4;
+  for_rows(pool, (rows + G - 1) / G, [&](int64_t grp) {
+    const int64_t r0 = grp * G, nr = std::min(G, rows - r0);
+    std::vector<float> logits(static_cast<size_t>(G * E));
+    std::vector<double> hd;  // a full group's rows in double, converted once for every expert
+    if (nr == G) hd.assign(h + r0 * D, h + (r0 + G) * D);
     int64_t e = 0;
     for (; e + 4 <= E; e += 4) {
-      double d[4];
-      dot4_f64(hr, router.data() + e * D, D, D, d);
-      for (int j = 0; j < 4; ++j) p[static_cast<size_t>(e + j)] = static_cast<float>(d[j]);
+      double d[16];
+      if (nr == G) {
+        dot4x4_f64(hd.data(), D, router.data() + e * D, D, D, d);
+      } else {
+        for (int64_t r = 0; r < nr; ++r) dot4_f64(h + (r0 + r) * D, router.data() + e * D, D, D, d + r * 4);
+      }
+      for (int64_t r = 0; r < nr; ++r)
+        for (int j = 0; j < 4; ++j) logits[static_cast<size_t>(r * E + e + j)] = static_cast<float>(d[r * 4 + j]);
     }
-    for (; e < E; ++e) p[static_cast<size_t>(e)] = static_cast<float>(dot_f64(hr, router.data() + e * D, D));
-    for (float v : p) mx = std::max(mx, v);
-    double sum = 0;
-    for (float& v : p) sum += (v = std::exp(v - mx));
-    for (float& v : p) v = static_cast<float>(v / sum);
-    if (probs) std::copy(p.begin(), p.end(), probs + r * E);
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
-      return p[static_cast<size_t>(a)] > p[static_cast<size_t>(b)] ||
-             (p[static_cast<size_t>(a)] == p[static_cast<size_t>(b)] && a < b);
-    });
-    float wsum = 0;
-    for (int64_t j = 0; j < k; ++j) wsum += p[static_cast<size_t>(order[static_cast<size_t>(j)])];
-    for (int64_t j = 0; j < k; ++j) {
-      const int32_t e = order[static_cast<size_t>(j)];
-      ids[r * k + j] = e;
-      weights[r * k + j] = norm_weights ? p[static_cast<size_t>(e)] / wsum : p[static_cast<size_t>(e)];
-    }
+    for (; e < E; ++e)
+      for (int64_t r = 0; r < nr; ++r)
+        logits[static_cast<size_t>(r * E + e)] = static_cast<float>(dot_f64(h + (r0 + r) * D, router.data() + e * D, D));
+    for (int64_t r = r0; r < r0 + nr; ++r) route_row(logits.data() + (r - r0) * E, E, k, norm_weights, ids + r * k,
+                                                     weights + r * k, probs ? probs + r * E : nullptr);
   });
 }
-
 void moe_ffn_on_host(Executor& ex, ThreadPool* pool, const MoeLayer& m, std::span<const float> router,
                      std::span<const float> norm, float eps, float* x, int64_t rows, int64_t D, float* out,
                      std::span<const float> router_scale) {

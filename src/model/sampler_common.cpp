@@ -8,6 +8,9 @@
 #include "model/fast_math.h"
 #include "model/sampler.h"
 
+// GCC vector types (fast_math.h) pass through always-inlined helpers only: no call crosses a vector ABI.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 namespace dllm::model {
 
 namespace {
@@ -91,12 +94,16 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) float max_logit(con
 __attribute__((target_clones("avx512f", "avx2", "default"))) double sum_exp(const float* logits, int64_t n,
                                                                            double inv_t, double mx) {
   constexpr int L = 8;
-  double lane[L] = {};
+  F64x8 s = {};
   int64_t v0 = 0;
   for (; v0 + L <= n; v0 += L) {
-#pragma omp simd
-    for (int l = 0; l < L; ++l) lane[l] += exp_f64(static_cast<double>(logits[v0 + l]) * inv_t - mx);
+    F64x8 z, ev;
+    load8_f64(z, logits + v0);
+    exp_f64_into(ev, z * inv_t - mx);
+    s += ev;
   }
+  double lane[L];
+  std::memcpy(lane, &s, sizeof s);
   for (int l = 0; v0 + l < n; ++l) lane[l] += exp_f64(static_cast<double>(logits[v0 + l]) * inv_t - mx);
   return sum_lanes8(lane);
 }
@@ -133,13 +140,26 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) bool exp_sums(const
                                                                           double mx, double* e, double& sum,
                                                                           double& ez) {
   constexpr int L = 8;
-  double ls[L] = {}, lz[L] = {};
-  int nan = 0;
+  constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+  F64x8 vs = {}, vz = {};
+  I64x8 vnan = {};
   int64_t v0 = 0;
-  for (; v0 + L <= n; v0 += L) {
-#pragma omp simd reduction(| : nan)
-    for (int l = 0; l < L; ++l) exp_term(logits[v0 + l], inv_t, mx, e + v0 + l, ls[l], lz[l], nan);
+  for (; v0 + L <= n; v0 += L) {  // exp_term on eight lanes
+    F64x8 z, ev;
+    load8_f64(z, logits + v0);
+    z = z * inv_t - mx;
+    vnan |= z != z;
+    exp_f64_into(ev, z);
+    ev = select(z == kNegInf, splat<F64x8>(0.0), ev);
+    std::memcpy(e + v0, &ev, sizeof ev);
+    vs += ev;
+    vz += select(ev > 0.0, ev * z, splat<F64x8>(0.0));
   }
+  double ls[L], lz[L];
+  std::memcpy(ls, &vs, sizeof vs);
+  std::memcpy(lz, &vz, sizeof vz);
+  int nan = 0;
+  for (int l = 0; l < L; ++l) nan |= vnan[l] != 0;
   for (int l = 0; v0 + l < n; ++l) exp_term(logits[v0 + l], inv_t, mx, e + v0 + l, ls[l], lz[l], nan);
   sum = sum_lanes8(ls);
   ez = sum_lanes8(lz);
