@@ -187,48 +187,93 @@ TEST(MoeArch, ExpertSliceIsTheExpertsBytes) {
   EXPECT_THROW(model::expert_slice(t, 8, name), Error);
 }
 
-// The expert GEMMs in one pass (CpuExecutor::matmul_grouped: one quantisation of every expert's rows, one
-// gemm_ranges over all groups) give bit for bit what the group-by-group path gives (the executor
-// interface's default: matmul_shared per group), on every family, with empty groups, one-row groups and
-// groups of several row tiles, for the gate/up pair (Q4_K) and the down matrices (Q6_K in layer 1).
-TEST(MoeArch, GroupedExpertGemmsEqualGroupByGroup) {
-  const model::ModelFile f = model::ModelFile::open(moe_path("gguf/tiny-llada-moe-Q4_K_M.gguf"));
+namespace {
+
+// The grouped-product tests' groups: rows per expert with empty groups, one-row groups and groups of several row
+// tiles, each group's rows after the previous group's.
+struct ExpertGroups {
+  static constexpr int64_t E = 8;
+  std::vector<int64_t> n{3, 0, 1, 9, 0, 4, 2, 13}, row0 = std::vector<int64_t>(E, 0);
+  int64_t R = 0;
+  ExpertGroups() {
+    for (int64_t e = 1; e < E; ++e) row0[static_cast<size_t>(e)] = row0[static_cast<size_t>(e - 1)] + n[static_cast<size_t>(e - 1)];
+    R = row0[E - 1] + n[E - 1];
+  }
+};
+
+// count values of an LCG in [-1000 / div, 1000 / div].
+std::vector<float> lcg_values(int64_t count, uint32_t s, float div) {
+  std::vector<float> x(static_cast<size_t>(count));
+  for (float& v : x) s = s * 1664525u + 1013904223u, v = static_cast<float>(static_cast<int32_t>(s >> 9) % 2001 - 1000) / div;
+  return x;
+}
+
+// On every family but the reference, for layer 1's gate/up pair (m = 2) and down matrices (m = 1) of `file`, one
+// per expert of g: run(cpu, ws, m, k, got, want) computes the products twice, into the outputs got[g*m + j] and
+// want[g*m + j] ([n[g], cols] each); the two must be equal bit for bit.
+template <class Run>
+void expect_equal_expert_products(const char* file, const ExpertGroups& g, Run run) {
+  const model::ModelFile f = model::ModelFile::open(moe_path(file));
   const auto& layer = f.tensors().layers[1];
-  const int64_t E = 8;
-  const std::vector<int64_t> n = {3, 0, 1, 9, 0, 4, 2, 13};  // rows per expert
-  std::vector<int64_t> row0(E, 0);
-  for (int64_t e = 1; e < E; ++e) row0[e] = row0[e - 1] + n[e - 1];
-  const int64_t R = row0[E - 1] + n[E - 1];
   for (const Choice& ex : executors()) {
     if (ex.reference) continue;
     ThreadPool pool(2);
     jit::CpuExecutor cpu(pool, ex.isa);
     for (const auto& [m, tensors] : {std::pair{2, std::vector{layer.ffn_gate_exps, layer.ffn_up_exps}},
                                      std::pair{1, std::vector{layer.ffn_down_exps}}}) {
-      const int64_t k = tensors[0]->ne[0], cols = tensors[0]->ne[1];
+      const int64_t k = tensors[0]->ne[0], cols = tensors[0]->ne[1], E = ExpertGroups::E;
       std::vector<model::WeightHandle> ws;
       std::vector<std::string> names(static_cast<size_t>(E * m));
-      for (int64_t e = 0; e < E; ++e) {
-        for (int j = 0; j < m; ++j) {
+      for (int64_t e = 0; e < E; ++e)
+        for (int j = 0; j < m; ++j)
           ws.push_back(cpu.prepare_weight(model::expert_slice(*tensors[static_cast<size_t>(j)], e, names[ws.size()])));
-        }
-      }
-      std::vector<float> x(static_cast<size_t>(R * k));
-      uint32_t s = 7;
-      for (float& v : x) s = s * 1664525u + 1013904223u, v = static_cast<float>(static_cast<int32_t>(s >> 9) % 2001 - 1000) / 400.f;
-      std::vector<float> one(static_cast<size_t>(R * cols * m), 1e30f), each(one.size(), -1e30f);
+      std::vector<float> got(static_cast<size_t>(g.R * cols * m), 1e30f), want(got.size(), -1e30f);
       std::vector<float*> y1, y2;
       for (int64_t e = 0; e < E; ++e) {
         for (int j = 0; j < m; ++j) {
-          y1.push_back(one.data() + (j * R + row0[e]) * cols);
-          y2.push_back(each.data() + (j * R + row0[e]) * cols);
+          y1.push_back(got.data() + (j * g.R + g.row0[static_cast<size_t>(e)]) * cols);
+          y2.push_back(want.data() + (j * g.R + g.row0[static_cast<size_t>(e)]) * cols);
         }
       }
-      cpu.matmul_grouped(ws.data(), y1.data(), m, row0.data(), n.data(), static_cast<int>(E), x.data(), k);
-      cpu.model::Executor::matmul_grouped(ws.data(), y2.data(), m, row0.data(), n.data(), static_cast<int>(E), x.data(), k);
-      EXPECT_EQ(std::memcmp(one.data(), each.data(), one.size() * sizeof(float)), 0)
-          << ex.label << " " << ggml_type_name(tensors[0]->type_id) << " matrices per group " << m;
+      run(cpu, ws, m, k, y1, y2);
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+          << file << " " << ex.label << " " << ggml_type_name(tensors[0]->type_id) << " matrices per group " << m;
     }
+  }
+}
+
+}  // namespace
+
+// The expert GEMMs in one pass (CpuExecutor::matmul_grouped: one quantisation of every expert's rows, one
+// gemm_ranges over all groups) give bit for bit what the group-by-group path gives (the executor
+// interface's default: matmul_shared per group), for the gate/up pair (Q4_K) and the down matrices (Q6_K in layer 1).
+TEST(MoeArch, GroupedExpertGemmsEqualGroupByGroup) {
+  const ExpertGroups g;
+  const int E = static_cast<int>(ExpertGroups::E);
+  expect_equal_expert_products("gguf/tiny-llada-moe-Q4_K_M.gguf", g, [&](jit::CpuExecutor& cpu, auto& ws, int m, int64_t k,
+                                                                         auto& y1, auto& y2) {
+    const std::vector<float> x = lcg_values(g.R * k, 7, 400.f);
+    cpu.matmul_grouped(ws.data(), y1.data(), m, g.row0.data(), g.n.data(), E, x.data(), k);
+    cpu.model::Executor::matmul_grouped(ws.data(), y2.data(), m, g.row0.data(), g.n.data(), E, x.data(), k);
+  });
+}
+
+// The products over gathered rows (CpuExecutor::matmul_grouped_gather: the source rows quantised once, the
+// quantised rows gathered) equal the default's (the rows gathered in f32, then matmul_grouped) bit for bit, with
+// rows read by several pairs and a row read by none, in both activation formats (Q8_K, Q8_0).
+TEST(MoeArch, GatheredExpertGemmsEqualGatheringTheRowsFirst) {
+  const ExpertGroups g;
+  const int E = static_cast<int>(ExpertGroups::E);
+  const int64_t x_rows = 7;
+  std::vector<int64_t> src(static_cast<size_t>(g.R));
+  for (int64_t i = 0; i < g.R; ++i) src[static_cast<size_t>(i)] = (i * 5 + i / 3) % (x_rows - 1);  // row 6 unread
+  for (const char* file : {"gguf/tiny-llada-moe-Q4_K_M.gguf", "gguf/tiny-llada-moe-Q8_0.gguf"}) {
+    expect_equal_expert_products(file, g, [&](jit::CpuExecutor& cpu, auto& ws, int m, int64_t k, auto& y1, auto& y2) {
+      const std::vector<float> x = lcg_values(x_rows * k, 11, 300.f);
+      cpu.matmul_grouped_gather(ws.data(), y1.data(), m, g.row0.data(), g.n.data(), E, x.data(), x_rows, src.data(), k);
+      cpu.model::Executor::matmul_grouped_gather(ws.data(), y2.data(), m, g.row0.data(), g.n.data(), E, x.data(), x_rows,
+                                                 src.data(), k);
+    });
   }
 }
 

@@ -108,30 +108,52 @@ void CpuExecutor::matmul_shared(const model::WeightHandle* ws, float* const* ys,
   flush();
 }
 
-void CpuExecutor::matmul_grouped(const model::WeightHandle* ws, float* const* ys, int m, const int64_t* row0,
-                                 const int64_t* n, int groups, const float* x, int64_t k) {
-  std::vector<GemmRange> ranges;
-  int64_t total = 0;
-  ActFormat fmt{};
-  bool one_pass = true;
-  for (int g = 0; g < groups && one_pass; ++g) {
+// The ranges of a grouped product when one gemm_ranges pass can run it (every matrix a non-AMX JIT matrix of
+// row length k, all of one activation format): false otherwise. total: the rows up to the last group's end.
+bool CpuExecutor::grouped_ranges(const model::WeightHandle* ws, float* const* ys, int m, const int64_t* row0,
+                                 const int64_t* n, int groups, int64_t k, std::vector<GemmRange>& ranges,
+                                 ActFormat& fmt, int64_t& total) const {
+  ranges.clear();
+  total = 0;
+  for (int g = 0; g < groups; ++g) {
     if (n[g] <= 0) continue;
     total = std::max(total, row0[g] + n[g]);
     for (int j = 0; j < m; ++j) {
       const model::WeightHandle h = ws[g * m + j];
       if (h.index < 0 || static_cast<size_t>(h.index) >= slots_.size()) throw Error("internal error: bad weight handle");
       const Slot& s = slots_[static_cast<size_t>(h.index)];
-      if (!s.jit || s.jit->isa == Isa::Amx || s.jit->k != k || (!ranges.empty() && act_format_for(s.jit->type) != fmt)) {
-        one_pass = false;
-        break;
-      }
+      if (!s.jit || s.jit->isa == Isa::Amx || s.jit->k != k || (!ranges.empty() && act_format_for(s.jit->type) != fmt))
+        return false;
       fmt = act_format_for(s.jit->type);
       ranges.push_back({s.jit.get(), ys[g * m + j], row0[g], n[g]});
     }
   }
-  if (!one_pass) return model::Executor::matmul_grouped(ws, ys, m, row0, n, groups, x, k);
+  return true;
+}
+
+void CpuExecutor::matmul_grouped(const model::WeightHandle* ws, float* const* ys, int m, const int64_t* row0,
+                                 const int64_t* n, int groups, const float* x, int64_t k) {
+  std::vector<GemmRange> ranges;
+  ActFormat fmt{};
+  int64_t total = 0;
+  if (!grouped_ranges(ws, ys, m, row0, n, groups, k, ranges, fmt, total))
+    return model::Executor::matmul_grouped(ws, ys, m, row0, n, groups, x, k);
   if (ranges.empty()) return;
   quantize_acts(fmt, x, total, k, acts_, pool_);
+  gemm_ranges(ranges.data(), static_cast<int>(ranges.size()), acts_, pool_);
+}
+
+void CpuExecutor::matmul_grouped_gather(const model::WeightHandle* ws, float* const* ys, int m, const int64_t* row0,
+                                        const int64_t* n, int groups, const float* x, int64_t x_rows,
+                                        const int64_t* src, int64_t k) {
+  std::vector<GemmRange> ranges;
+  ActFormat fmt{};
+  int64_t total = 0;
+  if (!grouped_ranges(ws, ys, m, row0, n, groups, k, ranges, fmt, total))
+    return model::Executor::matmul_grouped_gather(ws, ys, m, row0, n, groups, x, x_rows, src, k);
+  if (ranges.empty()) return;
+  quantize_acts(fmt, x, x_rows, k, gather_src_, pool_);
+  gather_acts(gather_src_, src, total, acts_, pool_);
   gemm_ranges(ranges.data(), static_cast<int>(ranges.size()), acts_, pool_);
 }
 

@@ -35,6 +35,10 @@ class CpuExecutor : public model::Executor {
   // when all are JIT matrices of one format and row length (not AMX); otherwise group by group.
   void matmul_grouped(const model::WeightHandle* ws, float* const* ys, int m, const int64_t* row0, const int64_t* n,
                       int groups, const float* x, int64_t k) override;
+  // The same over gathered rows: x's rows quantised once and the quantised rows gathered (gather_acts).
+  void matmul_grouped_gather(const model::WeightHandle* ws, float* const* ys, int m, const int64_t* row0,
+                             const int64_t* n, int groups, const float* x, int64_t x_rows, const int64_t* src,
+                             int64_t k) override;
   void attention(const model::AttentionShape& shape, const float* q, int64_t n_q, const float* k,
                  const float* v, int64_t n_kv, float* out) override;
   // Masked attention in one flash call (keys transposed once for every row's range).
@@ -49,6 +53,8 @@ class CpuExecutor : public model::Executor {
   const QuantMatrix* matrix(model::WeightHandle w) const { return slots_.at(static_cast<size_t>(w.index)).jit.get(); }
 
  private:
+  bool grouped_ranges(const model::WeightHandle* ws, float* const* ys, int m, const int64_t* row0, const int64_t* n,
+                      int groups, int64_t k, std::vector<GemmRange>& ranges, ActFormat& fmt, int64_t& total) const;
   struct Slot {
     std::unique_ptr<QuantMatrix> jit;  // null: handled by the reference executor
     model::WeightHandle ref;
@@ -57,7 +63,7 @@ class CpuExecutor : public model::Executor {
   Isa isa_;
   model::ReferenceExecutor reference_;
   std::vector<Slot> slots_;
-  QuantizedActs acts_;
+  QuantizedActs acts_, gather_src_;  // gather_src_: matmul_grouped_gather's rows before the gather
   double repack_seconds_ = 0;
   uint64_t packed_bytes_ = 0;
   int fallback_count_ = 0;

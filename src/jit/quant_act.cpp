@@ -120,6 +120,28 @@ void quantize_acts(ActFormat fmt, const float* x, int64_t rows, int64_t k, Quant
   });
 }
 
+void gather_acts(const QuantizedActs& src, const int64_t* src_rows, int64_t n, QuantizedActs& out, ThreadPool& pool) {
+  if (&src == &out) throw Error("internal error: gather_acts in place");
+  for (int64_t i = 0; i < n; ++i)
+    if (src_rows[i] < 0 || src_rows[i] >= src.rows)
+      throw Error("internal error: gathered activation row " + std::to_string(src_rows[i]) + " of " +
+                  std::to_string(src.rows));
+  shape(src.fmt, n, src.k, out);
+  const int64_t k = src.k, nb = src.blocks_per_row(), s32 = src.fmt == ActFormat::Q8_K ? k / 32 : 0;
+  const int64_t corr = src.corr_per_row(), bytes = nb * static_cast<int64_t>(src.block_bytes());
+  auto copy_row = [](auto* dst, const auto* from, int64_t count, int64_t to_row, int64_t from_row) {
+    std::memcpy(dst + to_row * count, from + from_row * count, static_cast<size_t>(count) * sizeof(*dst));
+  };
+  pool.parallel_for(n, [&](int64_t i, int) {
+    const int64_t r = src_rows[i];
+    copy_row(out.qs.data(), src.qs.data(), k, i, r);
+    copy_row(out.d.data(), src.d.data(), nb, i, r);
+    if (s32) copy_row(out.s32.data(), src.s32.data(), s32, i, r);
+    copy_row(out.corr.data(), src.corr.data(), corr, i, r);
+    copy_row(out.blocks.data(), src.blocks.data(), bytes, i, r);
+  });
+}
+
 void build_amx_tiles(const QuantizedActs& a, ThreadPool& pool) {
   if (a.tiles_ready) return;
   const int64_t chunks = a.tile_chunks(), groups = a.tile_groups();

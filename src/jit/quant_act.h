@@ -73,6 +73,11 @@ struct QuantizedActs {
 // k must be a multiple of the format's block (256 or 32); throws dllm::Error otherwise.
 void quantize_acts(ActFormat fmt, const float* x, int64_t rows, int64_t k, QuantizedActs& out, ThreadPool& pool);
 
+// out = rows src_rows[0 .. n) of src, in that order (a row may appear several times): the quantisation of the
+// gathered f32 rows bit for bit, since each row's quantisation depends on that row alone. Throws dllm::Error
+// for a row index outside src.
+void gather_acts(const QuantizedActs& src, const int64_t* src_rows, int64_t n, QuantizedActs& out, ThreadPool& pool);
+
 // Fills a.tiles (AMX A-tile form of a.qs) if not done since the last (re)quantisation.
 void build_amx_tiles(const QuantizedActs& a, ThreadPool& pool);
 

@@ -199,6 +199,14 @@ class Executor {
     }
   }
 
+  // matmul_grouped over rows gathered from x [x_rows, k]: the grouped layout's row i is x's row src[i] (rows
+  // up to the last group's end). This default copies the rows and calls matmul_grouped; backends that quantise
+  // activations quantise x's rows once and gather the quantised rows instead (a row's quantisation depends on
+  // that row alone, so the products are the same bit for bit).
+  virtual void matmul_grouped_gather(const WeightHandle* ws, float* const* ys, int m, const int64_t* row0,
+                                     const int64_t* n, int groups, const float* x, int64_t x_rows,
+                                     const int64_t* src, int64_t k);
+
   // Bidirectional (non-causal, unmasked) grouped-query attention.
   // q: [n_q, H*d] (already RoPE'd), k and v: [n_kv, Hkv*d] (k RoPE'd), out: [n_q, H*d].
   // out[i][h] = sum_j softmax_j(scale * q[i][h] . k[j][g]) * v[j][g], g = h / (H / Hkv), heads
@@ -361,9 +369,9 @@ void dot4x4_f64(const double* a, int64_t astride, const float* b, int64_t bstrid
 void moe_route(std::span<const float> router, const float* h, int64_t rows, int64_t D, int64_t n_expert, int64_t k,
                bool norm_weights, int32_t* ids, float* weights, float* probs = nullptr, ThreadPool* pool = nullptr);
 
-// Executor::moe_ffn on host rows x [rows, D] (in place): RMSNorm, moe_route, the (row, expert) pairs
-// gathered into one buffer grouped by expert, one ex.matmul_grouped for every expert's gate and up and one
-// for every expert's down (each expert over exactly its rows), the weighted outputs summed per row in
+// Executor::moe_ffn on host rows x [rows, D] (in place): RMSNorm, moe_route, the (row, expert) pairs grouped
+// by expert, one ex.matmul_grouped_gather for every expert's gate and up (each pair reading its row of the
+// normed rows) and one ex.matmul_grouped for every expert's down (each expert over exactly its rows), the weighted outputs summed per row in
 // top-k order and added to x. router and norm are the host values of the layer's vectors. A device
 // executor calls it on a downloaded copy of its residual stream.
 // out (optional): the experts' sum written there instead of added to x. router_scale: m.router_scale's values.

@@ -224,6 +224,7 @@ struct Executor::HostState {
   std::map<int32_t, Buffer> buffers;
   std::vector<std::unique_ptr<Kv>> kv;  // null = closed (index reused)
   std::vector<float> scratch, normed;
+  std::vector<float> gathered;  // matmul_grouped_gather's default: the gathered rows
   struct SoftRow {  // soft_embed: one row's nonzero F16 probabilities, ascending ids
     std::vector<int32_t> ids;
     std::vector<float> p;
@@ -235,7 +236,7 @@ struct Executor::HostState {
   struct Moe {
     std::vector<float> h, xin, gate, up, wts;
     std::vector<int32_t> ids;
-    std::vector<int64_t> n, row0, next, order, slot;
+    std::vector<int64_t> n, row0, next, order, slot, src;
     std::vector<WeightHandle> ws;
     std::vector<float*> ys;
   } moe;
@@ -628,6 +629,21 @@ void Executor::softcap(float* logits, int64_t n, float cap) {
   });
 }
 
+void Executor::matmul_grouped_gather(const WeightHandle* ws, float* const* ys, int m, const int64_t* row0,
+                                     const int64_t* n, int groups, const float* x, int64_t x_rows,
+                                     const int64_t* src, int64_t k) {
+  int64_t total = 0;
+  for (int g = 0; g < groups; ++g)
+    if (n[g] > 0) total = std::max(total, row0[g] + n[g]);
+  auto& g = host().gathered;
+  g.resize(static_cast<size_t>(total * k));
+  for (int64_t i = 0; i < total; ++i) {
+    if (src[i] < 0 || src[i] >= x_rows) throw Error("internal error: gathered row " + std::to_string(src[i]));
+  }
+  for_rows(host_pool_, total, [&](int64_t i) { std::copy_n(x + src[i] * k, k, g.data() + i * k); });
+  matmul_grouped(ws, ys, m, row0, n, groups, g.data(), k);
+}
+
 void Executor::gather(Act src, std::span<const int64_t> rows, Act dst) {
   auto& h = host();
   const int64_t n = h.buf(src).cols;
@@ -968,9 +984,10 @@ void moe_ffn_on_host(Executor& ex, ThreadPool* pool, const MoeLayer& m, std::spa
   s.xin.resize(sz(R * D));
   s.gate.resize(sz(R * F));
   s.up.resize(sz(R * F));
+  s.src.resize(sz(R));
   float *xin = s.xin.data(), *gate = s.gate.data(), *up = s.up.data();
   const float* h = s.h.data();
-  for_rows(pool, R, [&](int64_t i) { std::copy_n(h + s.order[sz(i)] / k * D, D, xin + i * D); });
+  for (int64_t i = 0; i < R; ++i) s.src[sz(i)] = s.order[sz(i)] / k;  // the row each grouped pair reads
   // Every expert's gate and up over its rows, then SwiGLU, then every expert's down: one call each.
   s.ws.resize(sz(2 * E));
   s.ys.resize(sz(2 * E));
@@ -979,10 +996,10 @@ void moe_ffn_on_host(Executor& ex, ThreadPool* pool, const MoeLayer& m, std::spa
     s.ys[sz(2 * e)] = gate + s.row0[sz(e)] * F, s.ys[sz(2 * e + 1)] = up + s.row0[sz(e)] * F;
   }
   const int groups = static_cast<int>(E);
-  ex.matmul_grouped(s.ws.data(), s.ys.data(), 2, s.row0.data(), s.n.data(), groups, xin, D);
+  ex.matmul_grouped_gather(s.ws.data(), s.ys.data(), 2, s.row0.data(), s.n.data(), groups, h, rows, s.src.data(), D);
   glu_rows(pool, m.glu, gate, up, R, F);
   for (int64_t e = 0; e < E; ++e) {
-    s.ws[sz(e)] = m.down[sz(e)], s.ys[sz(e)] = xin + s.row0[sz(e)] * D;  // xin is free again: [R, D]
+    s.ws[sz(e)] = m.down[sz(e)], s.ys[sz(e)] = xin + s.row0[sz(e)] * D;  // the experts' outputs: [R, D]
   }
   ex.matmul_grouped(s.ws.data(), s.ys.data(), 1, s.row0.data(), s.n.data(), groups, gate, F);
   // Per row: the expert outputs times their weights (each product rounded to f32), summed in top-k order,
