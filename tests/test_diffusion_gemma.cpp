@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <random>
 #include <nlohmann/json.hpp>
@@ -593,6 +594,34 @@ TEST(DiffusionGemmaGenerate, BlocksChainThroughTheCachedPrefixAndEqualUnifiedFor
             std::vector<int32_t>(r.generated().begin(), r.generated().begin() + first + 1));
   EXPECT_EQ(once.encodes, 1) << "no second block";
   EXPECT_EQ(model::answer_tokens(s.canvas, s.prompt_length, stop.stop_ids).size(), static_cast<size_t>(first));
+}
+
+// Self-conditioning keeps each step's logits for the next: generate() (and the batch) hand over their buffer,
+// which the sequence swaps with its own instead of copying it; a caller that does not is copied from. Driving a
+// sequence by hand, its buffer poisoned with NaN after every commit, gives generate()'s tokens: the swapped-in
+// buffer is the one the sequence reads, and neither path keeps reading a buffer the caller refills.
+TEST(DiffusionGemmaGenerate, SelfConditioningLogitsSwappedOrCopiedGiveTheSameTokens) {
+  auto m = load("tiny-diffusion-gemma-A-Q8_0", true);
+  const Case a = load_case("tiny-diffusion-gemma-A-Q8_0", "a1_prompt5_short", "pkv");
+  const std::vector<int32_t> prompt(a.ids.begin(), a.ids.begin() + a.n_prompt);
+  const model::GenerateConfig cfg = generation_config(*m, 2 * m->hparams().canvas_length, 11);
+  CountingSource swapped(*m, false), copied(*m, false);
+  const model::GenerateResult r = model::generate(swapped, cfg, prompt);
+  model::Sequence seq(cfg, prompt, copied.n_vocab());
+  std::vector<float> logits;
+  int steps = 0;
+  while (const model::StepNeed* need = seq.next()) {
+    logits.assign(need->rows.size() * static_cast<size_t>(copied.n_vocab()), 0.0f);
+    copied.forward_prefixed(seq.canvas(), *need, logits.data());
+    seq.commit(logits.data());
+    std::fill(logits.begin(), logits.end(), std::numeric_limits<float>::quiet_NaN());
+    ++steps;
+  }
+  const model::GenerateResult c = seq.take_result();
+  ASSERT_TRUE(c.error.empty()) << c.error;
+  EXPECT_GT(steps, 2);
+  EXPECT_EQ(c.canvas, r.canvas);
+  EXPECT_EQ(c.steps_run, r.steps_run);
 }
 
 // The prefix cache on its own: the longest shared run of leading ids wins, an entry that extends another

@@ -129,7 +129,7 @@ bool Batch::step() {
   last_rows_ = rows;
   last_sequences_ = static_cast<int64_t>(in_pass.size());
   for (Slot* s : in_pass) {
-    s->seq->commit(s->logits.data());
+    s->seq->commit(s->logits.data(), &s->logits);
     advance(*s);
   }
   retire();

@@ -200,7 +200,7 @@ GenerateResult generate(LogitSource& src, const GenerateConfig& cfg, std::span<c
       case Pass::Encode:
       case Pass::Canvas: src.forward_prefixed(seq.canvas(), *need, logits.data()); break;
     }
-    seq.commit(logits.data());
+    seq.commit(logits.data(), &logits);
   }
   if (!seq.result().error.empty()) throw Error(seq.result().error);
   return seq.take_result();

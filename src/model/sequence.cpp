@@ -258,7 +258,7 @@ bool Sequence::adopt_prefix(int64_t n) {
   return true;
 }
 
-void Sequence::commit_entropy_bound(const float* logits) {
+void Sequence::commit_entropy_bound(const float* logits, std::vector<float>* owner) {
   pending_ = false;
   if (need_.pass == Pass::Encode) {
     encoded_ = need_.end;
@@ -300,7 +300,9 @@ void Sequence::commit_entropy_bound(const float* logits) {
         accepted[k] ? pos[k].sample : eb_random_token(cfg_.seed, RandomPurpose::EbNoise, g, i, V_);
     if (accepted[k]) committed_.push_back(base + i);
   }
-  sc_.assign(logits, logits + C * V_);  // the next step's self-conditioning: these logits at this temperature
+  // The next step's self-conditioning: these logits at this temperature (their first C rows are the canvas's).
+  if (owner && owner->data() == logits && static_cast<int64_t>(owner->size()) >= C * V_) sc_.swap(*owner);
+  else sc_.assign(logits, logits + C * V_);
   sc_t_ = t_;
   const bool block_done = eb_stop_->update(argmax, mean) || cur_ == 1;
   const int64_t block = b_;
@@ -345,9 +347,9 @@ void Sequence::end_block(const std::vector<int32_t>& argmax) {
   if (answer_ended_ || b_ >= nb_) finish();
 }
 
-void Sequence::commit(const float* logits) {
+void Sequence::commit(const float* logits, std::vector<float>* owner) {
   if (!pending_) return;
-  if (eb_) return commit_entropy_bound(logits);
+  if (eb_) return commit_entropy_bound(logits, owner);
   pending_ = false;
   ++res_.forward_passes;
   const bool llada = blocks_;

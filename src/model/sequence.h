@@ -54,8 +54,10 @@ class Sequence {
   // block) are processed here first, reporting their events. nullptr once the generation is over:
   // every step ran, the early stop ended it, or the cancel flag (or cancel()) stopped it.
   const StepNeed* next();
-  // Commits the pending step from the logits of next()'s rows ([rows.size(), n_vocab] row-major).
-  void commit(const float* logits);
+  // Commits the pending step from the logits of next()'s rows ([rows.size(), n_vocab] row-major). With owner (the
+  // vector holding those logits, which the caller refills for the next step): a DiffusionGemma sequence keeps
+  // them for the next step's self-conditioning by swapping buffers with owner instead of copying them.
+  void commit(const float* logits, std::vector<float>* owner = nullptr);
   // Stops the generation before its next step (the result says cancelled).
   void cancel();
 
@@ -91,7 +93,7 @@ class Sequence {
   const StepNeed* plan_llada();
   const StepNeed* plan_dream();
   const StepNeed* plan_entropy_bound();
-  void commit_entropy_bound(const float* logits);
+  void commit_entropy_bound(const float* logits, std::vector<float>* owner);
   void end_block(const std::vector<int32_t>& argmax);
   const StepNeed* ask(Pass pass, int64_t begin, int64_t end);
 
