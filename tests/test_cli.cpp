@@ -99,6 +99,24 @@ TEST(Cli, VersionIsTheProjectVersion) {
   expect_usage_error({"--version", "run"}, "unexpected argument 'run' for 'version'");
 }
 
+// doctor names the family that runs: the best the CPU has, or the one DLLM_ISA caps it to (every machine dllm
+// supports has avx2), with the best named beside it.
+TEST(Cli, DoctorNamesTheFamilyThatRunsUnderDllmIsa) {
+  const char* old = std::getenv("DLLM_ISA");
+  const std::optional<std::string> saved = old ? std::optional<std::string>(old) : std::nullopt;
+  ::setenv("DLLM_ISA", "avx2", 1);
+  auto capped = run_dllm({"doctor"});
+  ::unsetenv("DLLM_ISA");
+  auto plain = run_dllm({"doctor"});
+  saved ? ::setenv("DLLM_ISA", saved->c_str(), 1) : ::unsetenv("DLLM_ISA");
+  EXPECT_NE(capped.out.find("\n  ok       CPU kernels: avx2"), std::string::npos) << capped.out;
+  EXPECT_NE(capped.out.find("\nkernel family: avx2"), std::string::npos) << capped.out;
+  EXPECT_NE(capped.out.find("DLLM_ISA=avx2 -> avx2"), std::string::npos) << capped.out;
+  const bool wider = capped.out.find("(capped by DLLM_ISA; best is ") != std::string::npos;
+  EXPECT_EQ(wider, plain.out.find("\nkernel family: avx2\n") == std::string::npos) << plain.out;
+  EXPECT_NE(plain.out.find("(the best this CPU has)"), std::string::npos) << plain.out;
+}
+
 // The default model only matters to `run` and `serve` without --model: doctor reports it as optional, and a
 // machine whose only gap is the default model is healthy (exit 0).
 TEST(Cli, DoctorCallsTheDefaultModelOptional) {

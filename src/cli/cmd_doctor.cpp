@@ -18,15 +18,23 @@ namespace dllm::cli {
 int cmd_doctor(const Settings&) {
   int problems = 0;
   const jit::CpuFeatures& cpu = jit::cpu_features();
+  // The family that runs: the best this CPU has, or DLLM_ISA's when it names a valid one (a bad value is a
+  // problem reported below, and runs refuse it).
   const jit::Isa best = cpu.best();
-  std::printf("%s\n", jit::cpu_summary(cpu, best).c_str());
+  const char* cap = std::getenv("DLLM_ISA");
+  jit::Isa chosen = best;
+  try {
+    if (cap && *cap) chosen = jit::select_isa(cpu, cap);
+  } catch (const std::exception&) {
+  }
+  std::printf("%s\n", jit::cpu_summary(cpu, chosen).c_str());
   if (!cpu.avx2 || !cpu.fma) {
     std::printf("  MISSING  AVX2 + FMA: dllm's kernels need an x86-64 CPU with AVX2 (Haswell / Zen 1 or newer)\n");
     ++problems;
   } else {
-    std::printf("  ok       CPU kernels: %s\n", jit::isa_name(best));
+    std::printf("  ok       CPU kernels: %s%s\n", jit::isa_name(chosen), chosen == best ? " (the best this CPU has)" : "");
   }
-  if (const char* cap = std::getenv("DLLM_ISA"); cap && *cap) {
+  if (cap && *cap) {
     try {
       std::printf("  ok       DLLM_ISA=%s -> %s\n", cap, jit::isa_name(jit::select_isa(cpu, cap)));
     } catch (const std::exception& e) {
