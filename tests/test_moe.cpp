@@ -196,7 +196,7 @@ struct ExpertGroups {
   std::vector<int64_t> n{3, 0, 1, 9, 0, 4, 2, 13}, row0 = std::vector<int64_t>(E, 0);
   int64_t R = 0;
   ExpertGroups() {
-    for (int64_t e = 1; e < E; ++e) row0[static_cast<size_t>(e)] = row0[static_cast<size_t>(e - 1)] + n[static_cast<size_t>(e - 1)];
+    for (size_t e = 1; e < static_cast<size_t>(E); ++e) row0[e] = row0[e - 1] + n[e - 1];
     R = row0[E - 1] + n[E - 1];
   }
 };
@@ -204,7 +204,8 @@ struct ExpertGroups {
 // count values of an LCG in [-1000 / div, 1000 / div].
 std::vector<float> lcg_values(int64_t count, uint32_t s, float div) {
   std::vector<float> x(static_cast<size_t>(count));
-  for (float& v : x) s = s * 1664525u + 1013904223u, v = static_cast<float>(static_cast<int32_t>(s >> 9) % 2001 - 1000) / div;
+  for (float& v : x)
+    s = s * 1664525u + 1013904223u, v = static_cast<float>(static_cast<int32_t>(s >> 9) % 2001 - 1000) / div;
   return x;
 }
 
@@ -250,8 +251,8 @@ void expect_equal_expert_products(const char* file, const ExpertGroups& g, Run r
 TEST(MoeArch, GroupedExpertGemmsEqualGroupByGroup) {
   const ExpertGroups g;
   const int E = static_cast<int>(ExpertGroups::E);
-  expect_equal_expert_products("gguf/tiny-llada-moe-Q4_K_M.gguf", g, [&](jit::CpuExecutor& cpu, auto& ws, int m, int64_t k,
-                                                                         auto& y1, auto& y2) {
+  const char* file = "gguf/tiny-llada-moe-Q4_K_M.gguf";
+  expect_equal_expert_products(file, g, [&](jit::CpuExecutor& cpu, auto& ws, int m, int64_t k, auto& y1, auto& y2) {
     const std::vector<float> x = lcg_values(g.R * k, 7, 400.f);
     cpu.matmul_grouped(ws.data(), y1.data(), m, g.row0.data(), g.n.data(), E, x.data(), k);
     cpu.model::Executor::matmul_grouped(ws.data(), y2.data(), m, g.row0.data(), g.n.data(), E, x.data(), k);
@@ -271,8 +272,8 @@ TEST(MoeArch, GatheredExpertGemmsEqualGatheringTheRowsFirst) {
     expect_equal_expert_products(file, g, [&](jit::CpuExecutor& cpu, auto& ws, int m, int64_t k, auto& y1, auto& y2) {
       const std::vector<float> x = lcg_values(x_rows * k, 11, 300.f);
       cpu.matmul_grouped_gather(ws.data(), y1.data(), m, g.row0.data(), g.n.data(), E, x.data(), x_rows, src.data(), k);
-      cpu.model::Executor::matmul_grouped_gather(ws.data(), y2.data(), m, g.row0.data(), g.n.data(), E, x.data(), x_rows,
-                                                 src.data(), k);
+      cpu.model::Executor::matmul_grouped_gather(ws.data(), y2.data(), m, g.row0.data(), g.n.data(), E, x.data(),
+                                                 x_rows, src.data(), k);
     });
   }
 }
@@ -305,8 +306,8 @@ TEST(MoeRoute, SoftmaxTopKAndRenormalisation) {
   }
 }
 
-// The router's logits are dot_f64 of each expert's row, bit for bit, whether it takes rows and experts four at a time or
-// one (an expert count that is not a multiple of 4, a width that is not one of 8): the probabilities it writes
+// The router's logits are dot_f64 of each expert's row, bit for bit, whether it takes rows and experts four at a
+// time or one (an expert count that is not a multiple of 4, a width that is not one of 8): the probabilities it writes
 // equal the softmax of the dot_f64 logits as moe_route defines it.
 TEST(MoeRoute, LogitsAreDotF64BitForBit) {
   std::mt19937 rng(5);

@@ -32,7 +32,8 @@ int cmd_doctor(const Settings&) {
     std::printf("  MISSING  AVX2 + FMA: dllm's kernels need an x86-64 CPU with AVX2 (Haswell / Zen 1 or newer)\n");
     ++problems;
   } else {
-    std::printf("  ok       CPU kernels: %s%s\n", jit::isa_name(chosen), chosen == best ? " (the best this CPU has)" : "");
+    std::printf("  ok       CPU kernels: %s%s\n", jit::isa_name(chosen),
+                chosen == best ? " (the best this CPU has)" : "");
   }
   if (cap && *cap) {
     try {

@@ -371,9 +371,9 @@ void moe_route(std::span<const float> router, const float* h, int64_t rows, int6
 
 // Executor::moe_ffn on host rows x [rows, D] (in place): RMSNorm, moe_route, the (row, expert) pairs grouped
 // by expert, one ex.matmul_grouped_gather for every expert's gate and up (each pair reading its row of the
-// normed rows) and one ex.matmul_grouped for every expert's down (each expert over exactly its rows), the weighted outputs summed per row in
-// top-k order and added to x. router and norm are the host values of the layer's vectors. A device
-// executor calls it on a downloaded copy of its residual stream.
+// normed rows) and one ex.matmul_grouped for every expert's down (each expert over exactly its rows), the
+// weighted outputs summed per row in top-k order and added to x. router and norm are the host values of the
+// layer's vectors. A device executor calls it on a downloaded copy of its residual stream.
 // out (optional): the experts' sum written there instead of added to x. router_scale: m.router_scale's values.
 void moe_ffn_on_host(Executor& ex, ThreadPool* pool, const MoeLayer& m, std::span<const float> router,
                      std::span<const float> norm, float eps, float* x, int64_t rows, int64_t D, float* out = nullptr,

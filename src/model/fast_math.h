@@ -1,4 +1,5 @@
-// Element-wise math in f32 that the compiler can vectorise (no calls, no branches).
+// Element-wise math that the compiler can vectorise (no calls, no branches): f32 functions, and f64 ones written
+// once for a scalar and for eight lanes of a GCC vector.
 #pragma once
 #include <bit>
 #include <cmath>
@@ -83,7 +84,8 @@ template <class T>
 template <class T>
 [[gnu::always_inline]] inline void exp_f64_into(T& out, const T& x) {
   using I = typename Lanes<T>::Int;
-  const T xc = select(x < -708.0, splat<T>(-708.0), select(x > 709.0, splat<T>(709.0), select(x == x, x, splat<T>(0.0))));
+  const T xc =
+      select(x < -708.0, splat<T>(-708.0), select(x > 709.0, splat<T>(709.0), select(x == x, x, splat<T>(0.0))));
   constexpr double kShift = 6755399441055744.0;  // 1.5 * 2^52: adding it rounds to an integer in the low bits
   const T shifted = xc * 1.4426950408889634 + kShift;
   const T n = shifted - kShift;

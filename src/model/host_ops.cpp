@@ -845,8 +845,9 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void dot4_f64(const
 
 // out[r * 4 + j] = dot_f64(a + r * astride, b + j * bstride, n) for r, j < 4, with a's rows given in double
 // (converted once by the caller: the products are the same): four rows against four, each product in its own 8
-// lanes reduced in dot_f64's order (bit for bit dot_f64), every element of a and b used four times. GCC's vector types (fast_math.h) keep the 16 sums in registers (an array of lanes stays in
-// memory); no contraction anywhere, so every clone is equal.
+// lanes reduced in dot_f64's order (bit for bit dot_f64), every element of a and b used four times. GCC's vector
+// types (fast_math.h) keep the 16 sums in registers (an array of lanes stays in memory); no contraction anywhere,
+// so every clone is equal.
 __attribute__((target_clones("avx512f", "avx2", "default"))) void dot4x4_f64(const double* a, int64_t astride,
                                                                             const float* b, int64_t bstride,
                                                                             int64_t n, double* out) {
@@ -932,11 +933,13 @@ void moe_route(std::span<const float> router, const float* h, int64_t rows, int6
     }
     for (; e < E; ++e)
       for (int64_t r = 0; r < nr; ++r)
-        logits[static_cast<size_t>(r * E + e)] = static_cast<float>(dot_f64(h + (r0 + r) * D, router.data() + e * D, D));
+        logits[static_cast<size_t>(r * E + e)] =
+            static_cast<float>(dot_f64(h + (r0 + r) * D, router.data() + e * D, D));
     for (int64_t r = r0; r < r0 + nr; ++r) route_row(logits.data() + (r - r0) * E, E, k, norm_weights, ids + r * k,
                                                      weights + r * k, probs ? probs + r * E : nullptr);
   });
 }
+
 void moe_ffn_on_host(Executor& ex, ThreadPool* pool, const MoeLayer& m, std::span<const float> router,
                      std::span<const float> norm, float eps, float* x, int64_t rows, int64_t D, float* out,
                      std::span<const float> router_scale) {
