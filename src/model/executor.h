@@ -350,7 +350,8 @@ class Executor {
   Executor& operator=(const Executor&) = delete;
 };
 
-// --- the mixture-of-experts pieces on host memory (host_ops.cpp), shared by every executor ---
+// --- the mixture-of-experts pieces on host memory (moe_host.cpp; dot_f64, the GLU rows and the head norm in
+// host_ops.cpp), shared by every executor ---
 
 // sum a[i]*b[i] over i < n in double, in eight interleaved partial sums (element i into sum i % 8) combined
 // in a fixed order, so that the clone that runs (AVX-512, AVX2, baseline) never changes the result.
