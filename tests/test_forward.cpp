@@ -219,7 +219,7 @@ std::vector<float> soft_embed_reference(const float* l, int64_t V, int64_t D, co
 struct SoftEmbedCase {
   std::unique_ptr<gguf::File> file = gguf::File::open(data_path("diffusion-gemma/gguf/tiny-diffusion-gemma-A-Q4_K_M.gguf"));
   const gguf::TensorInfo& table = *file->find_tensor("token_embd.weight");
-  const int64_t D = table.ne[0], V = table.ne[1], rows = 64;  // enough rows for the sparse path over two blocks
+  const int64_t D = table.ne[0], V = table.ne[1], rows = 64;  // 1536 tokens: two of soft_embed's blocks
   std::vector<float> logits, e;
   SoftEmbedCase() {
     std::mt19937 rng(3);
