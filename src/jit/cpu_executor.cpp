@@ -71,6 +71,13 @@ void CpuExecutor::table_row(const gguf::TensorInfo& tensor, int64_t row, float* 
   Executor::table_row(tensor, row, out);
 }
 
+void CpuExecutor::table_rows(const gguf::TensorInfo& tensor, int64_t row0, int64_t n, float* out,
+                             int64_t stride) const {
+  for (const auto& [data, m] : row_tables_)
+    if (data == tensor.data) return unpack_rows(*m, row0, n, out, stride);
+  Executor::table_rows(tensor, row0, n, out, stride);
+}
+
 void CpuExecutor::matmul(model::WeightHandle w, const float* x, int64_t rows, float* y) {
   matmul_shared(&w, &y, 1, x, rows);
 }

@@ -28,6 +28,7 @@ class CpuExecutor : public model::Executor {
   // From the packed copy where unpack_row decodes its type (then prepare_weight released the mapping's pages
   // even for a keep_mapped tensor: the table is held once), else from the mapping.
   void table_row(const gguf::TensorInfo& tensor, int64_t row, float* out) const override;
+  void table_rows(const gguf::TensorInfo& tensor, int64_t row0, int64_t n, float* out, int64_t stride) const override;
   void matmul(model::WeightHandle w, const float* x, int64_t rows, float* y) override;
   void matmul_shared(const model::WeightHandle* ws, float* const* ys, int n, const float* x,
                      int64_t rows) override;

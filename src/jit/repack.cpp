@@ -258,38 +258,57 @@ void q6_k_values(const uint8_t* q, const float* ds, bool signed_q, float* y) {
 
 bool can_unpack_rows(GgmlType type) { return type == GgmlType::Q6_K || type == GgmlType::Q8_0; }
 
-void unpack_row(const QuantMatrix& m, int64_t row, float* out) {
+void unpack_rows(const QuantMatrix& m, int64_t row0, int64_t n, float* out, int64_t stride) {
   const PackedLayout& L = m.layout;
   if (!can_unpack_rows(m.type) || m.packed.size() == 0)
     throw Error(std::string("unpack_row: no row decoder for packed ") + ggml_type_name(m.type) + " (" + isa_name(m.isa) + ")");
-  if (row < 0 || row >= m.n) throw Error("unpack_row: row " + std::to_string(row) + " of " + std::to_string(m.n));
-  const int P = L.p, p = static_cast<int>(row % P);
-  const uint8_t* panel = m.packed.data() + row / P * L.panel_bytes;
-  const auto byte = [&](const uint8_t* quant, int g, int e) { return quant[g * 4 * P + 4 * p + e]; };
-  const auto d_of = [&](const uint8_t* meta) {
-    uint16_t h;
-    std::memcpy(&h, meta + 2 * p, 2);  // d fp16 [P] leads both meta records
-    return quant::fp16_to_f32(h);
-  };
-  for (int64_t blk = 0; blk < L.nblocks; ++blk) {
-    const uint8_t* quant = panel + blk * L.quant_bytes;
-    const uint8_t* meta = panel + L.meta_offset() + blk * L.meta_bytes;
-    const float d = d_of(meta);
-    float* y = out + blk * L.block;
-    if (m.type == GgmlType::Q8_0) {  // dequant_q8_0: q * d; the VNNI families' bytes hold q + 128
-      const bool biased = m.isa == Isa::AvxVnni || m.isa == Isa::Avx512Vnni;
-      for (int j = 0; j < 32; ++j) {
-        const uint8_t b = byte(quant, j / 4, j % 4);
-        y[j] = static_cast<float>(biased ? static_cast<int>(b) - 128 : static_cast<int>(static_cast<int8_t>(b))) * d;
+  if (n < 0 || row0 < 0 || row0 + n > m.n)
+    throw Error("unpack_row: rows " + std::to_string(row0) + " to " + std::to_string(row0 + n) + " of " + std::to_string(m.n));
+  const int P = L.p;
+  const bool biased = m.isa == Isa::AvxVnni || m.isa == Isa::Avx512Vnni;  // Q8_0 bytes: q + 128 on the VNNI families
+  thread_local std::vector<uint8_t> q;  // row i's quants of one block: q[i * 256 ...]
+  thread_local std::vector<float> ds;   // row i's 16 Q6_K sub-block scales times d: ds[i * 16 ...]
+  q.resize(static_cast<size_t>(P) * 256);
+  ds.resize(static_cast<size_t>(P) * 16);
+  uint8_t* const qb = q.data();
+  float* const dsb = ds.data();
+  // Panel by panel, block by block: a panel's quant groups interleave its rows (group g of row p: 4 bytes at
+  // g * 4P + 4p) and so do its scales (scale u of row p at u * P + p), so the rows of one panel are gathered
+  // together, the bytes read in order.
+  for (int64_t r = row0; r < row0 + n;) {
+    const int p0 = static_cast<int>(r % P), np = static_cast<int>(std::min<int64_t>(P - p0, row0 + n - r));
+    const uint8_t* panel = m.packed.data() + r / P * L.panel_bytes;
+    for (int64_t blk = 0; blk < L.nblocks; ++blk) {
+      const uint8_t* quant = panel + blk * L.quant_bytes;
+      const uint8_t* meta = panel + L.meta_offset() + blk * L.meta_bytes;
+      for (int g = 0; g < L.block / 4; ++g)
+        for (int i = 0; i < np; ++i) std::memcpy(qb + i * 256 + 4 * g, quant + g * 4 * P + 4 * (p0 + i), 4);
+      float d[64];  // the rows' d (fp16 [P] leads both meta records); P <= 64
+      for (int i = 0; i < np; ++i) {
+        uint16_t h;
+        std::memcpy(&h, meta + 2 * (p0 + i), 2);
+        d[i] = quant::fp16_to_f32(h);
       }
-    } else {  // Q6_K: (d * scale) * (q - 32); AMX bytes hold q - 32, the others q
-      uint8_t q[256];  // group g's 4 bytes of row p are elements 4g..4g+3
-      for (int g = 0; g < 64; ++g) std::memcpy(q + 4 * g, quant + g * 4 * P + 4 * p, 4);
-      float ds[16];
-      for (int u = 0; u < 16; ++u) ds[u] = d * static_cast<float>(static_cast<int8_t>(meta[meta::q6k_scales(P) + u * P + p]));
-      q6_k_values(q, ds, m.isa == Isa::Amx, y);
+      if (m.type == GgmlType::Q6_K) {
+        const int8_t* sc = reinterpret_cast<const int8_t*>(meta + meta::q6k_scales(P)) + p0;
+        for (int u = 0; u < 16; ++u)
+          for (int i = 0; i < np; ++i) dsb[i * 16 + u] = d[i] * static_cast<float>(sc[u * P + i]);
+      }
+      for (int i = 0; i < np; ++i) {
+        const uint8_t* qi = qb + i * 256;
+        float* y = out + (r - row0 + i) * stride + blk * L.block;
+        if (m.type == GgmlType::Q8_0) {  // dequant_q8_0: q * d
+          for (int j = 0; j < 32; ++j)
+            y[j] = static_cast<float>(biased ? static_cast<int>(qi[j]) - 128 : static_cast<int>(static_cast<int8_t>(qi[j]))) * d[i];
+        } else {  // Q6_K: (d * scale) * (q - 32); AMX bytes hold q - 32, the others q
+          q6_k_values(qi, dsb + i * 16, m.isa == Isa::Amx, y);
+        }
+      }
     }
+    r += np;
   }
 }
+
+void unpack_row(const QuantMatrix& m, int64_t row, float* out) { unpack_rows(m, row, 1, out, 0); }
 
 }  // namespace dllm::jit

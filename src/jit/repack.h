@@ -105,6 +105,9 @@ bool can_unpack_rows(GgmlType type);
 // quant::dequantize_row of the ggml row, so the source pages can be released. Throws dllm::Error for a type
 // can_unpack_rows refuses or a row out of range.
 void unpack_row(const QuantMatrix& m, int64_t row, float* out);
+// Rows row0 .. row0 + n - 1 the same way, row i at out + i * stride: a panel's rows gathered together, several
+// times faster per row than one at a time.
+void unpack_rows(const QuantMatrix& m, int64_t row0, int64_t n, float* out, int64_t stride);
 
 // The unsigned quants of one ggml block in element order: Q4_K 0..15, Q5_K 0..31, Q6_K 0..63 (ggml's q + 32).
 void unpack_q4_k(const void* block, uint8_t q[256]);

@@ -175,6 +175,9 @@ class Executor {
   // Row `row` of a 2-D tensor as floats, exactly quant::dequantize_row of the file's row (thread-safe).
   // Default: decoded from the mapping.
   virtual void table_row(const gguf::TensorInfo& tensor, int64_t row, float* out) const;
+  // Rows row0 .. row0 + n - 1 of the table the same way, row i at out + i * stride (self-conditioning decodes runs
+  // of consecutive tokens). Default: table_row for each.
+  virtual void table_rows(const gguf::TensorInfo& tensor, int64_t row0, int64_t n, float* out, int64_t stride) const;
 
   // y[r][j] = sum_c x[r][c] * W[j][c] for r < rows, j < n:  x is [rows, k] and y is [rows, n], both f32
   // row-major with rows packed (stride k and n). No bias. Rows are independent: the result of a row

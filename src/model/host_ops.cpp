@@ -382,6 +382,10 @@ void Executor::table_row(const gguf::TensorInfo& tensor, int64_t row, float* out
   quant::dequantize_row(tensor.type(), tensor.data + static_cast<uint64_t>(row) * tensor.row_bytes(), out, tensor.ne[0]);
 }
 
+void Executor::table_rows(const gguf::TensorInfo& tensor, int64_t row0, int64_t n, float* out, int64_t stride) const {
+  for (int64_t i = 0; i < n; ++i) table_row(tensor, row0 + i, out + i * stride);
+}
+
 void Executor::soft_embed(const gguf::TensorInfo& table, const float* logits, int64_t rows, float temperature,
                           int64_t top_k, float scale, Act x) {
   auto& h = host();
@@ -442,10 +446,11 @@ void Executor::soft_embed(const gguf::TensorInfo& table, const float* logits, in
   for (int64_t b0 = 0; b0 < n_live; b0 += kBlock) {
     const int64_t nv = std::min(kBlock, n_live - b0);
     for_rows(host_pool_, slices, [&](int64_t sl) {
-      for (int64_t i = nv * sl / slices; i < nv * (sl + 1) / slices; ++i) {
-        float* e = block + i * Dp;
-        table_row(table, live[sz(b0 + i)], e);
-        round_to_f16(e, D);
+      const int64_t i1 = nv * (sl + 1) / slices;
+      for (int64_t i = nv * sl / slices, j; i < i1; i = j) {  // runs of consecutive tokens decoded together
+        for (j = i + 1; j < i1 && live[sz(b0 + j)] == live[sz(b0 + i)] + (j - i);) ++j;
+        table_rows(table, live[sz(b0 + i)], j - i, block + i * Dp, Dp);
+        for (int64_t u = i; u < j; ++u) round_to_f16(block + u * Dp, D);
       }
     });
     for_rows(host_pool_, slices, [&](int64_t sl) {
