@@ -37,9 +37,10 @@ SPLIT = ["attention_ms", "experts_ms", "mlp_ms", "lm_head_ms", "self_conditionin
          "sampler_ms"]
 
 
-def run_dllm(model, ids, steps, threads, top_k=0):
-    """steps = 0: the file's own sampler settings (the adaptive stop on); top_k > 0: --self-cond-top-k."""
-    cmd = [e2e.TIME, "-v", e2e.DLLM, "run", "--model", model, "--prompt-tokens", ",".join(map(str, ids)),
+def run_dllm(model, ids, steps, threads, top_k=0, binary=None):
+    """steps = 0: the file's own sampler settings (the adaptive stop on); top_k > 0: --self-cond-top-k; binary: a
+    dllm other than the build's (A/B runs)."""
+    cmd = [e2e.TIME, "-v", binary or e2e.DLLM, "run", "--model", model, "--prompt-tokens", ",".join(map(str, ids)),
            "--max-tokens", "256", "--threads", str(threads), "--seed", "1", "--json"]
     if top_k:
         cmd += ["--self-cond-top-k", str(top_k)]
@@ -52,7 +53,7 @@ def run_dllm(model, ids, steps, threads, top_k=0):
     out = {"step_ms": j["timings"]["step_mean_ms"], "total_ms": j["timings"]["total_ms"],
            "load_ms": j["timings"]["load_ms"], "generate_ms": j["timings"]["generate_ms"], "steps_run": j["steps_run"],
            "tokens_per_s": j["tokens_per_s"], "step_ms_each": [s["ms"] for s in j["step_stats"]],
-           "peak_rss": e2e.peak_rss_from_time(r.stderr) or j["peak_rss_bytes"]}
+           "peak_rss": e2e.peak_rss_from_time(r.stderr) or j["peak_rss_bytes"], "text": j["text"]}
     for k in SPLIT:
         out[k] = j["step_split"][k]
     return out
@@ -151,6 +152,57 @@ def plot_alone(out):
     fig.savefig(os.path.join(out, "alone_split.png"), dpi=120)
 
 
+def run_ab(a):
+    """--ab NAME=BINARY,NAME=BINARY: the two programs alternate for --ab-rounds rounds on the --alone file, --steps
+    steps each, the same prompt and seed: NAME-ROUND.json each (their texts must be equal), ab_split.png."""
+    progs = [x.split("=", 1) for x in a.ab.split(",")]
+    model = e2e.ensure_model(os.path.join(a.models, f"diffusion-gemma-{a.alone}L-Q4_K_M.gguf"), "diffusion-gemma",
+                             a.alone, "Q4_K_M")
+    text, ids = e2e.prompt_for(model, 33)
+    runs = []
+    for rnd in range(1, a.ab_rounds + 1):
+        for name, binary in progs:
+            res = run_dllm(model, ids, a.steps, a.threads, binary=binary)
+            res.update({"name": name, "binary": binary, "round": rnd, "layers": a.alone, "steps": a.steps})
+            with open(os.path.join(a.out, f"{name}-{rnd}.json"), "w") as f:
+                json.dump(res, f, indent=1)
+            runs.append(res)
+            print(json.dumps({k: res[k] for k in ("name", "round", "step_ms", "self_conditioning_ms", "peak_rss")}))
+    if len({r["text"] for r in runs}) != 1:
+        print("the programs' texts differ", file=sys.stderr)
+        return 1
+    with open(os.path.join(a.out, "ab.json"), "w") as f:
+        json.dump({"order": [f"{r['name']}-{r['round']}" for r in runs]}, f)
+    plot_ab(a.out)
+    return 0
+
+
+def plot_ab(out):
+    """The step split of an --ab run's files (ab.json gives their order) as horizontal stacked bars: ab_split.png."""
+    if not os.path.exists(os.path.join(out, "ab.json")):
+        return
+    runs = [json.load(open(os.path.join(out, n + ".json"))) for n in json.load(open(os.path.join(out, "ab.json")))["order"]]
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib missing: no plot (build/venv/bin/python has it)", file=sys.stderr)
+        return
+    fig, ax = plt.subplots(figsize=(9.5, 0.6 * len(runs) + 1.5))
+    for i, r in enumerate(runs):
+        left = 0.0
+        for c, k in enumerate(SPLIT):
+            ax.barh(i, r[k], left=left, color=f"C{c}", label=k[:-3].replace("_", " ") if i == 0 else None)
+            left += r[k]
+    ax.set_yticks(range(len(runs)), [f"{r['name']} {r['round']}" for r in runs])
+    ax.set_xlabel(f"ms per denoising step (mean of {runs[0]['steps']})")
+    ax.set_title(f"DiffusionGemma {runs[0]['layers']} layers, canvas 256, alternating", fontsize=9)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "ab_split.png"), dpi=100)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
@@ -164,12 +216,21 @@ def main():
     p.add_argument("--alone", type=int, default=0, help="layers of a file dllm runs alone (alone.json)")
     p.add_argument("--defaults", type=int, default=0, help="layers of the file for one run at the file's settings")
     p.add_argument("--self-cond-top-k", default="", help="K1,K2,...: dllm also with --self-cond-top-k K")
+    p.add_argument("--ab", default="", help="NAME=BINARY,NAME=BINARY: two dllm builds alternating on the --alone file")
+    p.add_argument("--ab-rounds", type=int, default=2)
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
+    if a.ab:
+        if not a.alone:
+            p.error("--ab needs --alone LAYERS")
+        with open(os.path.join(a.out, "machine.txt"), "w") as f:
+            f.write(e2e.machine_description())
+        return run_ab(a)
     if a.plot_only:
         if os.path.exists(os.path.join(a.out, "results.json")):
             plot(json.load(open(os.path.join(a.out, "results.json")))["rows"], a.out)
         plot_alone(a.out)
+        plot_ab(a.out)
         return 0
     with open(os.path.join(a.out, "machine.txt"), "w") as f:
         f.write(e2e.machine_description())
