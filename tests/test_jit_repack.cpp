@@ -292,7 +292,8 @@ TEST(JitRepack, RowsDecodeFromThePanelsBitForBit) {
       EXPECT_THROW(unpack_row(m, -1, got.data()), Error);
       // unpack_rows: ranges that start and end inside panels and cross them, at a stride wider than a row, are
       // unpack_row's rows; the gaps between them stay untouched.
-      for (const auto& [r0, count] : std::vector<std::pair<int64_t, int64_t>>{{0, 45}, {3, 30}, {17, 20}, {44, 1}, {5, 0}}) {
+      const std::vector<std::pair<int64_t, int64_t>> ranges = {{0, 45}, {3, 30}, {17, 20}, {44, 1}, {5, 0}};
+      for (const auto& [r0, count] : ranges) {
         const int64_t stride = k + 7;
         std::vector<float> many(static_cast<size_t>(std::max<int64_t>(count, 1) * stride), -7.0f);
         unpack_rows(m, r0, count, many.data(), stride);
@@ -300,7 +301,8 @@ TEST(JitRepack, RowsDecodeFromThePanelsBitForBit) {
           unpack_row(m, r0 + i, got.data());
           ASSERT_EQ(std::memcmp(got.data(), many.data() + i * stride, k * sizeof(float)), 0)
               << ggml_type_name(t) << " " << isa_name(isa) << " rows from " << r0 << ", row " << r0 + i;
-          for (int64_t c = k; c < stride && i + 1 < count; ++c) ASSERT_EQ(many[static_cast<size_t>(i * stride + c)], -7.0f);
+          for (int64_t c = k; c < stride && i + 1 < count; ++c)
+            ASSERT_EQ(many[static_cast<size_t>(i * stride + c)], -7.0f) << "the gap after row " << r0 + i;
         }
       }
       std::vector<float> two(2 * static_cast<size_t>(k));

@@ -263,15 +263,19 @@ void unpack_rows(const QuantMatrix& m, int64_t row0, int64_t n, float* out, int6
   if (!can_unpack_rows(m.type) || m.packed.size() == 0)
     throw Error(std::string("unpack_row: no row decoder for packed ") + ggml_type_name(m.type) + " (" + isa_name(m.isa) + ")");
   if (n < 0 || row0 < 0 || row0 + n > m.n)
-    throw Error("unpack_row: rows " + std::to_string(row0) + " to " + std::to_string(row0 + n) + " of " + std::to_string(m.n));
+    throw Error("unpack_row: rows " + std::to_string(row0) + " to " + std::to_string(row0 + n) + " of " +
+                std::to_string(m.n));
   const int P = L.p;
   const bool biased = m.isa == Isa::AvxVnni || m.isa == Isa::Avx512Vnni;  // Q8_0 bytes: q + 128 on the VNNI families
   thread_local std::vector<uint8_t> q;  // row i's quants of one block: q[i * 256 ...]
   thread_local std::vector<float> ds;   // row i's 16 Q6_K sub-block scales times d: ds[i * 16 ...]
+  thread_local std::vector<float> dv;   // row i's d (fp16 [P] leads both meta records)
   q.resize(static_cast<size_t>(P) * 256);
   ds.resize(static_cast<size_t>(P) * 16);
+  dv.resize(static_cast<size_t>(P));
   uint8_t* const qb = q.data();
   float* const dsb = ds.data();
+  float* const d = dv.data();
   // Panel by panel, block by block: a panel's quant groups interleave its rows (group g of row p: 4 bytes at
   // g * 4P + 4p) and so do its scales (scale u of row p at u * P + p), so the rows of one panel are gathered
   // together, the bytes read in order.
@@ -282,8 +286,8 @@ void unpack_rows(const QuantMatrix& m, int64_t row0, int64_t n, float* out, int6
       const uint8_t* quant = panel + blk * L.quant_bytes;
       const uint8_t* meta = panel + L.meta_offset() + blk * L.meta_bytes;
       for (int g = 0; g < L.block / 4; ++g)
-        for (int i = 0; i < np; ++i) std::memcpy(qb + i * 256 + 4 * g, quant + g * 4 * P + 4 * (p0 + i), 4);
-      float d[64];  // the rows' d (fp16 [P] leads both meta records); P <= 64
+        for (int i = 0; i < np; ++i)
+          std::memcpy(qb + i * 256 + 4 * g, quant + g * 4 * P + 4 * (p0 + i), 4);
       for (int i = 0; i < np; ++i) {
         uint16_t h;
         std::memcpy(&h, meta + 2 * (p0 + i), 2);
@@ -298,8 +302,10 @@ void unpack_rows(const QuantMatrix& m, int64_t row0, int64_t n, float* out, int6
         const uint8_t* qi = qb + i * 256;
         float* y = out + (r - row0 + i) * stride + blk * L.block;
         if (m.type == GgmlType::Q8_0) {  // dequant_q8_0: q * d
-          for (int j = 0; j < 32; ++j)
-            y[j] = static_cast<float>(biased ? static_cast<int>(qi[j]) - 128 : static_cast<int>(static_cast<int8_t>(qi[j]))) * d[i];
+          for (int j = 0; j < 32; ++j) {
+            const int v = biased ? static_cast<int>(qi[j]) - 128 : static_cast<int>(static_cast<int8_t>(qi[j]));
+            y[j] = static_cast<float>(v) * d[i];
+          }
         } else {  // Q6_K: (d * scale) * (q - 32); AMX bytes hold q - 32, the others q
           q6_k_values(qi, dsb + i * 16, m.isa == Isa::Amx, y);
         }
