@@ -50,6 +50,7 @@ inline float exp_f32(float x) {
 typedef double F64x8 __attribute__((vector_size(64)));
 typedef int64_t I64x8 __attribute__((vector_size(64)));
 typedef float F32x8 __attribute__((vector_size(32)));
+typedef float F32x16 __attribute__((vector_size(64)));  // sixteen floats (self-conditioning's sums)
 
 // The helpers below are always inlined, so their vector arguments and results never cross a call: GCC's
 // warning that such a signature's ABI differs between AVX-512 and the other clones (-Wpsabi) does not apply;

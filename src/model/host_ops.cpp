@@ -346,7 +346,6 @@ void keep_most_probable(std::vector<int32_t>& ids, std::vector<float>& p, size_t
 // 16), one F32 multiply and add per term (the same in every clone: GCC vectors, the loop as written). A column's
 // sum stays in a register across the G terms, so acc is loaded and stored once for G table rows, which stream
 // side by side.
-typedef float F32x16 __attribute__((vector_size(64)));
 template <int G>
 [[gnu::always_inline]] inline void soft_axpy_body(float* acc, const float* p, const float* const* e, int64_t n) {
   float pk[G];
