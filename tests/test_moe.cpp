@@ -325,9 +325,9 @@ TEST(MoeRoute, LogitsAreDotF64BitForBit) {
     // dot4x4_f64: four rows of a (stride len + 5) against the same four rows of b.
     std::vector<float> a4(static_cast<size_t>(4 * (len + 5)));
     for (float& v : a4) v = n(rng);
-    const std::vector<double> a4d(a4.begin(), a4.end());
+    const std::vector<double> a4d(a4.begin(), a4.end()), bd(b.begin(), b.end());
     double d16[16];
-    model::dot4x4_f64(a4d.data(), len + 5, b.data(), len + 3, len, d16);
+    model::dot4x4_f64(a4d.data(), len + 5, bd.data(), len + 3, len, d16);
     for (int r = 0; r < 4; ++r) {
       for (int j = 0; j < 4; ++j) {
         const double want = model::dot_f64(a4.data() + r * (len + 5), b.data() + j * (len + 3), len);

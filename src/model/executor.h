@@ -361,9 +361,9 @@ class Executor {
 double dot_f64(const float* a, const float* b, int64_t n);
 // out[j] = dot_f64(a, b + j * stride, n) for j < 4, bit for bit, at about four times the rate.
 void dot4_f64(const float* a, const float* b, int64_t stride, int64_t n, double* out);
-// out[r * 4 + j] = dot_f64(a + r * astride, b + j * bstride, n) for r, j < 4, bit for bit, a's rows given in
-// double: the router, four rows at a time.
-void dot4x4_f64(const double* a, int64_t astride, const float* b, int64_t bstride, int64_t n, double* out);
+// out[r * 4 + j] = dot_f64(a + r * astride, b + j * bstride, n) for r, j < 4, bit for bit, both operands' rows
+// given in double (the f32 values converted): the router, four rows by four experts at a time.
+void dot4x4_f64(const double* a, int64_t astride, const double* b, int64_t bstride, int64_t n, double* out);
 
 // Router of `rows` rows h [rows, D]: logits l[r][e] = h[r] . router[e] (dot_f64, rounded to f32), softmax
 // over the experts (f32 probabilities), the k most probable experts (ties: lower index) most probable first
