@@ -30,7 +30,8 @@ struct WeightTypeTraits {
   int meta_bytes;          // repacked meta bytes per block and panel row
   int temps;               // vector temporaries of the body (one-vector panels, zmm; ymm add a broadcast)
   int temps_avx2;          // the same on AVX2 (broadcast included)
-  int row_regs;            // vector registers per activation row: dot chains, super-block sum, accumulator
+  int row_regs;            // vector registers per activation row: two dot chains, super-block sum, accumulator
+  int chains_avx2;         // int32 dot chains per row on AVX2 (the other families: 2); one frees a register a row
   bool nibble_masks;       // the body masks nibbles (0x0F, and 0xF0 on the VNNI families)
   bool two_vector_panels;  // panels two zmm wide on avx512-vnni for k <= kTwoVectorMaxK (gemm_desc.h)
   int prefetch_bytes;      // software prefetch distance of the weight stream (4+ row tiles)

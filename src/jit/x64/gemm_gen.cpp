@@ -67,13 +67,14 @@ Vmm GemmGenerator<Vmm>::vdot_a(int r, int v) const {
 
 template <class Vmm>
 Vmm GemmGenerator<Vmm>::vdot_b(int r, int v) const {
+  if (plan_.chains < 2) throw Error(kernel_name() + ": a second dot chain in a one-chain plan");
   return Vmm(mv_ + slot(r, v));
 }
 
 template <class Vmm>
 Vmm GemmGenerator<Vmm>::vsb(int r, int v) const {
   if (act_format_for(desc_.wtype) == ActFormat::Q8_0) throw Error(kernel_name() + ": super-block sum misuse");
-  return Vmm(2 * mv_ + slot(r, v));
+  return Vmm(plan_.chains * mv_ + slot(r, v));
 }
 
 template <class Vmm>
@@ -223,6 +224,18 @@ void GemmGenerator<Vmm>::load_scales_f32(const Vmm& dst, const RegExp& e, bool i
   else vpmovzxbd(dst, ptr[e]);
   vcvtdq2ps(dst, dst);
   vmulps(dst, dst, d);
+}
+
+template <class Vmm>
+void GemmGenerator<Vmm>::scale_into_sum(const Vmm& sc, const RegExp& e, bool is_signed, const Vmm& d, bool first,
+                                        bool chain_b) {
+  load_scales_f32(sc, e, is_signed, d);
+  for (int r = 0; r < m_; ++r) {
+    const Vmm c = chain_b ? vdot_b(r) : vdot_a(r);
+    vcvtdq2ps(c, c);
+    if (first) vmulps(vsb(r), c, sc);
+    else vfmadd231ps(vsb(r), c, sc);
+  }
 }
 
 template <class Vmm>

@@ -33,7 +33,16 @@ class GemmGenerator : public JitGenerator {
   // (this block of activation row 0). Q8_0 and Q5_0 handle `blocks` (1 or 2) consecutive blocks at once.
   void body_q4k();          // Q4_K and Q5_K
   void body_q5k_avx2();     // Q5_K on AVX2 (ymm only)
+  void body_q4k_avx2_one_chain();  // Q4_K on AVX2 (ymm only): one dot chain per row
+  // AVX2: w = the 4-bit weights of sub-block `half` of the pair whose vector is at e (low nibbles, or the high
+  // ones shifted down), masked with *mask or the 0x0F constant; raw holds the vector (loaded with the
+  // stream's prefetch for half 0).
+  void nibbles_avx2(const Vmm& w, const Vmm& raw, const Xbyak::RegExp& e, int half, const Vmm* mask);
   void q4k_mins_and_accumulate();  // their mins term and the accumulator update
+  // One sub-block's dots into the super-block sums (K-quants): sc = its P scales at e times d, then for each row
+  // sb = float(chain) * sc (first) or sb += float(chain) * sc; chain: vdot_a, or vdot_b when chain_b.
+  void scale_into_sum(const Vmm& sc, const Xbyak::RegExp& e, bool is_signed, const Vmm& d, bool first,
+                      bool chain_b = false);
   void body_q6k();
   void body_q6k_two_vectors();  // zmm only (instantiated for Zmm), panels of two vectors
   void body_q8_0(int blocks);
@@ -46,7 +55,8 @@ class GemmGenerator : public JitGenerator {
 
   // ---- registers ----
   // Per row and vector of the panel (in this order, each kind M x V registers, V = vectors per panel):
-  // two int32 dot chains, the f32 super-block sum (K-quants), the f32 accumulator (unless on the stack);
+  // two int32 dot chains (one where the plan says so: AVX2 Q6_K), the f32 super-block sum (K-quants), the f32
+  // accumulator (unless on the stack);
   // then the temporaries. Row r, vector v is slot r * V + v; the accumulators are addressed by slot.
   int slot(int r, int v = 0) const;
   Vmm vdot_a(int r, int v = 0) const;

@@ -37,6 +37,10 @@ void GemmGenerator<Vmm>::body_q4k() {
       body_q5k_avx2();
       return;
     }
+    if (plan_.chains == 1) {
+      body_q4k_avx2_one_chain();
+      return;
+    }
   }
   for (int t = 0; t < 4; ++t) {
     if (!i16) {
@@ -76,19 +80,47 @@ void GemmGenerator<Vmm>::body_q4k() {
         vpmaddwd(vdot_b(r), vdot_b(r), ptr[rip + l_ones16_]);
       }
     }
-    load_scales_f32(sc, reg_wm_ + meta::q4k_scales(kP) + 2 * t * kP, false, dw);
-    for (int r = 0; r < m_; ++r) {
-      vcvtdq2ps(vdot_a(r), vdot_a(r));
-      if (t == 0) vmulps(vsb(r), vdot_a(r), sc);
-      else vfmadd231ps(vsb(r), vdot_a(r), sc);
-    }
-    load_scales_f32(sc, reg_wm_ + meta::q4k_scales(kP) + (2 * t + 1) * kP, false, hi16 ? dw16 : dw);
-    for (int r = 0; r < m_; ++r) {
-      vcvtdq2ps(vdot_b(r), vdot_b(r));
-      vfmadd231ps(vsb(r), vdot_b(r), sc);
+    scale_into_sum(sc, reg_wm_ + meta::q4k_scales(kP) + 2 * t * kP, false, dw, t == 0);
+    scale_into_sum(sc, reg_wm_ + meta::q4k_scales(kP) + (2 * t + 1) * kP, false, hi16 ? dw16 : dw, false, true);
+  }
+  q4k_mins_and_accumulate();
+}
+
+// AVX2 Q4_K with one dot chain per row (reg_plan.h: chains_avx2), so that a tile has 5 rows in the 16
+// registers instead of 3: each sub-block is a pass of its own over the pair's 8 weight vectors (the high
+// nibbles' pass loads them again, from L1), its int16 sums widened, converted and scaled as the two-chain
+// body does, sub-block 2t before 2t+1: the same integer dots and the same float operations in the same order.
+template <class Vmm>
+void GemmGenerator<Vmm>::body_q4k_avx2_one_chain() {
+  const Vmm raw = vtmp(0), w = vtmp(1), mask = vtmp(2), sc = vtmp(3), dw = vtmp(4);
+  load_f16_to_f32(dw, reg_wm_ + meta::q4k_d(kP));
+  vmovdqu(mask, ptr[rip + l_mask0f_]);
+  for (int t = 0; t < 4; ++t) {
+    for (int half = 0; half < 2; ++half) {
+      for (int j = 0; j < 8; ++j) {
+        nibbles_avx2(w, raw, reg_wq_ + (8 * t + j) * kVB, half, &mask);
+        for (int r = 0; r < m_; ++r) dot_u8s8_i16(vdot_a(r), w, xq(r, 64 * t + 32 * half + 4 * j), j == 0);
+      }
+      for (int r = 0; r < m_; ++r) vpmaddwd(vdot_a(r), vdot_a(r), ptr[rip + l_ones16_]);
+      scale_into_sum(sc, reg_wm_ + meta::q4k_scales(kP) + (2 * t + half) * kP, false, dw, t == 0 && half == 0);
     }
   }
   q4k_mins_and_accumulate();
+}
+
+template <class Vmm>
+void GemmGenerator<Vmm>::nibbles_avx2(const Vmm& w, const Vmm& raw, const Xbyak::RegExp& e, int half,
+                                      const Vmm* mask) {
+  if (half == 0) {
+    load_weights(raw, e);
+    if (mask) vpand(w, raw, *mask);
+    else and_bytes(w, raw, l_mask0f_);
+    return;
+  }
+  load_vec(raw, e);  // (a shift with a memory operand exists only in EVEX)
+  vpsrlw(w, raw, 4);
+  if (mask) vpand(w, w, *mask);
+  else and_bytes(w, w, l_mask0f_);
 }
 
 // Mins: (m[2t], m[2t+1]) word pairs times (sum32[2t], sum32[2t+1]), then acc += d_a * (sum - dmin * mins).
@@ -119,15 +151,7 @@ void GemmGenerator<Vmm>::body_q5k_avx2() {
   for (int t = 0; t < 4; ++t) {
     for (int half = 0; half < 2; ++half) {
       for (int j = 0; j < 8; ++j) {
-        const Xbyak::RegExp e = reg_wq_ + (8 * t + j) * kVB;
-        if (half == 0) {
-          load_weights(raw, e);
-          and_bytes(w, raw, l_mask0f_);
-        } else {
-          load_vec(raw, e);
-          vpsrlw(w, raw, 4);
-          and_bytes(w, w, l_mask0f_);
-        }
+        nibbles_avx2(w, raw, reg_wq_ + (8 * t + j) * kVB, half, nullptr);
         load_vec(raw, reg_wq_ + (32 + j) * kVB);  // H[j]: bit 2t + half to bit 4
         const int shift = 4 - 2 * t - half;
         if (shift > 0) vpsllw(raw, raw, shift);
@@ -142,12 +166,7 @@ void GemmGenerator<Vmm>::body_q5k_avx2() {
         vpmaddwd(vdot_b(r), vdot_b(r), ptr[rip + l_ones16_]);
         vpaddd(vdot_a(r), vdot_a(r), vdot_b(r));
       }
-      load_scales_f32(sc, reg_wm_ + meta::q4k_scales(kP) + (2 * t + half) * kP, false, dw);
-      for (int r = 0; r < m_; ++r) {
-        vcvtdq2ps(vdot_a(r), vdot_a(r));
-        if (t == 0 && half == 0) vmulps(vsb(r), vdot_a(r), sc);
-        else vfmadd231ps(vsb(r), vdot_a(r), sc);
-      }
+      scale_into_sum(sc, reg_wm_ + meta::q4k_scales(kP) + (2 * t + half) * kP, false, dw, t == 0 && half == 0);
     }
   }
   q4k_mins_and_accumulate();
@@ -171,5 +190,8 @@ template void GemmGenerator<Xbyak::Ymm>::body_q4k();
 template void GemmGenerator<Xbyak::Zmm>::q4k_mins_and_accumulate();
 template void GemmGenerator<Xbyak::Ymm>::q4k_mins_and_accumulate();
 template void GemmGenerator<Xbyak::Ymm>::body_q5k_avx2();
+template void GemmGenerator<Xbyak::Ymm>::body_q4k_avx2_one_chain();
+template void GemmGenerator<Xbyak::Ymm>::nibbles_avx2(const Xbyak::Ymm&, const Xbyak::Ymm&, const Xbyak::RegExp&, int,
+                                                      const Xbyak::Ymm*);
 
 }  // namespace dllm::jit

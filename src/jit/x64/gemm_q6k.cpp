@@ -1,8 +1,8 @@
 // Q6_K x Q8_K block body: 16 sub-blocks of 16 weights, repacked as whole bytes q in 0..63 (ggml's
 // q + 32). Sub-blocks go two at a time in two int32 chains per row (and per vector of the panel); each
 // chain starts at -32 * (sum of the sub-block's 16 activations), which makes it ggml's
-// sum((q - 32) * a). Each dot is converted to f32 and scaled by d*scale[u] (signed 8-bit scales) into
-// the super-block sum; then, as ggml, acc += d_a * sum.
+// sum((q - 32) * a) (AVX2: one chain per row, reg_plan.h). Each dot is converted to f32 and scaled by
+// d*scale[u] (signed 8-bit scales) into the super-block sum; then, as ggml, acc += d_a * sum.
 //
 // Panels of one vector read each activation group as the dot's embedded broadcast. Panels of two
 // vectors (zmm) broadcast it once into a register for both vectors' dots, and copy each chain's start
@@ -20,10 +20,10 @@ void GemmGenerator<Vmm>::body_q6k() {
     }
   }
   const Vmm wa = vtmp(0), wb = vtmp(1), sc = vtmp(2), dw = vtmp(3);
-  const bool avx2 = desc_.isa == Isa::Avx2;
   // AVX2 (vpmaddubsw, no vpdpbusd): q + 32 <= 63 and |a| <= 127 bound a pair sum by 16002, so the pair
   // sums of two groups add in int16 (vpaddw) and widen once (vpmaddwd by ones): 5 instructions per two
-  // groups and row instead of 6. The two groups' broadcasts take two registers.
+  // groups and row instead of 6. The two groups' broadcasts take two registers. One dot chain per row
+  // (reg_plan.h: chains_avx2), each sub-block a pass of its own: 5 rows a tile in the 16 registers.
   auto dots_avx2 = [&](int u, auto chain) {
     const Vmm b0 = vbcast(), b1 = vtmp(4);
     for (int g = 0; g < 4; g += 2) {
@@ -41,34 +41,29 @@ void GemmGenerator<Vmm>::body_q6k() {
     }
   };
   load_f16_to_f32(dw, reg_wm_ + meta::q6k_d(kP));
+  if (plan_.chains == 1) {  // AVX2: the same float operations in the same order as the two-chain loop below
+    for (int u = 0; u < 16; ++u) {
+      for (int r = 0; r < m_; ++r) vpbroadcastd(vdot_a(r), ptr[xc(r, u)]);
+      dots_avx2(u, [&](int r) { return vdot_a(r); });
+      scale_into_sum(sc, reg_wm_ + meta::q6k_scales(kP) + u * kP, true, dw, u == 0);
+    }
+    for (int r = 0; r < m_; ++r) acc_fma_bcast(r, vsb(r), xd(r), wa);
+    return;
+  }
   for (int v = 0; v < 8; ++v) {
     const int u0 = 2 * v, u1 = 2 * v + 1;
     for (int r = 0; r < m_; ++r) {
       vpbroadcastd(vdot_a(r), ptr[xc(r, u0)]);
       vpbroadcastd(vdot_b(r), ptr[xc(r, u1)]);
     }
-    if (avx2) {
-      dots_avx2(u0, [&](int r) { return vdot_a(r); });
-      dots_avx2(u1, [&](int r) { return vdot_b(r); });
-    } else {
-      for (int g = 0; g < 4; ++g) {
-        load_weights(wa, reg_wq_ + (4 * u0 + g) * kVB);
-        load_weights(wb, reg_wq_ + (4 * u1 + g) * kVB);
-        for (int r = 0; r < m_; ++r) dot_u8s8(vdot_a(r), wa, xq(r, 16 * u0 + 4 * g));
-        for (int r = 0; r < m_; ++r) dot_u8s8(vdot_b(r), wb, xq(r, 16 * u1 + 4 * g));
-      }
+    for (int g = 0; g < 4; ++g) {
+      load_weights(wa, reg_wq_ + (4 * u0 + g) * kVB);
+      load_weights(wb, reg_wq_ + (4 * u1 + g) * kVB);
+      for (int r = 0; r < m_; ++r) dot_u8s8(vdot_a(r), wa, xq(r, 16 * u0 + 4 * g));
+      for (int r = 0; r < m_; ++r) dot_u8s8(vdot_b(r), wb, xq(r, 16 * u1 + 4 * g));
     }
-    load_scales_f32(sc, reg_wm_ + meta::q6k_scales(kP) + u0 * kP, true, dw);
-    for (int r = 0; r < m_; ++r) {
-      vcvtdq2ps(vdot_a(r), vdot_a(r));
-      if (v == 0) vmulps(vsb(r), vdot_a(r), sc);
-      else vfmadd231ps(vsb(r), vdot_a(r), sc);
-    }
-    load_scales_f32(sc, reg_wm_ + meta::q6k_scales(kP) + u1 * kP, true, dw);
-    for (int r = 0; r < m_; ++r) {
-      vcvtdq2ps(vdot_b(r), vdot_b(r));
-      vfmadd231ps(vsb(r), vdot_b(r), sc);
-    }
+    scale_into_sum(sc, reg_wm_ + meta::q6k_scales(kP) + u0 * kP, true, dw, v == 0);
+    scale_into_sum(sc, reg_wm_ + meta::q6k_scales(kP) + u1 * kP, true, dw, false, true);
   }
   for (int r = 0; r < m_; ++r) acc_fma_bcast(r, vsb(r), xd(r), wa);
 }

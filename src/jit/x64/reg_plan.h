@@ -13,6 +13,7 @@ namespace dllm::jit {
 struct RegPlan {
   int m = 1;                // rows in the tile
   int vectors = 1;          // vectors per panel (panel_rows / vector_rows): each row has this many of each
+  int chains = 2;           // int32 dot chains per row and vector
   int per_row = 0;          // registers per row (the accumulators included unless acc_in_mem)
   int temps = 0;            // temporaries, allocated after the row registers
   bool acc_in_mem = false;  // f32 accumulators on the stack (updated once per block)
@@ -33,9 +34,14 @@ inline int plan_temps(Isa isa, GgmlType t, int64_t k) {
   if (panel_rows(isa, t, k) / vector_rows(isa) == 2) return 2 * w.temps;
   return w.temps + (isa_has_avx512(isa) ? 0 : 1);
 }
-// Per row: two int32 dot chains (two sub-blocks, or two Q8_0 blocks, in flight), the f32 sum of the
-// current super-block (K-quants), and the f32 accumulator.
-inline int plan_row_regs(GgmlType t) { return require_weight_traits(t, "register plan: weight type").row_regs; }
+// Per row: two int32 dot chains (two sub-blocks, or two Q8_0 blocks, in flight; on AVX2 the table's chains_avx2),
+// the f32 sum of the current super-block (K-quants), and the f32 accumulator.
+inline int plan_chains(Isa isa, GgmlType t) {
+  return isa == Isa::Avx2 ? require_weight_traits(t, "register plan: weight type").chains_avx2 : 2;
+}
+inline int plan_row_regs(Isa isa, GgmlType t) {
+  return require_weight_traits(t, "register plan: weight type").row_regs - 2 + plan_chains(isa, t);
+}
 
 // The plan for m rows: accumulators in registers when they fit, else on the stack; m = 0 rows when
 // even that does not fit (the caller treats that as "too many rows").
@@ -44,7 +50,8 @@ inline RegPlan plan_registers(Isa isa, GgmlType t, int m, int64_t k) {
   p.m = m;
   p.temps = plan_temps(isa, t, k);
   p.vectors = panel_rows(isa, t, k) / vector_rows(isa);
-  p.per_row = plan_row_regs(t) * p.vectors;
+  p.chains = plan_chains(isa, t);
+  p.per_row = plan_row_regs(isa, t) * p.vectors;
   if (p.total() <= vector_registers(isa)) return p;
   p.per_row -= p.vectors;
   p.acc_in_mem = true;
