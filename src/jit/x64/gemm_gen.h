@@ -55,8 +55,8 @@ class GemmGenerator : public JitGenerator {
 
   // ---- registers ----
   // Per row and vector of the panel (in this order, each kind M x V registers, V = vectors per panel):
-  // two int32 dot chains (one where the plan says so: AVX2 Q6_K), the f32 super-block sum (K-quants), the f32
-  // accumulator (unless on the stack);
+  // two int32 dot chains (one where the plan says so: AVX2 Q4_K and Q6_K), the f32 super-block sum
+  // (K-quants), the f32 accumulator (unless on the stack);
   // then the temporaries. Row r, vector v is slot r * V + v; the accumulators are addressed by slot.
   int slot(int r, int v = 0) const;
   Vmm vdot_a(int r, int v = 0) const;
